@@ -1,0 +1,41 @@
+"""Shared test setup: nothing here may reach the network, and the model loads once."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# Set before boto3, huggingface_hub or chromadb are imported by any test.
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"   # boto3 must not probe the metadata address
+os.environ["ANONYMIZED_TELEMETRY"] = "False"       # chromadb must not phone home
+os.environ.setdefault("HF_HUB_OFFLINE", "1")       # the model comes from a local copy only
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import rag_from_scratch as rag  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The real all-MiniLM-L6-v2 model, loaded once for the whole test run."""
+    return rag.Embedder("minilm")
+
+
+@pytest.fixture(scope="session")
+def chunks():
+    """The tutorial's 17 chunks (50 words, overlap 10)."""
+    return rag.build_chunks(rag.CORPUS, 50, 10)
+
+
+@pytest.fixture(scope="session")
+def minilm_index(minilm, chunks):
+    return rag.build_index(chunks, minilm)
+
+
+@pytest.fixture()
+def tfidf_setup(chunks):
+    """A fresh TF-IDF embedder fitted on the tutorial chunks, with its index."""
+    embedder = rag.Embedder("tfidf")
+    return embedder, rag.build_index(chunks, embedder)
