@@ -334,6 +334,11 @@ def hub_reachable(timeout: float = HUB_TIMEOUT_S) -> bool:
         return False                 # no route, refused, timed out or a bad address
 
 
+def looks_like_folder(model: str) -> bool:
+    """Hub names look like "org/name"; anything else with a slash or a dot prefix is a path."""
+    return model.startswith((".", "/", "~")) or model.count("/") > 1 or "\\" in model
+
+
 def load_minilm(model: str = MODEL_NAME):
     """Load a sentence-transformers model from a local copy, or from the hub if it answers."""
     local = find_local_model(model)
@@ -897,11 +902,6 @@ def parse_args(argv=None):
     p.add_argument("--model-id", default=BEDROCK_MODEL_ID, help="Bedrock model or inference-profile id")
     p.add_argument("--region", default=BEDROCK_REGION, help="AWS region for Bedrock")
     return p.parse_args(argv)
-
-
-def looks_like_folder(model: str) -> bool:
-    """Hub names look like "org/name"; anything else with a slash or a dot prefix is a path."""
-    return model.startswith((".", "/", "~")) or model.count("/") > 1 or "\\" in model
 
 
 def check_args(args) -> None:
