@@ -1,0 +1,150 @@
+"""
+verify_bedrock_request.py: check generate_with_bedrock() against the real Bedrock request schema,
+without calling AWS.
+
+    python verify_bedrock_request.py        # exit status 0 only if every check holds
+
+botocore's Stubber sits between the client and the network: it validates each request
+against the bedrock-runtime service model that ships with botocore, then hands back a
+response we wrote ourselves. Nothing leaves the machine, nothing is billed, and the
+credentials are dummies. The "answer" printed below is our placeholder, not model output.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+
+import rag_from_scratch as rag
+
+FAKE_TEXT = "FAKE STUB TEXT - not produced by a model."
+FAKE_REASONING = "FAKE STUB REASONING - a thinking block that must not reach the answer."
+MODEL_ID = "stub.model-for-request-validation"   # any id will do: the request never leaves
+EXPECTED_PARAMS = ["inferenceConfig", "messages", "modelId", "system"]
+QUESTION = "How many vacation days do I get each year?"
+
+
+@contextmanager
+def dummy_aws_env():
+    """Dummy credentials and no metadata-service probe while the block runs, then restore."""
+    wanted = {"AWS_ACCESS_KEY_ID": "STUB-NOT-A-REAL-KEY", "AWS_SECRET_ACCESS_KEY": "stub-secret",
+              "AWS_EC2_METADATA_DISABLED": "true"}
+    dropped = ["AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE"]
+    saved = {key: os.environ.get(key) for key in [*wanted, *dropped]}
+    os.environ.update(wanted)
+    for key in dropped:
+        os.environ.pop(key, None)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def fake_converse_response(blocks: list[dict]) -> dict:
+    """A Converse response shaped as the service model requires, holding the given content blocks."""
+    return {
+        "output": {"message": {"role": "assistant", "content": blocks}},
+        "stopReason": "end_turn",
+        "usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0},
+        "metrics": {"latencyMs": 0},
+    }
+
+
+def stubbed_client(region: str = rag.BEDROCK_REGION):
+    """The core's bedrock-runtime client (same retry and timeout settings) with a Stubber on it."""
+    from botocore.stub import Stubber
+    client = rag.bedrock_client(region)
+    return client, Stubber(client)
+
+
+def check_request(prompt: str) -> tuple[list[str], str]:
+    """Send one prompt through generate_with_bedrock; return the request's parameter names and the text."""
+    client, stubber = stubbed_client()
+    sent = {}
+    client.meta.events.register("before-parameter-build.bedrock-runtime.Converse",
+                                lambda params, **_: sent.update(params))
+    stubber.add_response("converse", fake_converse_response([{"text": FAKE_TEXT}]))
+    with stubber:
+        text = rag.generate_with_bedrock(prompt, model_id=MODEL_ID, client=client)
+        stubber.assert_no_pending_responses()
+    return sorted(sent), text
+
+
+def check_wrong_name(prompt: str) -> str:
+    """Send `max_tokens` (the real name is `maxTokens`); return the validator's complaint, or ''."""
+    from botocore.exceptions import ParamValidationError
+    client, stubber = stubbed_client()
+    # The Stubber needs a queued reply before it lets a call through to validation;
+    # the validator then rejects the request, so this reply is never used.
+    stubber.add_response("converse", fake_converse_response([{"text": FAKE_TEXT}]))
+    with stubber:
+        try:
+            client.converse(modelId=MODEL_ID,
+                            messages=[{"role": "user", "content": [{"text": prompt}]}],
+                            inferenceConfig={"max_tokens": rag.MAX_TOKENS})
+        except ParamValidationError as exc:
+            lines = [line for line in str(exc).splitlines() if "Unknown parameter" in line]
+            return lines[0].split(", must be")[0] if lines else str(exc)
+    return ""
+
+
+def check_reasoning_block(prompt: str) -> str:
+    """Reply with a reasoning block before the text block; return what the function kept."""
+    client, stubber = stubbed_client()
+    reasoning = {"reasoningContent": {"reasoningText": {"text": FAKE_REASONING,
+                                                        "signature": "stub-signature"}}}
+    stubber.add_response("converse", fake_converse_response([reasoning, {"text": FAKE_TEXT}]))
+    with stubber:
+        return rag.generate_with_bedrock(prompt, model_id=MODEL_ID, client=client)
+
+
+def main(argv=None) -> int:
+    """Run every check, print what each found, and return 0 only if all of them hold."""
+    try:
+        import boto3
+    except ImportError:
+        print("error: boto3 is not installed: run `pip install boto3`", file=sys.stderr)
+        return 1
+    chunks = rag.build_chunks(rag.CORPUS)
+    prompt = rag.build_prompt(QUESTION, [c for c in chunks if c["doc_id"] == "HR-01"])
+    failures = []
+    with dummy_aws_env():
+        try:
+            names, text = check_request(prompt)
+            complaint = check_wrong_name(prompt)
+            kept = check_reasoning_block(prompt)
+        except (RuntimeError, ValueError, AssertionError) as exc:
+            print(f"error: the stubbed call failed: {exc}", file=sys.stderr)
+            return 1
+
+    print(f"Request parameters valid for Converse: {names}")
+    print(f"Function returned the text blocks of output.message.content -> {text!r}")
+    print(f"boto3 {boto3.__version__}")
+    if names != EXPECTED_PARAMS:
+        failures.append(f"request parameters {names}, expected {EXPECTED_PARAMS}")
+    if text != FAKE_TEXT:
+        failures.append(f"returned {text!r}, expected the fake text")
+
+    print(f"A wrong name (max_tokens for maxTokens) is refused before sending: "
+          f"{'ParamValidationError: ' + complaint if complaint else 'NOT refused'}")
+    if '"max_tokens"' not in complaint:
+        failures.append("max_tokens was not rejected with ParamValidationError")
+
+    print(f"A reasoning block before the text block is left out -> {kept!r}")
+    if kept != FAKE_TEXT:
+        failures.append(f"with a reasoning block the function returned {kept!r}")
+
+    for failure in failures:
+        print(f"FAILED: {failure}")
+    if not failures:
+        print("All checks hold. Nothing was sent to AWS and nothing was billed.")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
