@@ -14,7 +14,6 @@ chromadb`): when one is missing the script says which package to install and run
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -101,7 +100,11 @@ def chroma_client(persist: str | None = None, host: str | None = None, port: int
                                f"({type(exc).__name__}): start one with `chroma run --host "
                                f"{host} --port {port} --path chroma_server_db`") from None
     if persist:
-        return chromadb.PersistentClient(path=persist, settings=settings)
+        try:
+            return chromadb.PersistentClient(path=persist, settings=settings)
+        except Exception as exc:          # a file in the way, no permission, a missing parent
+            raise RuntimeError(f"cannot keep a Chroma database in {persist} ({exc}): give "
+                               f"--persist a folder you can write to") from None
     return chromadb.EphemeralClient(settings=settings)
 
 
@@ -178,8 +181,8 @@ def run(args) -> None:
         raise ValueError(f"--k must be between 1 and the number of chunks ({len(chunks)}), "
                          f"got {args.k}")
     unknown = sorted(set(args.only) - {d["doc_id"] for d in rag.CORPUS})
-    if unknown:
-        raise ValueError(f"--only names unknown documents {unknown}: choose from "
+    if not args.only or unknown:
+        raise ValueError(f"--only needs known document ids, got {unknown}: choose from "
                          f"{', '.join(d['doc_id'] for d in rag.CORPUS)}")
     skipped = {}                             # engine -> why it did not run
     try:                                     # connect first: a missing server fails fast
@@ -257,8 +260,8 @@ def run(args) -> None:
 
 def parse_args(argv=None):
     """Command-line flags; the defaults are the block at the top of this file and the core's."""
-    p = argparse.ArgumentParser(description="The same retrieval with NumPy, FAISS and Chroma "
-                                            "(in memory, on disk or on a server).")
+    p = rag.OneLineParser(description="The same retrieval with NumPy, FAISS and Chroma "
+                                      "(in memory, on disk or on a server).")
     p.add_argument("--backend", default=rag.BACKEND, choices=["auto", "minilm", "tfidf"],
                    help="embedding backend (default: %(default)s)")
     p.add_argument("--model", default=rag.MODEL_NAME, help="sentence-transformers model or folder")

@@ -107,6 +107,7 @@ def main(argv=None) -> int:
     """Run every check, print what each found, and return 0 only if all of them hold."""
     try:
         import boto3
+        from botocore.exceptions import BotoCoreError
     except ImportError:
         print("error: boto3 is not installed: run `pip install boto3`", file=sys.stderr)
         return 1
@@ -118,8 +119,10 @@ def main(argv=None) -> int:
             names, text = check_request(prompt)
             complaint = check_wrong_name(prompt)
             kept = check_reasoning_block(prompt)
-        except (RuntimeError, ValueError, AssertionError) as exc:
-            print(f"error: the stubbed call failed: {exc}", file=sys.stderr)
+        except (RuntimeError, ValueError, AssertionError, BotoCoreError) as exc:
+            detail = " ".join(str(exc).split())
+            print(f"error: the stubbed call failed ({detail}); if botocore does not know a "
+                  f"field, upgrade it: pip install -U boto3", file=sys.stderr)
             return 1
 
     print(f"Request parameters valid for Converse: {names}")

@@ -162,6 +162,19 @@ def test_verify_script_fails_on_an_unexpected_request_parameter(dummy_aws, capsy
            "'requestMetadata', 'system']" in capsys.readouterr().out
 
 
+def test_verify_script_reports_a_reply_botocore_does_not_know_in_one_line(dummy_aws, capsys,
+                                                                         monkeypatch):
+    unknown_block = {"output": {"message": {"role": "assistant", "content": [{"thought": "?"}]}},
+                     "stopReason": "end_turn", "metrics": {"latencyMs": 0},
+                     "usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}}
+    monkeypatch.setattr(vbr, "fake_converse_response", lambda blocks: unknown_block)
+    assert vbr.main() == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: the stubbed call failed (Parameter validation failed: "
+                          'Unknown parameter in output.message.content[0]: "thought"')
+    assert err.count("\n") == 1 and "pip install -U boto3" in err
+
+
 def test_stubber_rejects_max_tokens_with_param_validation_error(dummy_aws):
     from botocore.exceptions import ParamValidationError
     client = rag.bedrock_client("us-east-1")

@@ -172,7 +172,10 @@ def test_with_neither_package_numpy_still_answers(monkeypatch, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--k", "18"], "--k must be between 1 and the number of chunks (17), got 18"),
-    (["--only", "FIN-01,XX-9"], "--only names unknown documents ['XX-9']"),
+    (["--only", "FIN-01,XX-9"], "--only needs known document ids, got ['XX-9']"),
+    (["--only", ","], "--only needs known document ids, got []"),
+    (["--persist", "/dev/null/db"], "cannot keep a Chroma database in /dev/null/db"),
+    (["--collection", "k"], "Chroma failed: Validation error: name"),
     (["--question", "  "], "the question is empty"),
     (["--overlap", "50"], "overlap must be at least 0 and smaller than the chunk size"),
     (["--question", "zzzz qqqq"], "no word of the question is in the corpus vocabulary"),
@@ -340,6 +343,14 @@ def test_script_against_a_real_chroma_server(chroma_server, capsys, shared_minil
                                "with a different backend tfidf, now minilm") for line in lines)
     assert chroma_lines(lines)[:5] == CHROMA_LINES
     assert lines[-1] == "Same ranking from NumPy, FAISS, Chroma: yes"
+
+
+def test_persist_and_host_together_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        vdb.main(["--persist", "db", "--host", "127.0.0.1"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "error: argument --host: not allowed with argument --persist (see --help)\n"
 
 
 def test_no_server_listening_is_one_line_with_the_start_command(capsys):
