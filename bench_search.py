@@ -1,0 +1,346 @@
+"""
+bench_search.py: how fast is exact search, and how close is it to what memory allows?
+
+    python bench_search.py                         # N = 10k, 100k, 1M (needs about 4 GB free)
+    python bench_search.py --sizes 10000 100000    # choose the sizes
+    python bench_search.py --json                  # the same figures as one JSON object
+
+Exact search reads every row of the index for every query: 1M x 384 float32 is 1.5 GB. So no
+exact method can beat   bound = bytes scanned / memory read bandwidth,   and this script
+measures that bandwidth on the machine it runs on. For each N it times, on the same random
+unit vectors and the same queries, the median over --repeats queries of
+
+    matvec   scores = index @ q                             the arithmetic alone
+    core     scores = index @ q; top_k(scores, k)           what rag_from_scratch.search runs
+    argsort  scores = index @ q; np.argsort(-scores)[:k]    the tutorial's first version
+    faiss    faiss.IndexFlatIP.search(q, k)                 exact inner product, in C++
+
+each in milliseconds and as a multiple of the bound (1.00x: as fast as memory allows).
+Then two figures on real text: the memory of a sparse TF-IDF index of 10,000 chunks next to
+what the tutorial's dense .toarray() would need (computed, not allocated), and how many
+chunks per second MiniLM encodes.
+Everything runs offline on the CPU. Timings move from run to run and with other work on the
+machine; compare the ratios measured side by side in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import rag_from_scratch as rag
+from rag_collection import DEFAULT_COLLECTION, load_collection
+
+# ---------------------------------------------------------------------------
+# Defaults
+# ---------------------------------------------------------------------------
+SIZES = [10_000, 100_000, 1_000_000]   # index rows to benchmark
+DIM = 384              # all-MiniLM-L6-v2 vector length
+REPEATS = 9            # timed queries per method (plus one untimed warm-up); median reported
+BANDWIDTH_MB = 512     # buffer for the read-bandwidth test: far bigger than any CPU cache
+TFIDF_CHUNKS = 10_000  # chunks in the TF-IDF memory test
+MINILM_CHUNKS = 256    # chunks in the MiniLM throughput test (0 skips it)
+SEED = 0               # random vectors and queries are the same on every run
+MB = 1e6               # decimal megabytes, as disk and memory makers count
+
+
+# ---------------------------------------------------------------------------
+# 1. Data and timing
+# ---------------------------------------------------------------------------
+def random_unit_vectors(n: int, dim: int = DIM, seed: int = SEED) -> np.ndarray:
+    """n random float32 rows of length 1: Gaussian directions are uniform on the sphere."""
+    vectors = np.random.default_rng(seed).standard_normal((n, dim), dtype=np.float32)
+    for start in range(0, n, 100_000):           # in blocks: no second full-size temporary
+        block = vectors[start:start + 100_000]
+        block /= np.linalg.norm(block, axis=1, keepdims=True)
+    return vectors
+
+
+def query_vectors(repeats: int, dim: int = DIM, seed: int = SEED) -> np.ndarray:
+    """The warm-up query plus `repeats` timed ones, the same for every method and size."""
+    return random_unit_vectors(repeats + 1, dim, seed + 1)
+
+
+def read_bandwidth(buffer_mb: int = BANDWIDTH_MB, repeats: int = REPEATS) -> dict:
+    """Memory read speed in GB/s: the best of two kernels that read a big buffer once."""
+    buffer = np.ones(int(buffer_mb * MB) // 4, dtype=np.float32)    # ones() touches every page
+    kernels = {"np.dot(buffer, buffer)": lambda: np.dot(buffer, buffer),
+               "buffer.sum()": lambda: buffer.sum()}
+    best = {}
+    for name, kernel in kernels.items():
+        kernel()                                  # warm-up
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            kernel()
+            seconds.append(time.perf_counter() - start)
+        best[name] = buffer.nbytes / np.median(seconds) / 1e9
+    kernel = max(best, key=best.get)
+    return {"gb_per_s": best[kernel], "kernel": kernel, "buffer_mb": buffer_mb,
+            "all_gb_per_s": best}
+
+
+def thread_counts() -> dict:
+    """How many threads the BLAS libraries and FAISS may use (they set the matvec's speed)."""
+    counts = {"cpus": os.cpu_count()}
+    try:
+        from threadpoolctl import threadpool_info
+        counts["blas"] = max((p["num_threads"] for p in threadpool_info()
+                              if p["user_api"] == "blas"), default=None)
+    except ImportError:
+        counts["blas"] = None
+    try:
+        import faiss
+        counts["faiss"] = faiss.omp_get_max_threads()
+    except ImportError:
+        counts["faiss"] = None
+    return counts
+
+
+# ---------------------------------------------------------------------------
+# 2. Exact search at N = 10k, 100k, 1M
+# ---------------------------------------------------------------------------
+def search_methods(index: np.ndarray, k: int) -> tuple[dict, str | None]:
+    """name -> function(q) returning the k best ids (matvec: the scores); and why no FAISS."""
+    methods = {
+        "matvec": lambda q: index @ q,
+        "core": lambda q: rag.top_k(index @ q, k),
+        "argsort": lambda q: np.argsort(-(index @ q))[:k],
+    }
+    try:
+        import faiss
+    except ImportError:
+        return methods, "faiss-cpu is not installed (pip install faiss-cpu)"
+    flat = faiss.IndexFlatIP(index.shape[1])     # exact inner product == cosine on unit rows
+    flat.add(index)
+    methods["faiss"] = lambda q: flat.search(q[None, :], k)[1][0]
+    return methods, None
+
+
+def bench_size(n: int, k: int, repeats: int, bandwidth_gb_per_s: float,
+               dim: int = DIM, seed: int = SEED) -> dict:
+    """Time every method on one index of n random unit vectors, queries interleaved."""
+    index = random_unit_vectors(n, dim, seed)
+    methods, no_faiss = search_methods(index, k)
+    seconds = {name: [] for name in methods}
+    ids = {name: [] for name in methods if name != "matvec"}
+    for i, q in enumerate(query_vectors(repeats, dim, seed)):
+        for name, method in methods.items():      # side by side: the same query, in turn
+            start = time.perf_counter()
+            out = method(q)
+            elapsed = time.perf_counter() - start
+            if i > 0:                             # query 0 only warms caches and threads
+                seconds[name].append(elapsed)
+                if name in ids:
+                    ids[name].append(np.asarray(out).tolist())
+    bound_ms = index.nbytes / (bandwidth_gb_per_s * 1e9) * 1e3
+    result = {"n": n, "dim": dim, "k": k, "index_mb": index.nbytes / MB, "bound_ms": bound_ms}
+    for name, times in seconds.items():
+        result[f"{name}_ms"] = float(np.median(times)) * 1e3
+        result[f"{name}_x_bound"] = result[f"{name}_ms"] / bound_ms
+    result["same_ids_argsort"] = ids["core"] == ids["argsort"]
+    result["same_ids_faiss"] = ids["core"] == ids["faiss"] if "faiss" in ids else None
+    result["ids_last_query"] = {name: found[-1] for name, found in ids.items()}
+    if no_faiss:
+        result["faiss_skipped"] = no_faiss
+    return result
+
+
+# ---------------------------------------------------------------------------
+# 3. TF-IDF at scale and MiniLM throughput, on real text
+# ---------------------------------------------------------------------------
+def synthetic_texts(n: int, words: int = rag.CHUNK_SIZE, vocabulary: int = 30_000,
+                    seed: int = SEED) -> list[str]:
+    """n made-up texts whose word frequencies fall off like real text's (Zipf's law)."""
+    rng = np.random.default_rng(seed)
+    syllables = ["ka", "lo", "mi", "ne", "ru", "sa", "te", "vo", "zi", "pa", "do", "fe"]
+    lexicon = ["".join(rng.choice(syllables, size=rng.integers(2, 5))) for _ in range(vocabulary)]
+    weights = 1.0 / np.arange(1, vocabulary + 1) ** 1.1      # the r-th word is ~1/r as common
+    picks = rng.choice(vocabulary, size=(n, words), p=weights / weights.sum())
+    return [" ".join(lexicon[i] for i in row) for row in picks]
+
+
+def text_chunks(n: int, collection=None) -> tuple[list[dict], str, list[str]]:
+    """n chunks of CHUNK_SIZE words from a collection (more overlap if it is too small),
+    its queries, and where they came from; made-up text if there is no collection."""
+    if collection is None:
+        texts = synthetic_texts(n)
+        chunks = [{"chunk_id": f"S{i}", "doc_id": f"S{i}", "title": "", "text": t}
+                  for i, t in enumerate(texts)]
+        return chunks, "synthetic Zipf text (no collection found)", texts[:REPEATS]
+    col = load_collection(collection)
+    for overlap in range(rag.OVERLAP, rag.CHUNK_SIZE, 10):   # 10, 20, 30, 40 words of overlap
+        chunks = rag.build_chunks(col["docs"], rag.CHUNK_SIZE, overlap)
+        if len(chunks) >= n:
+            break
+    source = (f"{Path(collection).name} documents, {rag.CHUNK_SIZE}-word chunks, "
+              f"overlap {overlap}")
+    return chunks[:n], source, [q["text"] for q in col["queries"]]
+
+
+def bench_tfidf(chunks: list[dict], questions: list[str], k: int = rag.TOP_K,
+                repeats: int = REPEATS) -> dict:
+    """Memory of the sparse TF-IDF index next to its dense size, and its search latency."""
+    embedder = rag.Embedder("tfidf")
+    start = time.perf_counter()
+    index = rag.build_index(chunks, embedder)              # SciPy CSR: only the non-zeros
+    build_s = time.perf_counter() - start
+    rows, terms = index.shape
+    seconds = []
+    for question in (questions * repeats)[:repeats]:
+        start = time.perf_counter()
+        rag.search(question, index, chunks, embedder, k=k)
+        seconds.append(time.perf_counter() - start)
+    return {
+        "chunks": rows, "terms": terms, "nonzeros": int(index.nnz),
+        "sparse_mb": (index.data.nbytes + index.indices.nbytes + index.indptr.nbytes) / MB,
+        "dense_float32_mb": rows * terms * 4 / MB,         # Embedder.encode(sparse=False)
+        "dense_float64_mb": rows * terms * 8 / MB,         # the tutorial's .toarray()
+        "build_s": build_s, "search_ms": float(np.median(seconds)) * 1e3,
+    }
+
+
+def bench_minilm(texts: list[str], embedder=None) -> dict:
+    """Chunks per second MiniLM encodes (texts it has not seen, so none come from its cache)."""
+    load_s = 0.0
+    if embedder is None:
+        start = time.perf_counter()
+        embedder = rag.Embedder("minilm")
+        load_s = time.perf_counter() - start
+    import torch
+    before = embedder.texts_encoded
+    start = time.perf_counter()
+    embedder.encode(texts)          # the core shows a progress bar for 1,000+ texts on a terminal
+    seconds = time.perf_counter() - start
+    return {"chunks": embedder.texts_encoded - before, "seconds": seconds,
+            "chunks_per_s": (embedder.texts_encoded - before) / seconds,
+            "model_load_s": load_s, "torch_threads": torch.get_num_threads()}
+
+
+# ---------------------------------------------------------------------------
+# 4. Report
+# ---------------------------------------------------------------------------
+def print_report(report: dict) -> None:
+    """Aligned tables: milliseconds and multiples of the memory bound."""
+    bw, threads, runs = report["bandwidth"], report["threads"], report["search"]
+    if runs:
+        first = runs[0]
+        print(f"== Exact search: N random unit vectors, {first['dim']} dims float32, "
+              f"k={first['k']}, median of {report['repeats']} queries ==")
+        print(f"memory read bandwidth {bw['gb_per_s']:.1f} GB/s ({bw['kernel']} over "
+              f"{bw['buffer_mb']} MB); threads: BLAS {threads['blas']}, FAISS {threads['faiss']}, "
+              f"CPUs {threads['cpus']}")
+        names = [m for m in ("matvec", "core", "argsort", "faiss") if f"{m}_ms" in first]
+        print(f"{'N':>10} {'index MB':>9} {'bound ms':>9}"
+              + "".join(f"{name + ' ms':>12} {'x bound':>8}" for name in names) + "   same ids")
+        for r in runs:
+            cells = "".join(f"{r[f'{m}_ms']:>12.2f} {r[f'{m}_x_bound']:>7.2f}x" for m in names)
+            same = r["same_ids_argsort"] and r["same_ids_faiss"] is not False
+            print(f"{r['n']:>10,} {r['index_mb']:>9.1f} {r['bound_ms']:>9.2f}{cells}   "
+                  f"{'yes' if same else 'NO'}")
+            if "faiss_skipped" in r:
+                print(f"  (FAISS skipped: {r['faiss_skipped']})")
+    t = report.get("tfidf")
+    if t:
+        print(f"\n== TF-IDF at scale: {t['chunks']:,} chunks ({report['text_source']}) ==")
+        print(f"{t['terms']:,} terms (words and word pairs), {t['nonzeros']:,} non-zero weights")
+        print(f"  sparse CSR index  {t['sparse_mb']:>10,.1f} MB   what build_index keeps")
+        print(f"  dense float32     {t['dense_float32_mb']:>10,.1f} MB   encode(sparse=False)")
+        print(f"  dense float64     {t['dense_float64_mb']:>10,.1f} MB   the tutorial's .toarray()")
+        print(f"  build {t['build_s']:.2f} s; search {t['search_ms']:.2f} ms per question")
+    m = report.get("minilm")
+    if m:
+        print(f"\n== MiniLM encoding: {m['chunks']:,} chunks of up to {rag.CHUNK_SIZE} words ==")
+        print(f"  {m['chunks_per_s']:.1f} chunks/s ({m['seconds']:.2f} s; model load "
+              f"{m['model_load_s']:.2f} s; torch threads {m['torch_threads']})")
+    elif report.get("minilm_skipped"):
+        print(f"\n(MiniLM skipped: {report['minilm_skipped']})")
+
+
+# ---------------------------------------------------------------------------
+# 5. Command line
+# ---------------------------------------------------------------------------
+def parse_args(argv=None):
+    """Command-line flags; defaults come from the block at the top of this file."""
+    p = argparse.ArgumentParser(description="Exact-search latency against the memory bound, "
+                                            "TF-IDF memory at scale, MiniLM throughput.")
+    p.add_argument("--sizes", type=int, nargs="*", default=SIZES,
+                   help="index sizes N (default: %(default)s); none skips the search test")
+    p.add_argument("--k", type=int, default=rag.TOP_K, help="results per query (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=REPEATS, help="timed queries per method")
+    p.add_argument("--bandwidth-mb", type=int, default=BANDWIDTH_MB,
+                   help="buffer size for the memory-bandwidth test")
+    p.add_argument("--tfidf-chunks", type=int, default=TFIDF_CHUNKS, help="0 skips the TF-IDF test")
+    p.add_argument("--minilm-chunks", type=int, default=MINILM_CHUNKS, help="0 skips MiniLM")
+    p.add_argument("--collection", default=None,
+                   help=f"text for the TF-IDF and MiniLM tests (default: {DEFAULT_COLLECTION} "
+                        f"if present, else made-up text)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    return p.parse_args(argv)
+
+
+def check_args(args) -> None:
+    """Reject bad values before minutes of work start."""
+    if args.k < 1 or args.repeats < 1 or args.bandwidth_mb < 1:
+        raise ValueError("--k, --repeats and --bandwidth-mb must be at least 1")
+    if args.tfidf_chunks < 0 or args.minilm_chunks < 0:
+        raise ValueError("--tfidf-chunks and --minilm-chunks cannot be negative")
+    for n in args.sizes:
+        if n <= args.k:
+            raise ValueError(f"--sizes: N={n} must be larger than k={args.k}")
+    free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0
+    need = max(args.sizes, default=0) * DIM * 4 * 2 + args.bandwidth_mb * MB   # index + FAISS copy
+    if free and need > free:
+        raise ValueError(f"N={max(args.sizes):,} needs about {need / 1e9:.1f} GB of memory and "
+                         f"{free / 1e9:.1f} GB is free: pass smaller --sizes")
+
+
+def run(args) -> dict:
+    """Run the chosen benchmarks and return every figure in one dict."""
+    report = {"repeats": args.repeats, "threads": thread_counts(), "search": []}
+    report["bandwidth"] = read_bandwidth(args.bandwidth_mb, args.repeats)
+    for n in args.sizes:
+        report["search"].append(bench_size(n, args.k, args.repeats,
+                                           report["bandwidth"]["gb_per_s"]))
+    wanted = max(args.tfidf_chunks, args.minilm_chunks)
+    if wanted:
+        collection = args.collection or (DEFAULT_COLLECTION if DEFAULT_COLLECTION.is_dir() else None)
+        chunks, report["text_source"], questions = text_chunks(wanted, collection)
+        if args.tfidf_chunks:
+            report["tfidf"] = bench_tfidf(chunks[:args.tfidf_chunks], questions, args.k,
+                                          args.repeats)
+        if args.minilm_chunks:
+            try:
+                report["minilm"] = bench_minilm([c["text"] for c in chunks[:args.minilm_chunks]])
+            except RuntimeError as exc:
+                report["minilm_skipped"] = str(exc)
+    return report
+
+
+def main(argv=None) -> int:
+    """Run the benchmark; bad input becomes one line on stderr and exit status 1."""
+    args = parse_args(argv)
+    try:
+        check_args(args)
+        report = run(args)
+    except (ValueError, RuntimeError, OSError, MemoryError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print_report(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

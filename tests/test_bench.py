@@ -1,0 +1,116 @@
+"""The search benchmark on a tiny index: its JSON has every figure, and our search returns the
+same ids as FAISS and as a full sort. Figures only: no test here depends on a timing."""
+import json
+
+import numpy as np
+import pytest
+
+import bench_search as bench
+import rag_from_scratch as rag
+from rag_collection import DEFAULT_COLLECTION
+
+SMALL = ["--sizes", "2000", "--repeats", "3", "--bandwidth-mb", "32",
+         "--tfidf-chunks", "0", "--minilm-chunks", "0"]
+METHODS = ["matvec", "core", "argsort", "faiss"]
+
+
+@pytest.fixture(scope="module")
+def small_report():
+    """One JSON run on N=2000, shared by the tests below."""
+    import io
+    from contextlib import redirect_stdout
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert bench.main(SMALL + ["--json"]) == 0
+    return json.loads(out.getvalue())
+
+
+def test_json_has_every_field(small_report):
+    assert set(small_report) >= {"repeats", "threads", "bandwidth", "search"}
+    assert small_report["bandwidth"]["gb_per_s"] > 0
+    assert small_report["bandwidth"]["kernel"] in small_report["bandwidth"]["all_gb_per_s"]
+    (run,) = small_report["search"]
+    assert (run["n"], run["dim"], run["k"]) == (2000, 384, rag.TOP_K)
+    assert run["index_mb"] == pytest.approx(2000 * 384 * 4 / 1e6)
+    # bound = bytes scanned / read bandwidth
+    assert run["bound_ms"] == pytest.approx(
+        2000 * 384 * 4 / (small_report["bandwidth"]["gb_per_s"] * 1e9) * 1e3)
+    for name in METHODS:
+        assert run[f"{name}_ms"] > 0
+        assert run[f"{name}_x_bound"] == pytest.approx(run[f"{name}_ms"] / run["bound_ms"])
+
+
+def test_core_search_returns_the_same_ids_as_faiss_and_argsort(small_report):
+    (run,) = small_report["search"]
+    assert run["same_ids_faiss"] is True and run["same_ids_argsort"] is True
+    ids = run["ids_last_query"]
+    assert ids["core"] == ids["faiss"] == ids["argsort"]
+    # and they are the true best: recompute in float64 from the same seeded vectors
+    index = bench.random_unit_vectors(2000).astype(np.float64)
+    q = bench.query_vectors(3)[-1].astype(np.float64)
+    assert ids["core"] == np.argsort(-(index @ q))[:rag.TOP_K].tolist()
+
+
+def test_text_report_prints_one_row_per_size(capsys):
+    assert bench.main(SMALL) == 0
+    out = capsys.readouterr().out
+    assert "memory read bandwidth" in out and "bound ms" in out and "faiss ms" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("2,000"))
+    assert row.rstrip().endswith("yes") and row.count("x") == 4
+
+
+def test_random_unit_vectors_are_unit_length_float32_and_repeatable():
+    a = bench.random_unit_vectors(250_000 + 7, dim=8)        # crosses the 100,000-row blocks
+    assert a.dtype == np.float32 and a.shape == (250_007, 8)
+    np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-6)
+    np.testing.assert_array_equal(bench.random_unit_vectors(300, dim=8),
+                                  bench.random_unit_vectors(300, dim=8))
+
+
+@pytest.mark.skipif(not DEFAULT_COLLECTION.is_dir(),
+                    reason=f"the CISI collection is not at {DEFAULT_COLLECTION}")
+def test_tfidf_index_of_10k_cisi_chunks_stays_sparse_and_under_100_mb():
+    chunks, source, questions = bench.text_chunks(10_000, DEFAULT_COLLECTION)
+    assert len(chunks) == 10_000 and "overlap 40" in source
+    assert max(len(c["text"].split()) for c in chunks) == rag.CHUNK_SIZE
+    t = bench.bench_tfidf(chunks, questions[:2], repeats=2)
+    assert t["chunks"] == 10_000
+    assert t["sparse_mb"] < 100
+    assert t["dense_float32_mb"] == pytest.approx(10_000 * t["terms"] * 4 / 1e6)
+    assert t["dense_float64_mb"] == 2 * t["dense_float32_mb"]
+    assert t["dense_float64_mb"] > 50 * t["sparse_mb"]
+    # the vocabulary is the one scikit-learn builds with the core's settings
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    vectorizer = TfidfVectorizer(stop_words="english", ngram_range=(1, 2))
+    reference = vectorizer.fit_transform([c["text"] for c in chunks])
+    assert (t["terms"], t["nonzeros"]) == (reference.shape[1], reference.nnz)
+
+
+def test_without_a_collection_the_text_is_made_up_and_zipf_like():
+    chunks, source, questions = bench.text_chunks(400, None)
+    assert len(chunks) == 400 and source.startswith("synthetic") and questions
+    words = " ".join(c["text"] for c in chunks).split()
+    assert len(words) == 400 * rag.CHUNK_SIZE
+    counts = np.sort(np.unique(words, return_counts=True)[1])[::-1]
+    assert counts[0] > 5 * counts[9]                     # a few words are far more common
+    assert bench.synthetic_texts(3) == bench.synthetic_texts(3)
+
+
+def test_minilm_throughput_counts_only_real_encodes(minilm):
+    texts = [f"bench chunk number {i} about retrieval speed" for i in range(12)]
+    m = bench.bench_minilm(texts, minilm)
+    assert m["chunks"] == 12 and m["chunks_per_s"] > 0 and m["torch_threads"] >= 1
+    assert bench.bench_minilm(texts, minilm)["chunks"] == 0   # all in the embedder's cache
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--sizes", "3"], "N=3 must be larger than k=3"),
+    (["--repeats", "0"], "must be at least 1"),
+    (["--sizes", "100", "--tfidf-chunks", "-1"], "cannot be negative"),
+    (["--sizes", "--minilm-chunks", "0", "--tfidf-chunks", "5", "--collection", "/no/such"],
+     "collection folder not found"),
+])
+def test_bad_flags_are_one_line_errors(argv, expected, capsys):
+    assert bench.main(argv) == 1
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1
