@@ -1,0 +1,240 @@
+"""
+lab_tasks.py: the hands-on lab, measured. Add a document, catch the regression, fix it.
+
+    python lab/lab_tasks.py                    # all four tasks with MiniLM (TF-IDF if no model)
+    python lab/lab_tasks.py --task 3           # one task
+    python lab/lab_tasks.py --backend tfidf    # keyword vectors only: needs no torch
+
+Everything runs offline. Every figure comes from the core module's own chunker, search and
+evaluator (rag_from_scratch.py); this file only changes the data and prints the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # find rag_from_scratch.py
+
+import rag_from_scratch as rag  # noqa: E402
+
+# ---------------------------------------------------------------------------
+# Lab data: the new policy and its labelled question (Task 2), and the synonym edit (Task 3c)
+# ---------------------------------------------------------------------------
+HR05_DOC = {
+    "doc_id": "HR-05",
+    "title": "Public and floating holidays",
+    "text": (
+        "Kestrelwood observes 10 fixed public holidays each calendar year; the list is published "
+        "in the PeoplePortal every December. In addition, every employee can take 2 floating "
+        "holidays for festivals of their choice. Apply for a floating holiday in the PeoplePortal "
+        "like annual leave. Unused floating holidays cannot be carried forward."
+    ),
+}
+HR05_QUESTION = {"question": "Can I take a day off for a festival that is not on the holiday list?",
+                 "relevant": {"HR-05"}}
+VACATION_QUESTION = rag.EVAL_SET[0]["question"]     # the one Task 2 breaks
+SYNONYM_BEFORE = "24 days of paid annual leave per"
+SYNONYM_AFTER = "24 days of paid annual leave (vacation) per"
+TITLE_SEPARATORS = {'"Title. text"': ". ", '"Title\\ntext"': "\n"}
+
+
+def extended_corpus() -> list[dict]:
+    """The tutorial corpus plus HR-05 (11 documents)."""
+    return rag.CORPUS + [HR05_DOC]
+
+
+def extended_eval_set() -> list[dict]:
+    """The tutorial questions plus the festival question (11 questions)."""
+    return rag.EVAL_SET + [HR05_QUESTION]
+
+
+def with_vacation_synonym(corpus: list[dict]) -> list[dict]:
+    """A copy of the corpus whose HR-01 says "annual leave (vacation)", the word users type."""
+    edited = []
+    for doc in corpus:
+        if doc["doc_id"] == "HR-01":
+            if SYNONYM_BEFORE not in doc["text"]:
+                raise ValueError(f"HR-01 no longer contains {SYNONYM_BEFORE!r}: update the lab")
+            doc = {**doc, "text": doc["text"].replace(SYNONYM_BEFORE, SYNONYM_AFTER)}
+        edited.append(doc)
+    return edited
+
+
+def with_titles(chunks: list[dict], separator: str) -> list[dict]:
+    """Copies of the chunks whose text starts with the document title, joined by `separator`."""
+    return [{**c, "text": f"{c['title']}{separator}{c['text']}"} for c in chunks]
+
+
+# ---------------------------------------------------------------------------
+# Shared steps: one index per experiment, and the tutorial's output lines
+# ---------------------------------------------------------------------------
+def indexed(chunks: list[dict], embedder: rag.Embedder):
+    """Index the chunks; TF-IDF gets a fresh embedder since it learns each corpus's vocabulary."""
+    if embedder.backend == "tfidf":
+        embedder = rag.Embedder("tfidf")
+    return rag.build_index(chunks, embedder), embedder
+
+
+def evaluate(eval_set: list[dict], chunks: list[dict], embedder: rag.Embedder,
+             k: int, verbose: bool = False) -> dict:
+    """Index the chunks and run the core evaluator at one k."""
+    index, embedder = indexed(chunks, embedder)
+    return rag.evaluate_retrieval(eval_set, index, chunks, embedder, k=k, verbose=verbose)
+
+
+def metrics_line(m: dict) -> str:
+    """'k=1: hit_rate=0.91  recall=0.86', the tutorial's evaluation line."""
+    return f"k={m['k']}: hit_rate={m['hit_rate']:.2f}  recall={m['recall']:.2f}"
+
+
+def verdict(m: dict, eval_set: list[dict], question: str) -> str:
+    """HIT or MISS for one question of an evaluation result."""
+    position = [item["question"] for item in eval_set].index(question)
+    return "HIT" if m["per_question"][position]["hit"] else "MISS"
+
+
+def prompt_words(eval_set: list[dict], chunks: list[dict], embedder: rag.Embedder, k: int) -> float:
+    """Average length in words of the prompt sent for each question at this k."""
+    index, embedder = indexed(chunks, embedder)
+    lengths = [len(rag.build_prompt(item["question"],
+                                    rag.search(item["question"], index, chunks, embedder, k)).split())
+               for item in eval_set]
+    return sum(lengths) / len(lengths)
+
+
+# ---------------------------------------------------------------------------
+# The four tasks
+# ---------------------------------------------------------------------------
+def task1(embedder: rag.Embedder) -> dict:
+    """Baseline: the tutorial corpus and questions, hit@1 and recall@1 to write down."""
+    print("== Task 1: baseline ==")
+    chunks = rag.build_chunks(rag.CORPUS)
+    print(f"{len(rag.CORPUS)} documents -> {len(chunks)} chunks")
+    results = {}
+    for k in (1, 3):
+        results[k] = evaluate(rag.EVAL_SET, chunks, embedder, k, verbose=(k == 1))
+        print(metrics_line(results[k]))
+    print(f"write down: hit@1={results[1]['hit_rate']:.2f}  recall@1={results[1]['recall']:.2f}")
+    return results
+
+
+def task2(embedder: rag.Embedder) -> dict:
+    """Add HR-05 and its question, then re-run the same evaluation."""
+    print("== Task 2: add a document and a labelled question ==")
+    corpus, eval_set = extended_corpus(), extended_eval_set()
+    chunks = rag.build_chunks(corpus)
+    print(f"{len(corpus)} documents -> {len(chunks)} chunks")
+    index, fitted = indexed(chunks, embedder)
+    top = rag.search(HR05_QUESTION["question"], index, chunks, fitted, k=3)
+    rag.print_results(top)
+    results = {}
+    for k in (1, 3):
+        results[k] = rag.evaluate_retrieval(eval_set, index, chunks, fitted, k=k, verbose=(k == 1))
+        print(metrics_line(results[k]))
+    return {"chunks": len(chunks), "top": top, **results}
+
+
+def task3(embedder: rag.Embedder) -> dict:
+    """Try three fixes one at a time; keep the one that wins on the numbers."""
+    print("== Task 3: fix the regression, one change at a time ==")
+    eval_set = extended_eval_set()
+    chunks = rag.build_chunks(extended_corpus())
+    festival = HR05_QUESTION["question"]
+    rows = {"Task 2 as it is": evaluate(eval_set, chunks, embedder, 1),
+            "(a) k=2": evaluate(eval_set, chunks, embedder, 2)}
+    for label, separator in TITLE_SEPARATORS.items():
+        rows[f"(b) {label}"] = evaluate(eval_set, with_titles(chunks, separator), embedder, 1)
+    synonym_chunks = rag.build_chunks(with_vacation_synonym(extended_corpus()))
+    rows['(c) HR-01 "(vacation)"'] = evaluate(eval_set, synonym_chunks, embedder, 1)
+
+    print(f"{'change':<24} {'k':>2}  {'hit':>4}  {'recall':>6}  {'vacation Q':<10}  {'festival Q'}")
+    for label, m in rows.items():
+        print(f"{label:<24} {m['k']:>2}  {m['hit_rate']:>4.2f}  {m['recall']:>6.2f}  "
+              f"{verdict(m, eval_set, VACATION_QUESTION):<10}  {verdict(m, eval_set, festival)}")
+
+    words = {k: prompt_words(eval_set, chunks, embedder, k) for k in (1, 2)}
+    print(f"  (a) sends 2 chunks per question instead of 1: the average prompt grows from "
+          f"{words[1]:.0f} to {words[2]:.0f} words")
+    (dot, newline) = (rows[f"(b) {label}"]["hit_rate"] for label in TITLE_SEPARATORS)
+    print(f"  (b) same titles, only the separator differs: hit@1={dot:.2f} with '. ', "
+          f"{newline:.2f} with a newline")
+    base = rows["Task 2 as it is"]
+    for label in TITLE_SEPARATORS:
+        changed = [(item, before, after) for item, before, after
+                   in zip(eval_set, base["per_question"], rows[f"(b) {label}"]["per_question"])
+                   if before["hit"] != after["hit"]]
+        for item, before, after in changed:
+            print(f"  (b) {label} turns a {'HIT' if before['hit'] else 'MISS'} into a "
+                  f"{'HIT' if after['hit'] else 'MISS'}: {item['question']}")
+    winners = [label for label, m in rows.items() if m["k"] == 1 and m["hit_rate"] == 1.0
+               and verdict(m, eval_set, festival) == "HIT"]
+    print("restores hit@1=1.00 at k=1 with the festival question still a HIT: "
+          + (", ".join(winners) if winners else "none of them"))
+    return {**rows, "prompt_words": words}
+
+
+def task4(embedder: rag.Embedder) -> dict:
+    """TF-IDF against MiniLM on the tutorial corpus, and why TF-IDF misses the fathers question."""
+    print("== Task 4: TF-IDF against MiniLM (tutorial corpus) ==")
+    chunks = rag.build_chunks(rag.CORPUS)
+    backends = {"tfidf": rag.Embedder("tfidf")}
+    if embedder.backend == "minilm":
+        backends["minilm"] = embedder
+    results = {}
+    for name, backend in backends.items():
+        m1, m3 = (evaluate(rag.EVAL_SET, chunks, backend, k) for k in (1, 3))
+        results[name] = {1: m1, 3: m3}
+        print(f"{name:<7} hit@1={m1['hit_rate']:.2f} recall@1={m1['recall']:.2f} | "
+              f"hit@3={m3['hit_rate']:.2f} recall@3={m3['recall']:.2f}")
+    if "minilm" not in backends:
+        print("minilm  (not run: this run uses TF-IDF only)")
+
+    question = "How much time off do new fathers get?"
+    tfidf = rag.Embedder("tfidf")
+    index = rag.build_index(chunks, tfidf)
+    analyse, vocabulary = tfidf.model.build_analyzer(), tfidf.model.vocabulary_
+    terms = analyse(question)                       # the exact terms TF-IDF compares
+    print(f'TF-IDF sees "{question}" as: {", ".join(terms)}')
+    q = tfidf.encode([question])[0]
+    shared = []
+    for r in rag.search(question, index, chunks, tfidf, k=2):
+        row = tfidf.encode([r["text"]])[0]
+        common = [t for t in terms if t in set(analyse(r["text"]))]
+        shared.append((r, common))
+        # a score is a sum over shared terms of (question weight x chunk weight)
+        parts = " + ".join(f"{t} {q[vocabulary[t]]:.3f} x {row[vocabulary[t]]:.3f}" for t in common)
+        print(f"  {r['score']:.3f}  {r['chunk_id']:<9} {r['title']:<22} = {parts}")
+    results["fathers"] = shared
+    return results
+
+
+TASKS = {1: task1, 2: task2, 3: task3, 4: task4}
+
+
+# ---------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------
+def main(argv=None) -> int:
+    """Run the chosen tasks; a bad setting becomes one line on stderr and exit status 1."""
+    p = argparse.ArgumentParser(description="The RAG lab: baseline, new document, regression, fixes.")
+    p.add_argument("--task", type=int, choices=sorted(TASKS), help="run only this task")
+    p.add_argument("--backend", default=rag.BACKEND, choices=["auto", "minilm", "tfidf"],
+                   help="embedding backend (default: %(default)s)")
+    p.add_argument("--model", default=rag.MODEL_NAME, help="MiniLM model name or local folder")
+    args = p.parse_args(argv)
+    try:
+        embedder = rag.Embedder(args.backend, args.model)
+        for number in [args.task] if args.task else sorted(TASKS):
+            if number != (args.task or 1):
+                print()
+            TASKS[number](embedder)
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""The lab grader as pytest tests: `python -m pytest lab` grades lab/starter.py.
+
+LAB_MODULE=rag_from_scratch (or a path to a .py file) grades another module instead.
+Each failing test names the function and gives the same hint as `python lab/check.py`.
+"""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location("lab_check", Path(__file__).with_name("check.py"))
+check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(check)
+
+
+@pytest.fixture(scope="module")
+def graded():
+    """The module being graded: $LAB_MODULE, else lab/starter.py."""
+    return check.load_module()
+
+
+@pytest.mark.parametrize("name", check.FUNCTIONS)
+def test_function_matches_trusted_reference(graded, name):
+    problem = check.run_check(name, graded)
+    if problem is not None:
+        pytest.fail(f"{name}: {problem}", pytrace=False)
