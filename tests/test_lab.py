@@ -1,0 +1,355 @@
+"""The classroom lab: its measured figures, and a grader that fails the starter and passes the core."""
+import importlib.util
+import inspect
+import os
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rag_from_scratch as rag
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB = ROOT / "lab"
+
+
+def load(name: str):
+    """Import a lab file by path (lab/ is a folder of scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"lab_{name}", LAB / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tasks = load("lab_tasks")
+check = load("check")
+
+
+def run(*args, env=None, cwd=ROOT):
+    """Run a command in a fresh Python process; return (exit status, stdout + stderr)."""
+    full_env = {k: v for k, v in os.environ.items() if k != "LAB_MODULE"}
+    full_env.update(env or {})
+    done = subprocess.run([sys.executable, *args], cwd=cwd, env=full_env, capture_output=True,
+                          text=True, timeout=120)
+    return done.returncode, done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------------------
+# The lab's tasks reproduce the tutorial's figures with the real MiniLM model
+# ---------------------------------------------------------------------------
+TASK2_TUTORIAL_OUTPUT = """\
+11 documents -> 18 chunks
+  0.540  HR-05#0   Public and floating holidays
+  0.291  FIN-02#0  Business travel policy
+  0.281  HR-01#0   Annual leave policy
+  MISS want=['HR-01'] got=[HR-05]  How many vacation days do I get each year?
+  HIT  want=['HR-01'] got=[HR-01]  Can I carry unused leave into next year?
+  HIT  want=['HR-02'] got=[HR-02]  Do I need a doctor's note if I am ill for three days?
+  HIT  want=['IT-01'] got=[IT-01]  I forgot my password. How do I reset it?
+  HIT  want=['IT-02'] got=[IT-02]  My laptop was stolen at the airport. What should I do?
+  HIT  want=['FIN-02'] got=[FIN-02]  What is the hotel limit when I travel to Mumbai?
+  HIT  want=['SEC-01'] got=[SEC-01]  Can I use ChatGPT to summarise a customer's complaint?
+  HIT  want=['HR-04'] got=[HR-04]  How much time off do new fathers get?
+  HIT  want=['LND-01'] got=[LND-01]  Will the company pay for my AWS certification exam?
+  HIT  want=['FIN-01', 'FIN-02'] got=[FIN-01]  How do I book flights for a client visit and claim the costs afterwards?
+  HIT  want=['HR-05'] got=[HR-05]  Can I take a day off for a festival that is not on the holiday list?
+k=1: hit_rate=0.91  recall=0.86
+k=3: hit_rate=1.00  recall=1.00
+"""
+
+
+def test_task1_baseline_is_the_tutorial_step6(minilm, capsys):
+    results = tasks.task1(minilm)
+    assert (results[1]["hit_rate"], round(results[1]["recall"], 2)) == (1.0, 0.95)
+    assert (results[3]["hit_rate"], results[3]["recall"]) == (1.0, 1.0)
+    assert "write down: hit@1=1.00  recall@1=0.95" in capsys.readouterr().out
+
+
+def test_task2_prints_the_tutorial_output_line_for_line(minilm, capsys):
+    results = tasks.task2(minilm)
+    assert TASK2_TUTORIAL_OUTPUT in capsys.readouterr().out
+    assert results["chunks"] == 18
+    assert [(r["chunk_id"], round(r["score"], 3)) for r in results["top"]] == [
+        ("HR-05#0", 0.540), ("FIN-02#0", 0.291), ("HR-01#0", 0.281)]
+    assert results[1]["per_question"][0]["hit"] == 0.0          # vacation question: a MISS
+
+
+def test_task3_measures_each_fix_separately(minilm, capsys):
+    results = tasks.task3(minilm)
+    out = capsys.readouterr().out
+    row = lambda label: (results[label]["k"], round(results[label]["hit_rate"], 2),
+                         round(results[label]["recall"], 2))
+    assert row("Task 2 as it is") == (1, 0.91, 0.86)
+    assert row("(a) k=2") == (2, 1.0, 1.0)
+    assert row('(b) "Title. text"') == (1, 0.91, 0.86)
+    assert row('(b) "Title\\ntext"') == (1, 0.82, 0.77)       # the separator alone costs 0.09
+    assert row('(c) HR-01 "(vacation)"') == (1, 1.0, 0.95)
+    synonym = results['(c) HR-01 "(vacation)"']["per_question"]
+    assert synonym[0]["hit"] == 1.0 and synonym[-1]["hit"] == 1.0   # vacation and festival
+    words = results["prompt_words"]
+    assert words[2] > 1.5 * words[1], "k=2 should send clearly more context than k=1"
+    assert ("turns a HIT into a MISS: Can I use ChatGPT to summarise a customer's complaint?"
+            in out)
+    assert out.rstrip().endswith('still a HIT: (c) HR-01 "(vacation)"')
+
+
+def test_task4_tfidf_misses_new_fathers_on_the_word_new(minilm, capsys):
+    results = tasks.task4(minilm)
+    out = capsys.readouterr().out
+    assert "tfidf   hit@1=0.90 recall@1=0.85 | hit@3=1.00 recall@3=1.00" in out
+    assert "minilm  hit@1=1.00 recall@1=0.95 | hit@3=1.00 recall@3=1.00" in out
+    shared = [(r["chunk_id"], round(r["score"], 3), common) for r, common in results["fathers"]]
+    assert shared == [("IT-02#0", 0.087, ["new"]), ("HR-04#0", 0.070, ["fathers"])]
+
+
+def test_vacation_edit_touches_only_hr01_and_leaves_the_corpus_alone():
+    before = [dict(d) for d in rag.CORPUS]
+    edited = tasks.with_vacation_synonym(tasks.extended_corpus())
+    assert rag.CORPUS == before
+    changed = [d["doc_id"] for d, e in zip(tasks.extended_corpus(), edited) if d != e]
+    assert changed == ["HR-01"]
+    assert "24 days of paid annual leave (vacation) per calendar year" in edited[0]["text"]
+
+
+def test_title_prefix_uses_the_given_separator():
+    chunk = rag.build_chunks(rag.CORPUS)[0]
+    dotted, = tasks.with_titles([chunk], ". ")
+    assert dotted["text"] == "Annual leave policy. " + chunk["text"]
+    assert tasks.with_titles([chunk], "\n")[0]["text"].startswith("Annual leave policy\nEvery")
+
+
+# Runs a script in a Python where torch and the model packages cannot be imported.
+WITHOUT_TORCH = """
+import importlib.abc, runpy, sys
+class NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "sentence_transformers", "transformers"):
+            raise ImportError(name + " is not installed here")
+sys.meta_path.insert(0, NoTorch())
+sys.argv = ["{script}", *{argv!r}]
+try:
+    runpy.run_path("{script}", run_name="__main__")
+finally:
+    assert "torch" not in sys.modules
+"""
+
+
+def test_lab_script_runs_on_tfidf_without_torch():
+    status, out = run("-c", WITHOUT_TORCH.format(script="lab/lab_tasks.py",
+                                                 argv=["--backend", "tfidf", "--task", "2"]))
+    assert status == 0, out
+    assert "11 documents -> 18 chunks" in out
+    assert "k=1: hit_rate=0.91  recall=0.86" in out      # TF-IDF: the fathers question misses
+
+
+def test_lab_script_reports_a_missing_model_in_one_line(capsys):
+    assert tasks.main(["--backend", "minilm", "--model", str(ROOT / "no_such_model")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: model folder not found") and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------
+# The grader: FAIL with a hint on the untouched starter, PASS on the reference
+# ---------------------------------------------------------------------------
+def test_check_fails_every_function_of_the_untouched_starter_with_a_hint():
+    status, out = run("lab/check.py")
+    assert status == 1
+    for name in check.FUNCTIONS:
+        assert f"FAIL  {name}: still a TODO" in out
+        assert check.HINTS[name].split()[0] in out
+    assert "0/5 functions pass" in out and "PASS" not in out
+
+
+def test_check_passes_the_reference_without_torch():
+    status, out = run("-c", WITHOUT_TORCH.format(script="lab/check.py",
+                                                 argv=["--module", "rag_from_scratch"]))
+    assert status == 0, out
+    assert [f"PASS  {name}" for name in check.FUNCTIONS] == re.findall(r"PASS  \w+", out)
+    assert "5/5 functions pass" in out
+
+
+def test_pytest_lab_fails_the_starter_and_passes_the_reference():
+    # -v cancels a -q from the root pytest.ini, so the summary line is always printed
+    status, out = run("-m", "pytest", "lab", "-v", "-p", "no:cacheprovider")
+    assert status == 1 and "5 failed" in out, out
+    assert out.count("hint: ") >= 5
+    status, out = run("-m", "pytest", "lab", "-v", "-p", "no:cacheprovider",
+                      env={"LAB_MODULE": "rag_from_scratch"})
+    assert status == 0 and "5 passed" in out, out
+
+
+def test_pytest_on_the_whole_repository_does_not_collect_the_starter_grader():
+    # the root folder as an explicit argument overrides any testpaths setting
+    status, out = run("-m", "pytest", "--collect-only", "-p", "no:cacheprovider",
+                      "--ignore=tests", str(ROOT))
+    assert "test_starter" not in out, out
+    status, out = run("-m", "pytest", "--collect-only", "-p", "no:cacheprovider", str(LAB))
+    assert "test_starter" in out, out
+
+
+def test_check_accepts_an_independent_correct_solution(tmp_path):
+    """A student's version written differently (unstable sort, loops) must still pass."""
+    solution = tmp_path / "student.py"
+    solution.write_text(STUDENT_SOLUTION)
+    status, out = run("lab/check.py", "--module", str(solution))
+    assert status == 0, out
+
+
+STUDENT_SOLUTION = '''
+import numpy as np
+
+def chunk_text(text, chunk_size=50, overlap=10):
+    if chunk_size < 1 or overlap < 0 or overlap >= chunk_size:
+        raise ValueError("bad sizes")
+    words, out, start = text.split(), [], 0
+    while start < len(words):
+        out.append(" ".join(words[start:start + chunk_size]))
+        if start + chunk_size >= len(words):
+            break
+        start += chunk_size - overlap
+    return out
+
+def cosine_similarity(a, b):
+    a, b = np.array(a, float), np.array(b, float)
+    return float(a @ b / np.sqrt((a @ a) * (b @ b)))
+
+def search(query, index, chunks, embedder, k=3):
+    if not query.strip() or not 1 <= k <= len(chunks):
+        raise ValueError("bad query or k")
+    scores = np.asarray(index @ embedder.encode([query])[0]).ravel()
+    return [dict(chunks[i], score=float(scores[i])) for i in np.argsort(scores)[::-1][:k]]
+
+def build_prompt(question, retrieved):
+    lines = ["Context:"] + [f"[{r['doc_id']}] {r['title']}\\n{r['text']}\\n" for r in retrieved]
+    return "\\n".join(lines) + f"\\nQuestion: {question}\\nAnswer:"
+
+def evaluate_retrieval(eval_set, index, chunks, embedder, k=3, verbose=False):
+    hits = recalls = rrs = 0.0
+    for item in eval_set:
+        ids = [r["doc_id"] for r in search(item["question"], index, chunks, embedder, k)]
+        found = set(ids) & item["relevant"]
+        hits += bool(found)
+        recalls += len(found) / len(item["relevant"])
+        rrs += next((1 / (i + 1) for i, d in enumerate(ids) if d in item["relevant"]), 0.0)
+        if verbose:
+            print("HIT" if found else "MISS", item["question"])
+    n = len(eval_set)
+    return {"k": k, "hit_rate": hits / n, "recall": recalls / n, "mrr": rrs / n}
+'''
+
+
+def with_bug(name: str, function) -> types.SimpleNamespace:
+    """The reference module with one function swapped for a wrong one."""
+    module = types.SimpleNamespace(**{f: getattr(rag, f) for f in check.FUNCTIONS})
+    setattr(module, name, function)
+    return module
+
+
+def _tail_repeated(text, chunk_size=50, overlap=10):
+    pieces = rag.chunk_text(text, chunk_size, overlap)
+    words = text.split()
+    return pieces + [" ".join(words[-overlap:])] if pieces and overlap else pieces
+
+
+def _search_mutating(query, index, chunks, embedder, k=3):
+    results = rag.search(query, index, chunks, embedder, k)
+    for r in results:
+        next(c for c in chunks if c["chunk_id"] == r["chunk_id"])["score"] = r["score"]
+    return results
+
+
+def _mrr_over_hits_only(eval_set, index, chunks, embedder, k=3, verbose=False):
+    m = rag.evaluate_retrieval(eval_set, index, chunks, embedder, k, verbose)
+    hits = [q["rr"] for q in m["per_question"] if q["hit"]]
+    return {**m, "mrr": float(np.mean(hits)) if hits else 0.0}
+
+
+def _recall_as_hit_rate(*args, **kwargs):
+    m = rag.evaluate_retrieval(*args, **kwargs)
+    return {**m, "recall": m["hit_rate"]}
+
+
+BUGS = {
+    "chunk_text ignores overlap": ("chunk_text", lambda t, s=50, o=10: rag.chunk_text(t, s, 0)),
+    "chunk_text adds a tail chunk": ("chunk_text", _tail_repeated),
+    "cosine is the raw dot product": ("cosine_similarity", lambda a, b: float(np.dot(a, b))),
+    "search returns worst first": ("search", lambda *a, **kw: rag.search(*a, **kw)[::-1]),
+    "search writes scores into chunks": ("search", _search_mutating),
+    "prompt drops the titles": ("build_prompt", lambda q, rs: rag.build_prompt(
+        q, [{**r, "title": ""} for r in rs])),
+    "MRR averaged over hits only": ("evaluate_retrieval", _mrr_over_hits_only),
+    "recall reported as hit rate": ("evaluate_retrieval", _recall_as_hit_rate),
+}
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_check_catches_a_plausible_bug_in_one_function(bug):
+    name, wrong = BUGS[bug]
+    module = with_bug(name, wrong)
+    problem = check.run_check(name, module)
+    assert problem is not None and f"hint: {check.HINTS[name]}" in problem
+    assert "NotImplementedError" not in problem
+    others = [f for f in check.FUNCTIONS if f != name]
+    assert all(check.run_check(f, module) is None for f in others)
+
+
+def test_check_blames_the_unfinished_function_that_evaluate_calls():
+    def search(*args, **kwargs):
+        raise NotImplementedError("TODO 3")
+
+    def evaluate_retrieval(eval_set, index, chunks, embedder, k=3, verbose=False):
+        return [search(item["question"], index, chunks, embedder, k) for item in eval_set]
+
+    problem = check.run_check("evaluate_retrieval", with_bug("evaluate_retrieval",
+                                                             evaluate_retrieval))
+    assert problem.startswith("it calls search(), which is still a TODO")
+
+
+# ---------------------------------------------------------------------------
+# The starter and the classroom documents
+# ---------------------------------------------------------------------------
+def test_starter_keeps_the_core_names_and_signatures():
+    starter = load("starter")
+    for name in check.FUNCTIONS:
+        assert inspect.signature(getattr(starter, name)) == inspect.signature(getattr(rag, name))
+        assert "TODO" in inspect.getsource(getattr(starter, name))
+    assert starter.CORPUS is rag.CORPUS and starter.Embedder is rag.Embedder
+    with pytest.raises(NotImplementedError, match="TODO 1"):
+        starter.chunk_text("a b c")
+
+
+def test_quiz_has_15_questions_and_a_key_with_explanations():
+    quiz = (LAB / "QUIZ.md").read_text()
+    questions, key = quiz.split("## Answer key")
+    numbers = re.findall(r"^\*\*Q(\d+)\.", questions, flags=re.M)
+    assert numbers == [str(i) for i in range(1, 16)]
+    assert len(re.findall(r"^- [A-D]\) ", questions, flags=re.M)) == 15 * 4
+    answers = re.findall(r"^\*\*Q(\d+): ([A-D])\*\*\s*\S", key, flags=re.M)
+    assert [n for n, _ in answers] == [str(i) for i in range(1, 16)]
+
+
+def test_quiz_numbers_match_what_the_code_measures():
+    """The figures the quiz relies on, recomputed here with the core module."""
+    quiz = (LAB / "QUIZ.md").read_text()
+    assert len(rag.build_chunks(rag.CORPUS)) == 17 and "17" in quiz
+    assert len(rag.build_chunks(tasks.extended_corpus())) == 18 and "18" in quiz
+    assert rag.chunk_text(" ".join(map(str, range(200))), 50, 10)[2].split()[0] == "80"
+    assert round(rag.cosine_similarity([1, 1, 0, 0], [1, 0, 1, 0]), 2) == 0.5
+    ranks = [rag.retrieval_metrics(r, {"X"}, 3)["rr"] for r in
+             (["X", "Y", "Z"], ["Y", "X", "Z"], ["Y", "Z", "W"], ["X", "Z", "W"])]
+    assert np.mean(ranks) == 0.625 and "0.625" in quiz
+    for figure in ("0.91", "0.82", "0.95", "0.087", "0.070"):
+        assert figure in quiz
+
+
+def test_instructor_notes_time_every_task_and_cheat_sheet_fits_a_page():
+    notes = (LAB / "INSTRUCTOR.md").read_text()
+    for task in ("Part A", "Task 1", "Task 2", "Task 3", "Task 4", "quiz"):
+        assert re.search(rf"{task}.*\d+ min", notes, flags=re.I), task
+    assert "Common wrong answers" in notes
+    sheet = (LAB / "CHEATSHEET.md").read_text()
+    assert len(sheet.splitlines()) <= 80
