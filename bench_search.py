@@ -14,6 +14,7 @@ unit vectors and the same queries, the median over --repeats queries of
     core     scores = index @ q; top_k(scores, k)           what rag_from_scratch.search runs
     argsort  scores = index @ q; np.argsort(-scores)[:k]    the tutorial's first version
     faiss    faiss.IndexFlatIP.search(q, k)                 exact inner product, in C++
+    colmajor core on a column-major copy of the index      only with --column-major
 
 each in milliseconds and as a multiple of the bound (1.00x: as fast as memory allows).
 Then two figures on real text: the memory of a sparse TF-IDF index of 10,000 chunks next to
@@ -106,13 +107,18 @@ def thread_counts() -> dict:
 # ---------------------------------------------------------------------------
 # 2. Exact search at N = 10k, 100k, 1M
 # ---------------------------------------------------------------------------
-def search_methods(index: np.ndarray, k: int) -> tuple[dict, str | None]:
+def search_methods(index: np.ndarray, k: int,
+                   column_major: bool = False) -> tuple[dict, str | None]:
     """name -> function(q) returning the k best ids (matvec: the scores); and why no FAISS."""
     methods = {
         "matvec": lambda q: index @ q,
         "core": lambda q: rag.top_k(index @ q, k),
         "argsort": lambda q: np.argsort(-(index @ q))[:k],
     }
+    if column_major:
+        # Same numbers, stored column by column: `@` then runs BLAS's other matvec kernel.
+        by_column = np.asfortranarray(index)
+        methods["colmajor"] = lambda q: rag.top_k(by_column @ q, k)
     try:
         import faiss
     except ImportError:
@@ -124,10 +130,10 @@ def search_methods(index: np.ndarray, k: int) -> tuple[dict, str | None]:
 
 
 def bench_size(n: int, k: int, repeats: int, bandwidth_gb_per_s: float,
-               dim: int = DIM, seed: int = SEED) -> dict:
+               dim: int = DIM, seed: int = SEED, column_major: bool = False) -> dict:
     """Time every method on one index of n random unit vectors, queries interleaved."""
     index = random_unit_vectors(n, dim, seed)
-    methods, no_faiss = search_methods(index, k)
+    methods, no_faiss = search_methods(index, k, column_major)
     seconds = {name: [] for name in methods}
     ids = {name: [] for name in methods if name != "matvec"}
     for i, q in enumerate(query_vectors(repeats, dim, seed)):
@@ -144,8 +150,11 @@ def bench_size(n: int, k: int, repeats: int, bandwidth_gb_per_s: float,
     for name, times in seconds.items():
         result[f"{name}_ms"] = float(np.median(times)) * 1e3
         result[f"{name}_x_bound"] = result[f"{name}_ms"] / bound_ms
+        result[f"{name}_min_ms"] = min(times) * 1e3      # far below the median: a busy machine
     result["same_ids_argsort"] = ids["core"] == ids["argsort"]
     result["same_ids_faiss"] = ids["core"] == ids["faiss"] if "faiss" in ids else None
+    if "colmajor" in ids:
+        result["same_ids_colmajor"] = ids["core"] == ids["colmajor"]
     result["ids_last_query"] = {name: found[-1] for name, found in ids.items()}
     if no_faiss:
         result["faiss_skipped"] = no_faiss
@@ -236,12 +245,13 @@ def print_report(report: dict) -> None:
         print(f"memory read bandwidth {bw['gb_per_s']:.1f} GB/s ({bw['kernel']} over "
               f"{bw['buffer_mb']} MB); threads: BLAS {threads['blas']}, FAISS {threads['faiss']}, "
               f"CPUs {threads['cpus']}")
-        names = [m for m in ("matvec", "core", "argsort", "faiss") if f"{m}_ms" in first]
+        names = [m for m in ("matvec", "core", "argsort", "faiss", "colmajor") if f"{m}_ms" in first]
         print(f"{'N':>10} {'index MB':>9} {'bound ms':>9}"
               + "".join(f"{name + ' ms':>12} {'x bound':>8}" for name in names) + "   same ids")
         for r in runs:
             cells = "".join(f"{r[f'{m}_ms']:>12.2f} {r[f'{m}_x_bound']:>7.2f}x" for m in names)
-            same = r["same_ids_argsort"] and r["same_ids_faiss"] is not False
+            same = r["same_ids_argsort"] and False not in (r["same_ids_faiss"],
+                                                           r.get("same_ids_colmajor"))
             print(f"{r['n']:>10,} {r['index_mb']:>9.1f} {r['bound_ms']:>9.2f}{cells}   "
                   f"{'yes' if same else 'NO'}")
             if "faiss_skipped" in r:
@@ -281,6 +291,8 @@ def parse_args(argv=None):
     p.add_argument("--collection", default=None,
                    help=f"text for the TF-IDF and MiniLM tests (default: {DEFAULT_COLLECTION} "
                         f"if present, else made-up text)")
+    p.add_argument("--column-major", action="store_true",
+                   help="also time the core on a column-major (Fortran-order) copy of the index")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     return p.parse_args(argv)
 
@@ -295,7 +307,8 @@ def check_args(args) -> None:
         if n <= args.k:
             raise ValueError(f"--sizes: N={n} must be larger than k={args.k}")
     free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0
-    need = max(args.sizes, default=0) * DIM * 4 * 2 + args.bandwidth_mb * MB   # index + FAISS copy
+    copies = 3 if args.column_major else 2                   # index, FAISS's copy, column-major
+    need = max(args.sizes, default=0) * DIM * 4 * copies + args.bandwidth_mb * MB
     if free and need > free:
         raise ValueError(f"N={max(args.sizes):,} needs about {need / 1e9:.1f} GB of memory and "
                          f"{free / 1e9:.1f} GB is free: pass smaller --sizes")
@@ -307,7 +320,8 @@ def run(args) -> dict:
     report["bandwidth"] = read_bandwidth(args.bandwidth_mb, args.repeats)
     for n in args.sizes:
         report["search"].append(bench_size(n, args.k, args.repeats,
-                                           report["bandwidth"]["gb_per_s"]))
+                                           report["bandwidth"]["gb_per_s"],
+                                           column_major=args.column_major))
     wanted = max(args.tfidf_chunks, args.minilm_chunks)
     if wanted:
         collection = args.collection or (DEFAULT_COLLECTION if DEFAULT_COLLECTION.is_dir() else None)
