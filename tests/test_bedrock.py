@@ -235,8 +235,6 @@ def test_throttling_retries_are_bounded_by_the_client_config(dummy_aws, monkeypa
     assert all(0 <= s <= 20 for s in sleeps)                 # standard mode caps a backoff at 20 s
 
 
-@pytest.mark.xfail(strict=True, reason="core passes `attempts` as botocore's max_attempts, which "
-                   "counts retries (total = attempts + 1), but reports it as total attempts")
 def test_throttling_message_counts_the_requests_really_sent(dummy_aws, monkeypatch):
     monkeypatch.setattr(time, "sleep", lambda s: None)
     client = rag.bedrock_client("us-east-1", attempts=3)
