@@ -1,0 +1,902 @@
+"""
+rag_experiments.py: change one setting at a time and measure what it does to retrieval.
+
+    python rag_experiments.py                      # every experiment, A to I
+    python rag_experiments.py --only B             # one experiment, or a list: --only A,B,E
+    python rag_experiments.py --plot plots/        # also write PNG charts (needs matplotlib)
+    python rag_experiments.py --collection ../shared/data/cisi          # a real test collection
+    python rag_experiments.py --collection ../shared/data/cisi --json   # the same as one JSON object
+
+A to E are the tutorial's "common mistakes" and print its figures line for line:
+  A embedding backend        B chunk size and overlap     C what a 12-word chunk looks like
+  D chunks in the prompt     E does the top chunk hold the answer?
+F to I are the tutorial's practice exercises, measured:
+  F sentence-aware chunking  G BM25 and hybrid retrieval  H refusing unanswerable questions
+  I merging overlapping chunks before the prompt
+Beside hit rate and recall the tables show MRR and nDCG, and where two settings are compared,
+a 95% bootstrap interval: with ten questions, one question moves a rate by 0.10.
+
+Everything runs offline and costs nothing. Without the MiniLM model the TF-IDF and BM25
+parts still run, and the output says which experiments were skipped and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import rag_from_scratch as rag
+
+# ---------------------------------------------------------------------------
+# Defaults: the one place they live (the CLI reads them from here)
+# ---------------------------------------------------------------------------
+EXPERIMENTS = "ABCDEFGHI"
+BM25_K1 = 1.5            # how quickly repeats of a word stop adding score (rank_bm25's default)
+BM25_B = 0.75            # how strongly long documents are penalised (0 = not at all)
+HYBRID_WEIGHT = 0.5      # share of the keyword score in a weighted hybrid
+RRF_K = 60               # reciprocal rank fusion constant (Cormack, Clarke and Buettcher, 2009)
+RESAMPLES = 2000         # bootstrap resamples of the question set
+SEED = 0                 # fixes every bootstrap interval, so reruns print the same numbers
+COLLECTION_K = 10        # cut-off for recall, MRR and nDCG on a test collection
+CACHE_FOLDER = ".rag_cache"   # where document vectors of a test collection are kept
+
+FATHERS = "How much time off do new fathers get?"     # the question Experiments E and F follow
+
+# The lab's new document and question (tutorial, hands-on lab, task 2): with it, MiniLM sends
+# "How many vacation days do I get each year?" to the holiday policy instead of annual leave.
+LAB_DOC = {
+    "doc_id": "HR-05",
+    "title": "Public and floating holidays",
+    "text": (
+        "Kestrelwood observes 10 fixed public holidays each calendar year; the list is published "
+        "in the PeoplePortal every December. In addition, every employee can take 2 floating "
+        "holidays for festivals of their choice. Apply for a floating holiday in the PeoplePortal "
+        "like annual leave. Unused floating holidays cannot be carried forward."
+    ),
+}
+LAB_QUESTION = {"question": "Can I take a day off for a festival that is not on the holiday list?",
+                "relevant": {"HR-05"}}
+
+# Questions the ten documents cannot answer: a good assistant should refuse them all.
+UNANSWERABLE = [
+    "What is Kestrelwood's share price today?",
+    "Who is the chief executive of Kestrelwood Systems?",
+    "Is there a gym or fitness allowance?",
+    "What is the dress code in the office?",
+    "Does the canteen serve vegetarian lunch?",
+    "How do I nominate a colleague for the employee of the month award?",
+    "Can I get an advance on my salary?",
+    "What is the notice period if I resign?",
+]
+
+# A phrase the answer to each EVAL_SET question must contain, to check a prompt still holds it.
+ANSWER_FACTS = {
+    "How many vacation days do I get each year?": ["24 days"],
+    "Can I carry unused leave into next year?": ["10 unused days"],
+    "Do I need a doctor's note if I am ill for three days?": ["medical certificate"],
+    "I forgot my password. How do I reset it?": ["self-service portal"],
+    "My laptop was stolen at the airport. What should I do?": ["extension 4040"],
+    "What is the hotel limit when I travel to Mumbai?": ["INR 6,000"],
+    "Can I use ChatGPT to summarise a customer's complaint?": ["external AI chatbots"],
+    FATHERS: ["4 weeks"],
+    "Will the company pay for my AWS certification exam?": ["certification exams"],
+    "How do I book flights for a client visit and claim the costs afterwards?":
+        ["internal travel desk", "ExpenseDesk"],
+}
+
+
+# ---------------------------------------------------------------------------
+# 1. Shared helpers: indexes, rankings from scores, bootstrap intervals
+# ---------------------------------------------------------------------------
+def setup(backend: str, chunks: list[dict], minilm: rag.Embedder | None = None):
+    """(embedder, index) for these chunks: TF-IDF is refit (cheap), MiniLM reuses one model."""
+    embedder = rag.Embedder("tfidf") if backend == "tfidf" else minilm
+    return embedder, rag.build_index(chunks, embedder)
+
+
+def score_matrix(questions: list[str], index, embedder: rag.Embedder) -> np.ndarray:
+    """Cosine score of every question against every row: row i is `index @ q_i`."""
+    q = embedder.encode(questions, sparse=True)       # sparse for TF-IDF, dense for MiniLM
+    scores = q @ index.T
+    return scores.toarray() if hasattr(scores, "toarray") else np.asarray(scores)
+
+
+def evaluate_scores(scores: np.ndarray, chunks: list[dict], eval_set: list[dict], k: int) -> dict:
+    """Metrics of rankings given as scores (one row per question), from the core's retrieval_metrics."""
+    per_question = []
+    for row, item in zip(scores, eval_set):
+        ranked = [chunks[i]["doc_id"] for i in rag.top_k(row, k)]
+        per_question.append(rag.retrieval_metrics(ranked, item["relevant"], k))
+    return summarise(per_question, k)
+
+
+def summarise(per_question: list[dict], k: int) -> dict:
+    """Average per-question metrics into evaluate_retrieval's keys."""
+    mean = lambda key: float(np.mean([m[key] for m in per_question]))
+    return {"k": k, "hit_rate": mean("hit"), "recall": mean("recall"),
+            "precision": mean("precision"), "mrr": mean("rr"), "ndcg": mean("ndcg"),
+            "per_question": per_question}
+
+
+def bootstrap_ci(values, resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float]:
+    """95% interval for the mean of per-question values, resampling questions with replacement."""
+    values = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(values), size=(resamples, len(values)))
+    means = values[picks].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def paired_bootstrap(before, after, resamples: int = RESAMPLES,
+                     seed: int = SEED) -> tuple[float, float, float]:
+    """Mean of after - before with a 95% interval; both settings see the same resampled questions."""
+    diff = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
+    return (float(diff.mean()), *bootstrap_ci(diff, resamples, seed))
+
+
+def per_question(metrics: dict, key: str = "hit") -> list[float]:
+    """One metric's value for each question, in question order."""
+    return [m[key] for m in metrics["per_question"]]
+
+
+def row(m1: dict, m3: dict) -> dict:
+    """The numbers one setting reports: tutorial metrics, then MRR, nDCG and an interval on hit@1."""
+    return {"hit@1": m1["hit_rate"], "recall@1": m1["recall"], "hit@3": m3["hit_rate"],
+            "recall@3": m3["recall"], "mrr@3": m3["mrr"], "ndcg@3": m3["ndcg"],
+            "hit@1_ci": bootstrap_ci(per_question(m1)), "hits@1": per_question(m1)}
+
+
+def print_more(rows: dict[str, dict]) -> None:
+    """MRR@3, nDCG@3 and hit@1 with its 95% interval, one aligned line per setting."""
+    width = max(len(label) for label in rows) + 2
+    print(f"  {'':<{width}}mrr@3 ndcg@3  hit@1 [95% interval]")
+    for label, r in rows.items():
+        lo, hi = r["hit@1_ci"]
+        print(f"  {label:<{width}}{r['mrr@3']:.2f}  {r['ndcg@3']:.2f}    "
+              f"{r['hit@1']:.2f} [{lo:.2f}, {hi:.2f}]")
+
+
+def print_difference(label: str, diff: tuple[float, float, float]) -> None:
+    """One line: the change in a rate and its paired-bootstrap 95% interval."""
+    d, lo, hi = diff
+    verdict = "could be chance" if lo <= 0 <= hi else "holds across resamples"
+    print(f"  {label}: {d:+.2f} [{lo:+.2f}, {hi:+.2f}]  ({verdict})")
+
+
+# ---------------------------------------------------------------------------
+# 2. BM25, hybrid scores and reciprocal rank fusion
+# ---------------------------------------------------------------------------
+def bm25_idf(doc_freq: np.ndarray, n_docs: int, idf: str = "lucene") -> np.ndarray:
+    """Inverse document frequency of each term from the number of documents that contain it.
+
+    lucene: ln(1 + (N - n + 0.5) / (n + 0.5)), never negative (Lucene, Elasticsearch).
+    okapi:  ln((N - n + 0.5) / (n + 0.5)); terms in more than half the documents would score
+            negative, so rank_bm25 lifts those to 0.25 * the mean idf. Kept to test against it.
+    """
+    if idf == "lucene":
+        return np.log(1 + (n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
+    if idf == "okapi":
+        raw = np.log(n_docs - doc_freq + 0.5) - np.log(doc_freq + 0.5)
+        return np.where(raw < 0, 0.25 * raw.mean(), raw)
+    raise ValueError(f"unknown idf {idf!r}: choose lucene or okapi")
+
+
+def word_analyzer(stem: bool = False):
+    """The function that turns a text into the words BM25 counts: lower case, no stop words.
+
+    stem=True also cuts words to their stem with the Porter2 stemmer ("retrieval",
+    "retrieving" -> "retriev"), so different forms of one word match.
+    """
+    from sklearn.feature_extraction.text import CountVectorizer
+    words = CountVectorizer(stop_words="english").build_analyzer()   # words of 2+ letters
+    if not stem:
+        return words
+    try:
+        import snowballstemmer
+    except ImportError:
+        raise RuntimeError("stemming needs snowballstemmer: run `pip install snowballstemmer`") from None
+    stemmer = snowballstemmer.stemmer("english")
+    return lambda text: stemmer.stemWords(words(text))
+
+
+def bm25_matrix(texts: list[str], k1: float = BM25_K1, b: float = BM25_B, idf: str = "lucene",
+                stem: bool = False):
+    """Return (vectorizer, W): W[d, t] is term t's BM25 weight in text d, so scores = W @ counts(q).
+
+    weight(t, d) = idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(d) / mean_len))
+    tf is how often t occurs in d and len(d) counts d's words; W is sparse, like TF-IDF.
+    """
+    from scipy import sparse
+    from sklearn.feature_extraction.text import CountVectorizer
+    if k1 < 0 or not 0 <= b <= 1:
+        raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
+    vectorizer = CountVectorizer(analyzer=word_analyzer(stem))
+    tf = vectorizer.fit_transform(texts).tocsr().astype(np.float64)
+    doc_len = np.asarray(tf.sum(axis=1)).ravel()
+    doc_freq = np.bincount(tf.indices, minlength=tf.shape[1])
+    term_idf = bm25_idf(doc_freq, tf.shape[0], idf)
+    # Only the stored (non-zero) counts change: each is scaled by its document's length norm.
+    length_norm = k1 * (1 - b + b * doc_len / doc_len.mean())
+    row_of = np.repeat(np.arange(tf.shape[0]), np.diff(tf.indptr))
+    data = term_idf[tf.indices] * tf.data * (k1 + 1) / (tf.data + length_norm[row_of])
+    return vectorizer, sparse.csr_matrix((data, tf.indices, tf.indptr), shape=tf.shape)
+
+
+def bm25_scores(queries: list[str], vectorizer, weights) -> np.ndarray:
+    """BM25 score of every text for each query: one row per query, counts(query) @ W.T."""
+    counts = vectorizer.transform(queries)           # a word repeated in the query counts twice
+    return (counts @ weights.T).toarray()
+
+
+def minmax(scores: np.ndarray) -> np.ndarray:
+    """Rescale each row to 0..1 so scores on different scales (BM25, cosine) can be added."""
+    scores = np.asarray(scores, dtype=float)
+    low = scores.min(axis=-1, keepdims=True)
+    span = scores.max(axis=-1, keepdims=True) - low
+    return (scores - low) / np.where(span > 0, span, 1.0)
+
+
+def hybrid_scores(keyword: np.ndarray, dense: np.ndarray, weight: float = HYBRID_WEIGHT) -> np.ndarray:
+    """weight * keyword + (1 - weight) * dense: the exercise's 0.5 s_tfidf + 0.5 s_minilm."""
+    if not 0 <= weight <= 1:
+        raise ValueError(f"the hybrid weight must be between 0 and 1, got {weight}")
+    return weight * np.asarray(keyword) + (1 - weight) * np.asarray(dense)
+
+
+def ranks(scores: np.ndarray) -> np.ndarray:
+    """Rank of each entry within its row, 1 = best; ties keep index order, as top_k does."""
+    order = np.argsort(-np.asarray(scores), axis=-1, kind="stable")
+    out = np.empty_like(order)
+    np.put_along_axis(out, order, np.arange(1, order.shape[-1] + 1) * np.ones_like(order), axis=-1)
+    return out
+
+
+def reciprocal_rank_fusion(score_list: list[np.ndarray], k: int = RRF_K) -> np.ndarray:
+    """Fuse rankings by rank alone: sum over methods of 1 / (k + rank). Scales never meet."""
+    return sum(1.0 / (k + ranks(scores)) for scores in score_list)
+
+
+# ---------------------------------------------------------------------------
+# 3. Sentence-aware chunks and merged prompts
+# ---------------------------------------------------------------------------
+def split_sentences(text: str) -> list[str]:
+    """Cut after '.', '!' or '?' followed by a space ("id.kestrelwood.example" stays whole)."""
+    return [s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s]
+
+
+def sentence_chunks(text: str, max_words: int) -> list[str]:
+    """Pack whole sentences into chunks of at most max_words words (a longer sentence is cut)."""
+    chunks, current = [], []
+    for sentence in split_sentences(text):
+        words = sentence.split()
+        if current and len(current) + len(words) > max_words:
+            chunks.append(" ".join(current))
+            current = []
+        if len(words) > max_words:                   # a sentence longer than the limit
+            pieces = rag.chunk_text(sentence, max_words, 0)
+            chunks.extend(pieces[:-1])
+            words = pieces[-1].split()
+        current += words
+    if current:
+        chunks.append(" ".join(current))
+    return chunks
+
+
+def build_sentence_chunks(corpus: list[dict], max_words: int) -> list[dict]:
+    """Like build_chunks, but every chunk is whole sentences."""
+    return [{"chunk_id": f"{doc['doc_id']}#{i}", "doc_id": doc["doc_id"], "title": doc["title"],
+             "text": piece}
+            for doc in corpus for i, piece in enumerate(sentence_chunks(doc["text"], max_words))]
+
+
+def merge_overlapping(retrieved: list[dict]) -> list[dict]:
+    """Join retrieved chunks of one document that overlap into one passage, in reading order.
+
+    ["a b c d", "d e f"] from the same document -> ["a b c d e f"]: the shared words
+    appear once. Passages keep the rank of their best chunk.
+    """
+    position = lambda r: int(r["chunk_id"].rsplit("#", 1)[1])
+    merged = []
+    for r in retrieved:
+        same_doc = [m for m in merged if m["doc_id"] == r["doc_id"]]
+        for m in same_doc:
+            joined = join_overlap(m, r, position)
+            if joined:
+                m.update(joined)
+                break
+        else:
+            merged.append({**r, "parts": [position(r)]})
+    return [{k: v for k, v in m.items() if k != "parts"} for m in merged]
+
+
+def join_overlap(passage: dict, chunk: dict, position) -> dict | None:
+    """The passage extended by a neighbouring chunk that shares words at the boundary, else None."""
+    if position(chunk) == max(passage["parts"]) + 1:
+        first, second = passage, chunk
+    elif position(chunk) == min(passage["parts"]) - 1:
+        first, second = chunk, passage
+    else:
+        return None                                  # not a neighbour: nothing to join
+    a, b = first["text"].split(), second["text"].split()
+    shared = next((n for n in range(min(len(a), len(b)), 0, -1) if a[-n:] == b[:n]), 0)
+    if not shared:
+        return None
+    parts = sorted(passage["parts"] + [position(chunk)])
+    doc = passage["chunk_id"].rsplit("#", 1)[0]
+    return {"text": " ".join(a + b[shared:]), "parts": parts,
+            "chunk_id": f"{doc}#{'+'.join(map(str, parts))}",
+            "score": max(passage["score"], chunk["score"])}
+
+
+# ---------------------------------------------------------------------------
+# 4. The experiments: each prints its block and returns what it measured
+# ---------------------------------------------------------------------------
+def experiment_a(minilm=None) -> dict:
+    """A: TF-IDF against MiniLM on the tutorial's 50-word chunks."""
+    print("== Experiment A: embedding backend (chunk_size=50, overlap=10) ==")
+    chunks = rag.build_chunks(rag.CORPUS, 50, 10)
+    rows = {}
+    for backend in ["tfidf"] + (["minilm"] if minilm else []):
+        embedder, index = setup(backend, chunks, minilm)
+        m1 = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=1,
+                                    verbose=(backend == "tfidf"))
+        m3 = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=3)
+        rows[backend] = row(m1, m3)
+    for backend, r in rows.items():
+        print(f"{backend:<7} hit@1={r['hit@1']:.2f} recall@1={r['recall@1']:.2f} | "
+              f"hit@3={r['hit@3']:.2f} recall@3={r['recall@3']:.2f}")
+    print_more(rows)
+    result = dict(rows)
+    if minilm:
+        result["minilm-tfidf hit@1"] = paired_bootstrap(rows["tfidf"]["hits@1"],
+                                                        rows["minilm"]["hits@1"])
+        print_difference("hit@1, minilm - tfidf", result["minilm-tfidf hit@1"])
+    return result
+
+
+B_SETTINGS = [(12, 0), (12, 4), (50, 10), (500, 0)]
+B_SWEEP = [6, 8, 12, 16, 20, 30, 40, 50, 80]       # chunk sizes for the chart
+
+
+def experiment_b(minilm) -> dict:
+    """B: how chunk size and overlap move MiniLM's scores."""
+    print("== Experiment B: chunk size and overlap (MiniLM) ==")
+    rows = {}
+    for size, overlap in B_SETTINGS:
+        chunks = rag.build_chunks(rag.CORPUS, size, overlap)
+        embedder, index = setup("minilm", chunks, minilm)
+        m1 = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=1)
+        m3 = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=3)
+        rows[f"size={size} overlap={overlap}"] = {**row(m1, m3), "chunks": len(chunks),
+                                                  "size": size, "overlap": overlap}
+        print(f"size={size:<4}overlap={overlap:<3}chunks={len(chunks):<3} hit@1={m1['hit_rate']:.2f} "
+              f"recall@1={m1['recall']:.2f} recall@3={m3['recall']:.2f}")
+    print_more(rows)
+    result = {"settings": rows}
+    result["50/10 - 12/0 hit@1"] = paired_bootstrap(rows["size=12 overlap=0"]["hits@1"],
+                                                    rows["size=50 overlap=10"]["hits@1"])
+    print_difference("hit@1, size=50 overlap=10 minus size=12 overlap=0",
+                     result["50/10 - 12/0 hit@1"])
+    # A finer sweep for the chart: no overlap, and a quarter of the chunk repeated.
+    sweep = {}
+    for overlap_share in (0.0, 0.25):
+        hits = []
+        for size in B_SWEEP:
+            chunks = rag.build_chunks(rag.CORPUS, size, int(size * overlap_share))
+            embedder, index = setup("minilm", chunks, minilm)
+            hits.append(rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=1)["hit_rate"])
+        sweep[overlap_share] = hits
+    print("  hit@1 by chunk size   " + " ".join(f"{s:>4}" for s in B_SWEEP))
+    for share, hits in sweep.items():
+        print(f"  overlap {share:>4.0%} of size  " + " ".join(f"{h:4.2f}" for h in hits))
+    result["sweep"] = {"sizes": B_SWEEP, "hit@1": sweep}
+    return result
+
+
+def experiment_c() -> dict:
+    """C: the sick-leave policy cut into 12-word chunks with no overlap."""
+    print("== Experiment C: what a 12-word chunk with no overlap looks like ==")
+    pieces = [c for c in rag.build_chunks(rag.CORPUS, 12, 0) if c["doc_id"] == "HR-02"]
+    for c in pieces:
+        print(f"  {c['chunk_id']}: {c['text']}")
+    return {"chunks": [c["text"] for c in pieces]}
+
+
+D_KS = [1, 3, 5, 10]
+
+
+def experiment_d(minilm) -> dict:
+    """D: more chunks in the prompt: precision falls and the prompt grows."""
+    print("== Experiment D: stuffing more chunks into the prompt (MiniLM, size=50, overlap=10) ==")
+    chunks = rag.build_chunks(rag.CORPUS, 50, 10)
+    embedder, index = setup("minilm", chunks, minilm)
+    first = rag.EVAL_SET[0]["question"]
+    rows = {}
+    for k in D_KS:
+        m = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=k)
+        words = len(rag.build_prompt(first, rag.search(first, index, chunks, embedder, k)).split())
+        rows[k] = {"precision": m["precision"], "recall": m["recall"], "mrr": m["mrr"],
+                   "ndcg": m["ndcg"], "prompt_words": words,
+                   "precision_ci": bootstrap_ci(per_question(m, "precision"))}
+        print(f"k={k:<3}precision@k={m['precision']:.2f}  prompt length for Q1={words} words")
+    print(f"  {'':<5}recall@k  mrr   ndcg@k  precision@k [95% interval]")
+    for k, r in rows.items():
+        lo, hi = r["precision_ci"]
+        print(f"  k={k:<3}{r['recall']:.2f}      {r['mrr']:.2f}  {r['ndcg']:.2f}    "
+              f"{r['precision']:.2f} [{lo:.2f}, {hi:.2f}]")
+    return {"k": rows}
+
+
+def experiment_e(minilm) -> dict:
+    """E: the new-fathers question's top chunk, without and with overlap."""
+    print("== Experiment E: does the top chunk contain the answer? (MiniLM) ==")
+    result = {}
+    for size, overlap in [(12, 0), (12, 4)]:
+        chunks = rag.build_chunks(rag.CORPUS, size, overlap)
+        embedder, index = setup("minilm", chunks, minilm)
+        top = rag.search(FATHERS, index, chunks, embedder, k=1)[0]
+        print(f"size={size} overlap={overlap}: {top['score']:.3f} {top['chunk_id']}: {top['text']}")
+        result[f"size={size} overlap={overlap}"] = {**top, "has_answer": "4 weeks" in top["text"]}
+    print("  '4 weeks' in the top chunk: " + ", ".join(
+        f"{label} {'yes' if r['has_answer'] else 'no'}" for label, r in result.items()))
+    return result
+
+
+F_SETTINGS = [("words", 12, 0), ("words", 12, 4), ("words", 50, 10),
+              ("sentences", 12, 0), ("sentences", 25, 0), ("sentences", 50, 0)]
+
+
+def experiment_f(minilm) -> dict:
+    """F: chunks of whole sentences against the word window."""
+    print("== Experiment F: sentence-aware chunks against the word window (MiniLM) ==")
+    rows = {}
+    for kind, size, overlap in F_SETTINGS:
+        chunks = (rag.build_chunks(rag.CORPUS, size, overlap) if kind == "words"
+                  else build_sentence_chunks(rag.CORPUS, size))
+        embedder, index = setup("minilm", chunks, minilm)
+        m1 = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=1)
+        m3 = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=3)
+        top = rag.search(FATHERS, index, chunks, embedder, k=1)[0]
+        label = f"words {size}/{overlap}" if kind == "words" else f"sentences <={size}"
+        rows[label] = {**row(m1, m3), "chunks": len(chunks), "top": top,
+                       "has_answer": "4 weeks" in top["text"]}
+    width = max(map(len, rows)) + 1
+    print(f"{'chunking':<{width}}chunks hit@1 recall@1 recall@3 mrr@3 ndcg@3  top chunk for "
+          f"new fathers ('4 weeks'?)")
+    for label, r in rows.items():
+        print(f"{label:<{width}}{r['chunks']:>6} {r['hit@1']:5.2f} {r['recall@1']:8.2f} "
+              f"{r['recall@3']:8.2f} {r['mrr@3']:5.2f} {r['ndcg@3']:6.2f}  "
+              f"{r['top']['score']:.3f} {r['top']['chunk_id']:<8} {'yes' if r['has_answer'] else 'no'}")
+    print("  top chunk, sentences <=12: " + rows["sentences <=12"]["top"]["text"])
+    result = {"settings": rows}
+    result["sentences<=12 - words 12/0 hit@1"] = paired_bootstrap(
+        rows["words 12/0"]["hits@1"], rows["sentences <=12"]["hits@1"])
+    print_difference("hit@1, sentences <=12 minus words 12/0",
+                     result["sentences<=12 - words 12/0 hit@1"])
+    return result
+
+
+def bm25_worked_example(chunks: list[dict], question: str, term: str, chunk_id: str) -> dict:
+    """Print one term's BM25 score in one chunk step by step, next to the matrix entry."""
+    vectorizer, weights = bm25_matrix([c["text"] for c in chunks])
+    analyse = vectorizer.build_analyzer()
+    lengths = [len(analyse(c["text"])) for c in chunks]
+    d = next(i for i, c in enumerate(chunks) if c["chunk_id"] == chunk_id)
+    tf = analyse(chunks[d]["text"]).count(term)
+    n = sum(term in analyse(c["text"]) for c in chunks)
+    big_n, avg = len(chunks), sum(lengths) / len(lengths)
+    idf = math.log(1 + (big_n - n + 0.5) / (n + 0.5))
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths[d] / avg)
+    by_hand = idf * tf * (BM25_K1 + 1) / (tf + norm)
+    from_matrix = weights[d, vectorizer.vocabulary_[term]]
+    print(f"BM25 by hand, term '{term}' in {chunk_id} (k1={BM25_K1}, b={BM25_B}):")
+    print(f"  idf = ln(1 + (N - n + 0.5) / (n + 0.5)) = ln(1 + ({big_n} - {n} + 0.5) / ({n} + 0.5))"
+          f" = {idf:.3f}")
+    print(f"  tf = {tf}, length = {lengths[d]} words, average length = {avg:.3f} words")
+    print(f"  score = idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average))"
+          f" = {by_hand:.3f}; matrix entry W[{chunk_id}, '{term}'] = {from_matrix:.3f}")
+    words = [w for w in analyse(question) if w in vectorizer.vocabulary_]
+    total = bm25_scores([question], vectorizer, weights)[0, d]
+    print(f"  the question's words in the vocabulary: {words}; its BM25 score in {chunk_id}: "
+          f"{total:.3f}")
+    return {"idf": idf, "tf": tf, "n": n, "N": big_n, "length": lengths[d], "average": avg,
+            "score": by_hand, "matrix": float(from_matrix), "question_score": float(total)}
+
+
+def method_scores(questions: list[str], chunks: list[dict], minilm=None) -> dict[str, np.ndarray]:
+    """Score matrices (questions x chunks) of every retrieval method that can run here."""
+    scores = {"tfidf": score_matrix(questions, *reversed(setup("tfidf", chunks)))}
+    vectorizer, weights = bm25_matrix([c["text"] for c in chunks])
+    scores["bm25"] = bm25_scores(questions, vectorizer, weights)
+    if minilm:
+        scores["minilm"] = score_matrix(questions, *reversed(setup("minilm", chunks, minilm)))
+        scores["0.5 tfidf + 0.5 minilm"] = hybrid_scores(scores["tfidf"], scores["minilm"])
+        scores["rrf(tfidf, minilm)"] = reciprocal_rank_fusion([scores["tfidf"], scores["minilm"]])
+        scores["rrf(bm25, minilm)"] = reciprocal_rank_fusion([scores["bm25"], scores["minilm"]])
+    return scores
+
+
+def experiment_g(minilm=None) -> dict:
+    """G: BM25, the weighted hybrid and rank fusion, on the tutorial corpus and the lab's."""
+    print("== Experiment G: BM25 and hybrid retrieval (size=50, overlap=10) ==")
+    chunks = rag.build_chunks(rag.CORPUS, 50, 10)
+    result = {"worked_example": bm25_worked_example(chunks, FATHERS, "fathers", "HR-04#0")}
+    corpora = {"tutorial": (rag.CORPUS, rag.EVAL_SET),
+               "lab": (rag.CORPUS + [LAB_DOC], rag.EVAL_SET + [LAB_QUESTION])}
+    tables = {}
+    for name, (corpus, eval_set) in corpora.items():
+        chunks = rag.build_chunks(corpus, 50, 10)
+        questions = [item["question"] for item in eval_set]
+        tables[name] = {}
+        for method, scores in method_scores(questions, chunks, minilm).items():
+            m1 = evaluate_scores(scores, chunks, eval_set, 1)
+            m3 = evaluate_scores(scores, chunks, eval_set, 3)
+            tops = {q: chunks[int(np.argmax(s))]["doc_id"] for q, s in zip(questions, scores)}
+            tables[name][method] = {**row(m1, m3), "top_doc": tops}
+    width = max(len(m) for m in tables["tutorial"]) + 1
+    print(f"{'':<{width}}tutorial: 10 docs, 10 questions  | lab: 11 docs, 11 questions")
+    print(f"{'method':<{width}}hit@1 recall@1 mrr@3 ndcg@3      | hit@1 recall@1 mrr@3 ndcg@3")
+    for method in tables["tutorial"]:
+        cells = [f"{r['hit@1']:.2f}  {r['recall@1']:.2f}     {r['mrr@3']:.2f}  {r['ndcg@3']:.2f}"
+                 for r in (tables["tutorial"][method], tables["lab"][method])]
+        print(f"{method:<{width}}{cells[0]}        | {cells[1]}")
+    vacation = rag.EVAL_SET[0]["question"]
+    print("  top document for the two known failures (want HR-04, then HR-01):")
+    for method, r in tables["tutorial"].items():
+        print(f"  {method:<{width}}new fathers -> {r['top_doc'][FATHERS]:<6}  "
+              f"vacation (lab) -> {tables['lab'][method]['top_doc'][vacation]}")
+    result.update(tables)
+    if minilm:
+        for name in tables:
+            diff = paired_bootstrap(tables[name]["minilm"]["hits@1"],
+                                    tables[name]["0.5 tfidf + 0.5 minilm"]["hits@1"])
+            result[f"{name}: hybrid - minilm hit@1"] = diff
+            print_difference(f"hit@1 on the {name} set, 0.5 tfidf + 0.5 minilm minus minilm", diff)
+    return result
+
+
+def best_threshold(answerable: list[float], unanswerable: list[float]) -> dict:
+    """The cut-off on the top score that best spots questions to refuse (refuse below it), by F1."""
+    scores = np.array(answerable + unanswerable)
+    refuse = np.array([False] * len(answerable) + [True] * len(unanswerable))
+    cuts = np.unique(scores)
+    candidates = np.concatenate([[cuts[0] - 1e-6], (cuts[:-1] + cuts[1:]) / 2, [cuts[-1] + 1e-6]])
+    best = None
+    for t in candidates:
+        said_refuse = scores < t
+        tp = np.sum(said_refuse & refuse)
+        precision = tp / max(said_refuse.sum(), 1)
+        recall = tp / refuse.sum()
+        f1 = 2 * precision * recall / (precision + recall) if tp else 0.0
+        accuracy = np.mean(said_refuse == refuse)
+        if best is None or f1 > best["f1"]:
+            best = {"threshold": float(t), "f1": float(f1), "accuracy": float(accuracy)}
+    best["separable"] = bool(max(unanswerable) < min(answerable))
+    return best
+
+
+def experiment_h(minilm=None) -> dict:
+    """H: can a threshold on the top score tell answerable from unanswerable questions?"""
+    print("== Experiment H: refusing questions the documents cannot answer (size=50, overlap=10) ==")
+    chunks = rag.build_chunks(rag.CORPUS, 50, 10)
+    answerable = [item["question"] for item in rag.EVAL_SET]
+    all_scores = method_scores(answerable + UNANSWERABLE, chunks, minilm)
+    result = {}
+    print(f"{'method':<8}{'answerable top score':<22}{'unanswerable top score':<24}"
+          f"best threshold  F1    accuracy  separable")
+    for method in ["tfidf", "bm25", "minilm"]:
+        if method not in all_scores:
+            continue
+        top = all_scores[method].max(axis=1)
+        yes, no = top[:len(answerable)].tolist(), top[len(answerable):].tolist()
+        best = best_threshold(yes, no)
+        result[method] = {"answerable": yes, "unanswerable": no, **best}
+        print(f"{method:<8}{min(yes):.3f} to {max(yes):.3f}{'':<8}{min(no):.3f} to {max(no):.3f}"
+              f"{'':<10}{best['threshold']:<16.3f}{best['f1']:.2f}  {best['accuracy']:.2f}      "
+              f"{'yes' if best['separable'] else 'no'}")
+    label = "minilm" if "minilm" in result else "tfidf"
+    print(f"  top {label} score of each unanswerable question:")
+    for question, score in zip(UNANSWERABLE, result[label]["unanswerable"]):
+        print(f"  {score:.3f}  {question}")
+    return result
+
+
+def experiment_i(minilm) -> dict:
+    """I: merge overlapping chunks of one document before the prompt; same facts, fewer words."""
+    print("== Experiment I: merging overlapping chunks before the prompt (MiniLM) ==")
+    result = {}
+    print(f"{'setting':<24}prompt words (10 questions)  prompts shorter  answer phrase kept  "
+          f"chunk text kept")
+    for size, overlap, k in [(50, 10, 3), (12, 4, 5)]:
+        chunks = rag.build_chunks(rag.CORPUS, size, overlap)
+        embedder, index = setup("minilm", chunks, minilm)
+        before = after = shorter = facts_before = facts_after = kept = 0
+        for item in rag.EVAL_SET:
+            retrieved = rag.search(item["question"], index, chunks, embedder, k)
+            merged = merge_overlapping(retrieved)
+            p1, p2 = rag.build_prompt(item["question"], retrieved), rag.build_prompt(item["question"], merged)
+            before, after = before + len(p1.split()), after + len(p2.split())
+            shorter += len(p2.split()) < len(p1.split())
+            facts = ANSWER_FACTS[item["question"]]
+            facts_before += all(f in p1 for f in facts)
+            facts_after += all(f in p2 for f in facts)
+            kept += all(r["text"] in p2 for r in retrieved)
+        label = f"size={size} overlap={overlap} k={k}"
+        result[label] = {"words_before": before, "words_after": after, "shorter": shorter,
+                         "facts_before": facts_before, "facts_after": facts_after, "kept": kept}
+        print(f"{label:<24}{before:>4} -> {after:<4} ({(after - before) / before:+.0%}){'':<10}"
+              f"{shorter:>2}/10{'':<11}{facts_before:>2} -> {facts_after:<2}/10{'':<7}{kept:>2}/10")
+    return result
+
+
+EXPERIMENT_FUNCTIONS = {"A": experiment_a, "B": experiment_b, "C": experiment_c,
+                        "D": experiment_d, "E": experiment_e, "F": experiment_f,
+                        "G": experiment_g, "H": experiment_h, "I": experiment_i}
+NEEDS_MINILM = set("BDEFI")          # A, G and H run their TF-IDF and BM25 parts without it
+NO_EMBEDDINGS = set("C")
+
+
+def run_experiments(letters: str = EXPERIMENTS, minilm: rag.Embedder | None = None,
+                    plot_dir: str | None = None) -> dict:
+    """Run the chosen experiments in order; return {letter: measured numbers, "skipped": {...}}.
+
+    minilm: a MiniLM Embedder to share (every text is embedded once), or None to load one.
+    """
+    letters = parse_letters(letters)
+    results, skipped = {}, {}
+    if minilm is None and set(letters) - NO_EMBEDDINGS:
+        try:
+            minilm = rag.Embedder("minilm")
+        except RuntimeError as exc:
+            reason = f"MiniLM could not be loaded ({exc})"
+            skipped = {x: reason for x in letters if x in NEEDS_MINILM}
+            if set(letters) & set("AGH"):
+                print(f"[info] {reason}: A, G and H show their TF-IDF and BM25 rows only\n")
+    for letter in letters:
+        if letter in skipped:
+            continue
+        function = EXPERIMENT_FUNCTIONS[letter]
+        results[letter] = function() if letter in NO_EMBEDDINGS else function(minilm)
+        print()
+    if skipped:
+        print(f"skipped {', '.join(skipped)}: they measure MiniLM, and "
+              f"{next(iter(skipped.values()))}")
+    results["skipped"] = skipped
+    if plot_dir:
+        results["plots"] = write_plots(results, plot_dir)
+        print("charts: " + ", ".join(results["plots"]) if results["plots"]
+              else "no charts: run B, D or H to get some")
+    return results
+
+
+def parse_letters(letters: str) -> str:
+    """'A,B,e' or 'ABE' -> 'ABE' in run order; an unknown letter is a ValueError."""
+    picked = [x for x in re.split(r"[,\s]*", letters.upper()) if x]
+    picked = [ch for x in picked for ch in x]
+    unknown = sorted(set(picked) - set(EXPERIMENTS))
+    if unknown or not picked:
+        raise ValueError(f"unknown experiment {', '.join(unknown) or repr(letters)}: "
+                         f"choose letters from {EXPERIMENTS}, e.g. --only A,B,E")
+    return "".join(x for x in EXPERIMENTS if x in picked)
+
+
+# ---------------------------------------------------------------------------
+# 5. Charts
+# ---------------------------------------------------------------------------
+def write_plots(results: dict, folder: str) -> list[str]:
+    """PNG charts of B (chunk size), D (k) and H (refusal scores); returns the paths written."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")                        # files only, no window
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RuntimeError("matplotlib is not installed: run `pip install matplotlib` "
+                           "(needed only for --plot)") from None
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    if "B" in results:
+        sweep = results["B"]["sweep"]
+        fig, ax = plt.subplots(figsize=(6.4, 4))
+        for share, hits in sweep["hit@1"].items():
+            ax.plot(sweep["sizes"], hits, marker="o", label=f"overlap {share:.0%} of the chunk")
+        ax.set(xscale="log", xlabel="chunk size (words, log scale)", ylabel="hit@1 (10 questions)",
+               title="B: chunk size against hit@1 (MiniLM)", ylim=(0.5, 1.05))
+        ax.set_xticks(sweep["sizes"], [str(s) for s in sweep["sizes"]])
+        ax.minorticks_off()                          # no "6x10^1" labels between ours
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right")
+        paths.append(save(fig, out / "b_chunk_size.png"))
+    if "D" in results:
+        ks = list(results["D"]["k"])
+        rows = list(results["D"]["k"].values())
+        fig, ax = plt.subplots(figsize=(6.4, 4))
+        ax.plot(ks, [r["precision"] for r in rows], marker="o", color="tab:blue")
+        ax.set(xlabel="k (chunks put in the prompt)", ylabel="precision@k", ylim=(0, 1.05),
+               title="D: more chunks, less precision, longer prompts (MiniLM)")
+        ax.yaxis.label.set_color("tab:blue")
+        twin = ax.twinx()
+        twin.plot(ks, [r["prompt_words"] for r in rows], marker="s", color="tab:orange")
+        twin.set_ylabel("prompt length for Q1 (words)", color="tab:orange")
+        twin.set_ylim(0, None)
+        ax.set_xticks(ks)
+        ax.grid(alpha=0.3)
+        paths.append(save(fig, out / "d_top_k.png"))
+    if "H" in results:
+        methods = [m for m in results["H"] if isinstance(results["H"][m], dict)]
+        fig, axes = plt.subplots(1, len(methods), figsize=(3.2 * len(methods), 4), squeeze=False)
+        rng = np.random.default_rng(SEED)             # a little sideways jitter so dots don't hide
+        for ax, method in zip(axes[0], methods):
+            r = results["H"][method]
+            for x, (group, color) in enumerate([("answerable", "tab:green"),
+                                                ("unanswerable", "tab:red")]):
+                ys = r[group]
+                ax.scatter(x + rng.uniform(-0.12, 0.12, len(ys)), ys, color=color, alpha=0.8)
+            ax.axhline(r["threshold"], color="grey", linestyle="--")
+            ax.set_xticks([0, 1], ["answerable", "unanswerable"])
+            ax.set_xlim(-0.5, 1.5)
+            ax.set_title(f"{method}\nbest threshold {r['threshold']:.3f} (dashed), F1 {r['f1']:.2f}",
+                         fontsize=10)
+        axes[0][0].set_ylabel("top retrieval score")
+        fig.suptitle("H: top scores of answerable and unanswerable questions")
+        paths.append(save(fig, out / "h_refusal_scores.png"))
+    return paths
+
+
+def save(fig, path: Path) -> str:
+    """Write one figure as PNG and free its memory."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return str(path)
+
+
+# ---------------------------------------------------------------------------
+# 6. A real test collection (CISI and the other classic SMART collections)
+# ---------------------------------------------------------------------------
+BEST_WEIGHT = 0.3        # keyword share of the best CISI hybrid (tried 0.2 to 0.5; see README)
+
+
+def evaluate_collection(collection: dict, minilm: rag.Embedder | None = None, cache=None,
+                        k: int = COLLECTION_K) -> dict:
+    """hit@1, recall@k, MRR@k, nDCG@k and seconds of each method on a judged test collection.
+
+    collection: load_collection's dict (docs, queries, qrels); only judged queries count.
+    cache: an EmbeddingCache for the document vectors, or None to encode them every time.
+    """
+    docs = collection["docs"]
+    judged = [q for q in collection["queries"] if q["qid"] in collection["qrels"]]
+    if not judged:
+        raise ValueError("the collection has no query with relevance judgements to score")
+    questions = [q["text"] for q in judged]
+    eval_set = [{"question": q["text"], "relevant": collection["qrels"][q["qid"]]} for q in judged]
+    texts = [d["text"] for d in docs]
+    scores, seconds = {}, {}
+
+    def timed(name, compute, parts=()):
+        start = time.perf_counter()
+        scores[name] = compute()
+        seconds[name] = time.perf_counter() - start + sum(seconds[p] for p in parts)
+
+    def tfidf(sublinear=False):
+        embedder = rag.Embedder("tfidf")
+        embedder.model.set_params(sublinear_tf=sublinear)   # 1 + log(tf) instead of tf
+        return score_matrix(questions, rag.build_index(docs, embedder), embedder)
+
+    def minilm_scores():
+        vectors = cache.encode(minilm, texts) if cache else minilm.encode(texts)
+        return minilm.encode(questions) @ vectors.T
+
+    timed("tfidf", tfidf)
+    timed("tfidf (sublinear tf)", lambda: tfidf(sublinear=True))
+    timed("bm25", lambda: bm25_scores(questions, *bm25_matrix(texts)))
+    timed("bm25 (stemmed)", lambda: bm25_scores(questions, *bm25_matrix(texts, stem=True)))
+    if minilm:
+        timed("minilm", minilm_scores)
+        timed("0.5 tfidf + 0.5 minilm", lambda: hybrid_scores(scores["tfidf"], scores["minilm"]),
+              parts=["tfidf", "minilm"])
+        timed("rrf(tfidf, minilm)",
+              lambda: reciprocal_rank_fusion([scores["tfidf"], scores["minilm"]]),
+              parts=["tfidf", "minilm"])
+        timed("rrf(bm25 stemmed, minilm)",
+              lambda: reciprocal_rank_fusion([scores["bm25 (stemmed)"], scores["minilm"]]),
+              parts=["bm25 (stemmed)", "minilm"])
+        timed(f"{BEST_WEIGHT} bm25 stemmed + {1 - BEST_WEIGHT:.1f} minilm",
+              lambda: hybrid_scores(minmax(scores["bm25 (stemmed)"]), minmax(scores["minilm"]),
+                                    BEST_WEIGHT),
+              parts=["bm25 (stemmed)", "minilm"])
+    results = {}
+    for name, s in scores.items():
+        m1, mk = evaluate_scores(s, docs, eval_set, 1), evaluate_scores(s, docs, eval_set, k)
+        results[name] = {"hit@1": m1["hit_rate"], f"recall@{k}": mk["recall"],
+                         f"mrr@{k}": mk["mrr"], f"ndcg@{k}": mk["ndcg"],
+                         "seconds": round(seconds[name], 3),
+                         "per_query_ndcg": per_question(mk, "ndcg")}
+    return results
+
+
+def print_collection(results: dict, counts: dict | None = None, k: int = COLLECTION_K) -> None:
+    """One aligned line per method, then whether the best beats MiniLM alone beyond chance."""
+    if counts:
+        print(f"{counts['docs']:,} documents, {counts['judged_queries']} judged queries of "
+              f"{counts['queries']}, {counts['pairs']:,} relevance judgements")
+    width = max(map(len, results)) + 2
+    print(f"{'method':<{width}}hit@1  recall@{k}  mrr@{k}  ndcg@{k}  seconds")
+    for name, r in results.items():
+        print(f"{name:<{width}}{r['hit@1']:.3f}  {r[f'recall@{k}']:.3f}      {r[f'mrr@{k}']:.3f}   "
+              f"{r[f'ndcg@{k}']:.3f}    {r['seconds']:7.2f}")
+    best = max(results, key=lambda name: results[name][f"ndcg@{k}"])
+    if "minilm" in results and best != "minilm":
+        diff = paired_bootstrap(results["minilm"]["per_query_ndcg"],
+                                results[best]["per_query_ndcg"])
+        print_difference(f"ndcg@{k}, {best} minus minilm", diff)
+
+
+def run_collection(path: str, as_json: bool = False, cache_folder: str = CACHE_FOLDER,
+                   minilm: rag.Embedder | None = None) -> dict:
+    """Load a test collection, score every method, and print a table (or one JSON object)."""
+    from rag_collection import EmbeddingCache, load_collection
+    collection = load_collection(path)
+    if minilm is None:
+        try:
+            minilm = rag.Embedder("minilm")
+        except RuntimeError as exc:
+            print(f"[info] MiniLM could not be loaded ({exc}): keyword methods only",
+                  file=sys.stderr)
+    results = evaluate_collection(collection, minilm, EmbeddingCache(cache_folder))
+    if as_json:
+        print(json.dumps({name: {key: round(value, 4) for key, value in r.items()
+                                 if key != "per_query_ndcg"} for name, r in results.items()}))
+    else:
+        print_collection(results, collection["counts"])
+    return results
+
+
+# ---------------------------------------------------------------------------
+# 7. Command line
+# ---------------------------------------------------------------------------
+def parse_args(argv=None):
+    """Command-line flags; every default comes from the block at the top of the file."""
+    p = argparse.ArgumentParser(description="Measure what each RAG setting does to retrieval: "
+                                            "the tutorial's experiments A-I, or a test collection.")
+    p.add_argument("--only", default=EXPERIMENTS,
+                   help="experiments to run, e.g. B or A,B,E (default: all of %(default)s)")
+    p.add_argument("--plot", metavar="DIR", help="also write PNG charts into DIR (needs matplotlib)")
+    p.add_argument("--collection", metavar="PATH",
+                   help="score TF-IDF, BM25, MiniLM and hybrids on a SMART test collection folder")
+    p.add_argument("--json", action="store_true", help="with --collection: print one JSON object")
+    p.add_argument("--cache", default=CACHE_FOLDER,
+                   help="folder for cached document vectors (default: %(default)s)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    """Run the CLI; bad input becomes one line on stderr and a non-zero exit."""
+    args = parse_args(argv)
+    try:
+        if args.collection:
+            run_collection(args.collection, args.json, args.cache)
+        else:
+            if args.json:
+                raise ValueError("--json goes with --collection PATH")
+            letters = parse_letters(args.only)        # check before loading anything slow
+            run_experiments(letters, plot_dir=args.plot)
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
