@@ -166,7 +166,8 @@ def print_more(rows: dict[str, dict]) -> None:
 def print_difference(label: str, diff: tuple[float, float, float]) -> None:
     """One line: the change in a rate and its paired-bootstrap 95% interval."""
     d, lo, hi = diff
-    verdict = "could be chance" if lo <= 0 <= hi else "holds across resamples"
+    verdict = ("no difference" if lo == hi == 0 else
+               "could be chance" if lo <= 0 <= hi else "holds across resamples")
     print(f"  {label}: {d:+.2f} [{lo:+.2f}, {hi:+.2f}]  ({verdict})")
 
 
@@ -474,7 +475,7 @@ def experiment_f(minilm) -> dict:
         print(f"{label:<{width}}{r['chunks']:>6} {r['hit@1']:5.2f} {r['recall@1']:8.2f} "
               f"{r['recall@3']:8.2f} {r['mrr@3']:5.2f} {r['ndcg@3']:6.2f}  "
               f"{r['top']['score']:.3f} {r['top']['chunk_id']:<8} {'yes' if r['has_answer'] else 'no'}")
-    print("  top chunk, sentences <=12: " + rows["sentences <=12"]["top"]["text"])
+    print("  top chunk, sentences <=25: " + rows["sentences <=25"]["top"]["text"])
     result = {"settings": rows}
     result["sentences<=12 - words 12/0 hit@1"] = paired_bootstrap(
         rows["words 12/0"]["hits@1"], rows["sentences <=12"]["hits@1"])
@@ -612,7 +613,7 @@ def experiment_i(minilm) -> dict:
     """I: merge overlapping chunks of one document before the prompt; same facts, fewer words."""
     print("== Experiment I: merging overlapping chunks before the prompt (MiniLM) ==")
     result = {}
-    print(f"{'setting':<24}prompt words (10 questions)  prompts shorter  answer phrase kept  "
+    print(f"{'setting':<24}prompt words, 10 questions  shorter  answer phrase in prompt  "
           f"chunk text kept")
     for size, overlap, k in [(50, 10, 3), (12, 4, 5)]:
         chunks = rag.build_chunks(rag.CORPUS, size, overlap)
@@ -631,8 +632,9 @@ def experiment_i(minilm) -> dict:
         label = f"size={size} overlap={overlap} k={k}"
         result[label] = {"words_before": before, "words_after": after, "shorter": shorter,
                          "facts_before": facts_before, "facts_after": facts_after, "kept": kept}
-        print(f"{label:<24}{before:>4} -> {after:<4} ({(after - before) / before:+.0%}){'':<10}"
-              f"{shorter:>2}/10{'':<11}{facts_before:>2} -> {facts_after:<2}/10{'':<7}{kept:>2}/10")
+        change = f"{before} -> {after} ({(after - before) / before:+.0%})"
+        facts = f"{facts_before}/10 -> {facts_after}/10"
+        print(f"{label:<24}{change:<28}{shorter:>2}/10    {facts:<25}{kept}/10")
     return result
 
 
@@ -668,6 +670,8 @@ def run_experiments(letters: str = EXPERIMENTS, minilm: rag.Embedder | None = No
     if skipped:
         print(f"skipped {', '.join(skipped)}: they measure MiniLM, and "
               f"{next(iter(skipped.values()))}")
+    if minilm:
+        print(f"MiniLM has embedded {minilm.texts_encoded} distinct texts so far, each once")
     results["skipped"] = skipped
     if plot_dir:
         results["plots"] = write_plots(results, plot_dir)
@@ -798,7 +802,10 @@ def evaluate_collection(collection: dict, minilm: rag.Embedder | None = None, ca
     timed("tfidf", tfidf)
     timed("tfidf (sublinear tf)", lambda: tfidf(sublinear=True))
     timed("bm25", lambda: bm25_scores(questions, *bm25_matrix(texts)))
-    timed("bm25 (stemmed)", lambda: bm25_scores(questions, *bm25_matrix(texts, stem=True)))
+    try:
+        timed("bm25 (stemmed)", lambda: bm25_scores(questions, *bm25_matrix(texts, stem=True)))
+    except RuntimeError as exc:                       # snowballstemmer is not installed
+        print(f"[info] {exc}: the stemmed rows are left out", file=sys.stderr)
     if minilm:
         timed("minilm", minilm_scores)
         timed("0.5 tfidf + 0.5 minilm", lambda: hybrid_scores(scores["tfidf"], scores["minilm"]),
@@ -806,6 +813,7 @@ def evaluate_collection(collection: dict, minilm: rag.Embedder | None = None, ca
         timed("rrf(tfidf, minilm)",
               lambda: reciprocal_rank_fusion([scores["tfidf"], scores["minilm"]]),
               parts=["tfidf", "minilm"])
+    if minilm and "bm25 (stemmed)" in scores:
         timed("rrf(bm25 stemmed, minilm)",
               lambda: reciprocal_rank_fusion([scores["bm25 (stemmed)"], scores["minilm"]]),
               parts=["bm25 (stemmed)", "minilm"])

@@ -161,6 +161,9 @@ def test_experiment_f_sentence_chunks_measured(run):
     # Whole sentences put "4 weeks" in the top chunk without any overlap...
     assert f["sentences <=25"]["top"]["text"].startswith("Fathers, partners and adoptive parents "
                                                           "receive 4 weeks")
+    assert "  top chunk, sentences <=25: Fathers, partners and adoptive parents receive 4 weeks of " \
+           "paid parental leave, which must be taken within 6 months of the birth or adoption." \
+           in block(run[1], "F")
     # ...but hit@1 does not improve on the word window here, and ten questions can't tell.
     assert run[0]["F"]["sentences<=12 - words 12/0 hit@1"] == pytest.approx((-0.1, -0.3, 0.0))
 
@@ -326,6 +329,8 @@ def test_experiment_i_prompts_shrink_and_keep_every_fact(run):
     i = run[0]["I"]
     assert i["size=50 overlap=10 k=3"] == {"words_before": 1475, "words_after": 1376, "shorter": 7,
                                            "facts_before": 10, "facts_after": 10, "kept": 10}
+    assert "size=50 overlap=10 k=3  1475 -> 1376 (-7%)           7/10    10/10 -> 10/10           " \
+           "10/10" in block(run[1], "I")
     small = i["size=12 overlap=4 k=5"]
     assert small["words_after"] < small["words_before"] and small["kept"] == 10
     assert small["facts_after"] == small["facts_before"]
@@ -344,6 +349,23 @@ def test_bootstrap_matches_scipy_percentile_interval():
     assert ours == pytest.approx((theirs.low, theirs.high), abs=0.1001)
     assert rx.bootstrap_ci(values) == rx.bootstrap_ci(values)          # seeded: reruns agree
     assert rx.bootstrap_ci([0.5] * 10) == (0.5, 0.5)
+
+
+def test_each_text_is_embedded_once_per_backend(run, minilm, capsys):
+    before = minilm.texts_encoded
+    rx.run_experiments("BDEFI", minilm=minilm)         # every text was seen in the first run
+    assert minilm.texts_encoded == before
+    assert f"MiniLM has embedded {before} distinct texts so far, each once" in capsys.readouterr().out
+
+
+def test_difference_lines_say_when_ten_questions_cannot_tell(capsys):
+    rx.print_difference("same", (0.0, 0.0, 0.0))
+    rx.print_difference("one question", (0.1, 0.0, 0.3))
+    rx.print_difference("every question", (0.5, 0.3, 0.7))
+    assert capsys.readouterr().out.splitlines() == [
+        "  same: +0.00 [+0.00, +0.00]  (no difference)",
+        "  one question: +0.10 [+0.00, +0.30]  (could be chance)",
+        "  every question: +0.50 [+0.30, +0.70]  (holds across resamples)"]
 
 
 def test_paired_bootstrap_resamples_questions_not_settings():
@@ -440,6 +462,14 @@ def test_evaluate_collection_scores_a_tiny_collection(minilm):
     assert bm25["ndcg@2"] == pytest.approx((1 + 1 / (1 + 1 / math.log2(3))) / 2)
     for r in results.values():
         assert 0 <= r["ndcg@2"] <= 1 and r["seconds"] >= 0 and len(r["per_query_ndcg"]) == 2
+
+
+def test_evaluate_collection_without_snowballstemmer_leaves_out_the_stemmed_rows(monkeypatch, capsys):
+    import sys
+    monkeypatch.setitem(sys.modules, "snowballstemmer", None)       # import now fails
+    results = rx.evaluate_collection(TINY, None)
+    assert list(results) == ["tfidf", "tfidf (sublinear tf)", "bm25"]
+    assert "pip install snowballstemmer" in capsys.readouterr().err
 
 
 def test_evaluate_collection_without_judgements_is_an_error():
