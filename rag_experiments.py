@@ -33,6 +33,9 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
+# The lab's new holiday policy and its question (tutorial, hands-on lab, task 2): with it,
+# MiniLM sends "How many vacation days do I get each year?" to holidays, not annual leave.
+from lab.lab_tasks import HR05_DOC as LAB_DOC, HR05_QUESTION as LAB_QUESTION
 
 # ---------------------------------------------------------------------------
 # Defaults: the one place they live (the CLI reads them from here)
@@ -48,21 +51,6 @@ COLLECTION_K = 10        # cut-off for recall, MRR and nDCG on a test collection
 CACHE_FOLDER = ".rag_cache"   # where document vectors of a test collection are kept
 
 FATHERS = "How much time off do new fathers get?"     # the question Experiments E and F follow
-
-# The lab's new document and question (tutorial, hands-on lab, task 2): with it, MiniLM sends
-# "How many vacation days do I get each year?" to the holiday policy instead of annual leave.
-LAB_DOC = {
-    "doc_id": "HR-05",
-    "title": "Public and floating holidays",
-    "text": (
-        "Kestrelwood observes 10 fixed public holidays each calendar year; the list is published "
-        "in the PeoplePortal every December. In addition, every employee can take 2 floating "
-        "holidays for festivals of their choice. Apply for a floating holiday in the PeoplePortal "
-        "like annual leave. Unused floating holidays cannot be carried forward."
-    ),
-}
-LAB_QUESTION = {"question": "Can I take a day off for a festival that is not on the holiday list?",
-                "relevant": {"HR-05"}}
 
 # Questions the ten documents cannot answer: a good assistant should refuse them all.
 UNANSWERABLE = [
@@ -886,24 +874,19 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def run(args) -> None:
+    """The experiments, or the test collection if --collection was given."""
+    if args.collection:
+        run_collection(args.collection, args.json, args.cache)
+        return
+    if args.json:
+        raise ValueError("--json goes with --collection PATH")
+    run_experiments(parse_letters(args.only), plot_dir=args.plot)
+
+
 def main(argv=None) -> int:
-    """Run the CLI; bad input becomes one line on stderr and a non-zero exit."""
-    args = parse_args(argv)
-    try:
-        if args.collection:
-            run_collection(args.collection, args.json, args.cache)
-        else:
-            if args.json:
-                raise ValueError("--json goes with --collection PATH")
-            letters = parse_letters(args.only)        # check before loading anything slow
-            run_experiments(letters, plot_dir=args.plot)
-    except (ValueError, RuntimeError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    return 0
+    """Run the CLI; bad input becomes one line on stderr and exit status 1."""
+    return rag.report_errors(run, parse_args(argv))
 
 
 if __name__ == "__main__":
