@@ -286,42 +286,29 @@ def build_sentence_chunks(corpus: list[dict], max_words: int) -> list[dict]:
 
 
 def merge_overlapping(retrieved: list[dict]) -> list[dict]:
-    """Join retrieved chunks of one document that overlap into one passage, in reading order.
+    """Join retrieved neighbours of one document that share words into one passage.
 
-    ["a b c d", "d e f"] from the same document -> ["a b c d e f"]: the shared words
-    appear once. Passages keep the rank of their best chunk.
+    ["a b c d" (D#0), "d e f" (D#1)] -> ["a b c d e f" (D#0+1)]: the shared words appear
+    once. Passages come in the order of their best chunk and keep its score.
     """
     position = lambda r: int(r["chunk_id"].rsplit("#", 1)[1])
-    merged = []
-    for r in retrieved:
-        same_doc = [m for m in merged if m["doc_id"] == r["doc_id"]]
-        for m in same_doc:
-            joined = join_overlap(m, r, position)
-            if joined:
-                m.update(joined)
-                break
-        else:
-            merged.append({**r, "parts": [position(r)]})
-    return [{k: v for k, v in m.items() if k != "parts"} for m in merged]
-
-
-def join_overlap(passage: dict, chunk: dict, position) -> dict | None:
-    """The passage extended by a neighbouring chunk that shares words at the boundary, else None."""
-    if position(chunk) == max(passage["parts"]) + 1:
-        first, second = passage, chunk
-    elif position(chunk) == min(passage["parts"]) - 1:
-        first, second = chunk, passage
-    else:
-        return None                                  # not a neighbour: nothing to join
-    a, b = first["text"].split(), second["text"].split()
-    shared = next((n for n in range(min(len(a), len(b)), 0, -1) if a[-n:] == b[:n]), 0)
-    if not shared:
-        return None
-    parts = sorted(passage["parts"] + [position(chunk)])
-    doc = passage["chunk_id"].rsplit("#", 1)[0]
-    return {"text": " ".join(a + b[shared:]), "parts": parts,
-            "chunk_id": f"{doc}#{'+'.join(map(str, parts))}",
-            "score": max(passage["score"], chunk["score"])}
+    rank = {r["chunk_id"]: i for i, r in enumerate(retrieved)}
+    passages = []
+    for r in sorted(retrieved, key=lambda r: (r["doc_id"], position(r))):    # reading order
+        last = passages[-1] if passages else None
+        if last and last["doc_id"] == r["doc_id"] and position(r) == last["parts"][-1] + 1:
+            a, b = last["text"].split(), r["text"].split()
+            shared = next((n for n in range(min(len(a), len(b)), 0, -1) if a[-n:] == b[:n]), 0)
+            if shared:
+                last["text"] = " ".join(a + b[shared:])
+                last["parts"].append(position(r))
+                last["score"] = max(last["score"], r["score"])
+                last["rank"] = min(last["rank"], rank[r["chunk_id"]])
+                continue
+        passages.append({**r, "parts": [position(r)], "rank": rank[r["chunk_id"]]})
+    passages.sort(key=lambda p: p["rank"])
+    return [{**{k: v for k, v in p.items() if k not in ("parts", "rank")},
+             "chunk_id": f"{p['doc_id']}#{'+'.join(map(str, p['parts']))}"} for p in passages]
 
 
 # ---------------------------------------------------------------------------

@@ -316,6 +316,14 @@ def test_merge_overlapping_joins_neighbours_once_and_keeps_others():
     merged = rx.merge_overlapping(retrieved)
     assert [(m["chunk_id"], m["text"], m["score"]) for m in merged] == [
         ("D#0+1", "a b c d e f g", 0.9), ("X#0", "other text", 0.8), ("D#3", "p q", 0.6)]
+    # A chunk that bridges two retrieved neighbours joins all three.
+    bridge = {"chunk_id": "D#2", "doc_id": "D", "title": "t", "text": "g h p", "score": 0.5}
+    merged = rx.merge_overlapping(retrieved + [bridge])
+    assert [(m["chunk_id"], m["text"]) for m in merged] == [
+        ("D#0+1+2+3", "a b c d e f g h p q"), ("X#0", "other text")]
+    # Neighbours that share no words stay apart: nothing is invented.
+    apart = [dict(retrieved[2], text="a b"), dict(retrieved[0], text="c d")]
+    assert [m["text"] for m in rx.merge_overlapping(apart)] == ["a b", "c d"]
 
 
 def test_merge_of_the_corpus_chunks_rebuilds_the_document(chunks):
