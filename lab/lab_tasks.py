@@ -11,7 +11,6 @@ evaluator (rag_from_scratch.py); this file only changes the data and prints the 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -218,23 +217,21 @@ TASKS = {1: task1, 2: task2, 3: task3, 4: task4}
 # ---------------------------------------------------------------------------
 def main(argv=None) -> int:
     """Run the chosen tasks; a bad setting becomes one line on stderr and exit status 1."""
-    p = argparse.ArgumentParser(description="The RAG lab: baseline, new document, regression, fixes.")
+    p = rag.OneLineParser(description="The RAG lab: baseline, new document, regression, fixes.")
     p.add_argument("--task", type=int, choices=sorted(TASKS), help="run only this task")
     p.add_argument("--backend", default=rag.BACKEND, choices=["auto", "minilm", "tfidf"],
                    help="embedding backend (default: %(default)s)")
     p.add_argument("--model", default=rag.MODEL_NAME, help="MiniLM model name or local folder")
-    args = p.parse_args(argv)
-    try:
-        embedder = rag.Embedder(args.backend, args.model)
-        for number in [args.task] if args.task else sorted(TASKS):
-            if number != (args.task or 1):
-                print()
-            TASKS[number](embedder)
-    except (ValueError, RuntimeError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return rag.report_errors(run_tasks, p.parse_args(argv))
 
+
+def run_tasks(args) -> None:
+    """Load the embedder once and run the chosen tasks with it."""
+    embedder = rag.Embedder(args.backend, args.model)
+    for number in [args.task] if args.task else sorted(TASKS):
+        if number != (args.task or 1):
+            print()
+        TASKS[number](embedder)
 
 if __name__ == "__main__":
     sys.exit(main())
