@@ -68,9 +68,13 @@ def query_vectors(repeats: int, dim: int = DIM, seed: int = SEED) -> np.ndarray:
     return random_unit_vectors(repeats + 1, dim, seed + 1)
 
 
-def read_bandwidth(buffer_mb: int = BANDWIDTH_MB, repeats: int = REPEATS) -> dict:
-    """Memory read speed in GB/s: the best of two kernels that read a big buffer once."""
-    buffer = np.ones(int(buffer_mb * MB) // 4, dtype=np.float32)    # ones() touches every page
+def read_buffer(buffer_mb: int = BANDWIDTH_MB) -> np.ndarray:
+    """A float32 buffer far bigger than the CPU caches, every page already touched."""
+    return np.ones(int(buffer_mb * MB) // 4, dtype=np.float32)
+
+
+def read_bandwidth(buffer: np.ndarray, repeats: int = REPEATS) -> dict:
+    """Memory read speed in GB/s: the best of two kernels that read the buffer once."""
     kernels = {"np.dot(buffer, buffer)": lambda: np.dot(buffer, buffer),
                "buffer.sum()": lambda: buffer.sum()}
     best = {}
@@ -83,13 +87,12 @@ def read_bandwidth(buffer_mb: int = BANDWIDTH_MB, repeats: int = REPEATS) -> dic
             seconds.append(time.perf_counter() - start)
         best[name] = buffer.nbytes / np.median(seconds) / 1e9
     kernel = max(best, key=best.get)
-    return {"gb_per_s": best[kernel], "kernel": kernel, "buffer_mb": buffer_mb,
-            "all_gb_per_s": best}
+    return {"gb_per_s": best[kernel], "kernel": kernel, "all_gb_per_s": best}
 
 
 def thread_counts() -> dict:
-    """How many threads the BLAS libraries and FAISS may use (they set the matvec's speed)."""
-    counts = {"cpus": os.cpu_count()}
+    """CPUs, how busy they already are, and how many threads BLAS and FAISS may use."""
+    counts = {"cpus": os.cpu_count(), "load_before": os.getloadavg()[0]}
     try:
         from threadpoolctl import threadpool_info
         counts["blas"] = max((p["num_threads"] for p in threadpool_info()
@@ -129,24 +132,34 @@ def search_methods(index: np.ndarray, k: int,
     return methods, None
 
 
-def bench_size(n: int, k: int, repeats: int, bandwidth_gb_per_s: float,
-               dim: int = DIM, seed: int = SEED, column_major: bool = False) -> dict:
-    """Time every method on one index of n random unit vectors, queries interleaved."""
+def bench_size(n: int, k: int, repeats: int, buffer: np.ndarray, dim: int = DIM,
+               seed: int = SEED, column_major: bool = False) -> dict:
+    """Time every method on one index of n random unit vectors, with the same queries."""
     index = random_unit_vectors(n, dim, seed)
     methods, no_faiss = search_methods(index, k, column_major)
+    queries = query_vectors(repeats, dim, seed)
     seconds = {name: [] for name in methods}
     ids = {name: [] for name in methods if name != "matvec"}
-    for i, q in enumerate(query_vectors(repeats, dim, seed)):
-        for name, method in methods.items():      # side by side: the same query, in turn
+    bandwidths = []
+    # One method at a time: FAISS's OpenMP threads and NumPy's BLAS threads each spin for
+    # a while after a call, so alternating them per query would time their fight for cores.
+    for name, method in methods.items():
+        # The bandwidth is measured next to every method: on a shared machine it changes.
+        bandwidths.append(read_bandwidth(buffer, repeats))
+        method(queries[0])                        # warm-up: wakes threads, fills caches
+        for q in queries[1:]:
             start = time.perf_counter()
             out = method(q)
-            elapsed = time.perf_counter() - start
-            if i > 0:                             # query 0 only warms caches and threads
-                seconds[name].append(elapsed)
-                if name in ids:
-                    ids[name].append(np.asarray(out).tolist())
-    bound_ms = index.nbytes / (bandwidth_gb_per_s * 1e9) * 1e3
-    result = {"n": n, "dim": dim, "k": k, "index_mb": index.nbytes / MB, "bound_ms": bound_ms}
+            seconds[name].append(time.perf_counter() - start)
+            if name in ids:
+                ids[name].append(np.asarray(out).tolist())
+    measured = [b["gb_per_s"] for b in bandwidths]
+    read_gb_per_s = float(np.median(measured))
+    bound_ms = index.nbytes / (read_gb_per_s * 1e9) * 1e3
+    result = {"n": n, "dim": dim, "k": k, "index_mb": index.nbytes / MB,
+              "read_gb_per_s": read_gb_per_s, "read_gb_per_s_each": measured,
+              "read_kernel": max(bandwidths, key=lambda b: b["gb_per_s"])["kernel"],
+              "bound_ms": bound_ms}
     for name, times in seconds.items():
         result[f"{name}_ms"] = float(np.median(times)) * 1e3
         result[f"{name}_x_bound"] = result[f"{name}_ms"] / bound_ms
@@ -237,25 +250,33 @@ def bench_minilm(texts: list[str], embedder=None) -> dict:
 # ---------------------------------------------------------------------------
 def print_report(report: dict) -> None:
     """Aligned tables: milliseconds and multiples of the memory bound."""
-    bw, threads, runs = report["bandwidth"], report["threads"], report["search"]
+    threads, runs = report["threads"], report["search"]
     if runs:
         first = runs[0]
         print(f"== Exact search: N random unit vectors, {first['dim']} dims float32, "
               f"k={first['k']}, median of {report['repeats']} queries ==")
-        print(f"memory read bandwidth {bw['gb_per_s']:.1f} GB/s ({bw['kernel']} over "
-              f"{bw['buffer_mb']} MB); threads: BLAS {threads['blas']}, FAISS {threads['faiss']}, "
-              f"CPUs {threads['cpus']}")
+        print(f"bound = index bytes / read bandwidth (GB/s: {first['read_kernel']} over "
+              f"{report['buffer_mb']} MB, next to each method)")
+        print(f"threads: BLAS {threads['blas']}, FAISS {threads['faiss']}; {threads['cpus']} CPUs, "
+              f"load average {threads['load_before']:.2f} before the run")
         names = [m for m in ("matvec", "core", "argsort", "faiss", "colmajor") if f"{m}_ms" in first]
-        print(f"{'N':>10} {'index MB':>9} {'bound ms':>9}"
+        print(f"{'N':>10} {'index MB':>9} {'GB/s':>6} {'bound ms':>9}"
               + "".join(f"{name + ' ms':>12} {'x bound':>8}" for name in names) + "   same ids")
         for r in runs:
             cells = "".join(f"{r[f'{m}_ms']:>12.2f} {r[f'{m}_x_bound']:>7.2f}x" for m in names)
             same = r["same_ids_argsort"] and False not in (r["same_ids_faiss"],
                                                            r.get("same_ids_colmajor"))
-            print(f"{r['n']:>10,} {r['index_mb']:>9.1f} {r['bound_ms']:>9.2f}{cells}   "
-                  f"{'yes' if same else 'NO'}")
+            print(f"{r['n']:>10,} {r['index_mb']:>9.1f} {r['read_gb_per_s']:>6.1f} "
+                  f"{r['bound_ms']:>9.2f}{cells}   {'yes' if same else 'NO'}")
             if "faiss_skipped" in r:
                 print(f"  (FAISS skipped: {r['faiss_skipped']})")
+        # A BLAS thread that waits for a busy CPU can double a matvec without touching the
+        # single-threaded bandwidth test, so the load before the run is checked too.
+        if any(r[f"{m}_ms"] > 1.5 * r[f"{m}_min_ms"] for r in runs for m in names) or any(
+                max(r["read_gb_per_s_each"]) > 1.25 * min(r["read_gb_per_s_each"]) for r in runs
+                ) or threads["load_before"] > threads["cpus"] / 2:
+            print("note: timings or bandwidth moved a lot during the run, so other programs were "
+                  "competing for the CPU or memory; rerun on an idle machine for steadier figures")
     t = report.get("tfidf")
     if t:
         print(f"\n== TF-IDF at scale: {t['chunks']:,} chunks ({report['text_source']}) ==")
@@ -316,12 +337,14 @@ def check_args(args) -> None:
 
 def run(args) -> dict:
     """Run the chosen benchmarks and return every figure in one dict."""
-    report = {"repeats": args.repeats, "threads": thread_counts(), "search": []}
-    report["bandwidth"] = read_bandwidth(args.bandwidth_mb, args.repeats)
-    for n in args.sizes:
-        report["search"].append(bench_size(n, args.k, args.repeats,
-                                           report["bandwidth"]["gb_per_s"],
-                                           column_major=args.column_major))
+    report = {"repeats": args.repeats, "buffer_mb": args.bandwidth_mb,
+              "threads": thread_counts(), "search": []}
+    if args.sizes:
+        buffer = read_buffer(args.bandwidth_mb)
+        for n in args.sizes:
+            report["search"].append(bench_size(n, args.k, args.repeats, buffer,
+                                               column_major=args.column_major))
+        del buffer
     wanted = max(args.tfidf_chunks, args.minilm_chunks)
     if wanted:
         collection = args.collection or (DEFAULT_COLLECTION if DEFAULT_COLLECTION.is_dir() else None)

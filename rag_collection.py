@@ -53,7 +53,7 @@ import numpy as np
 # Defaults
 # ---------------------------------------------------------------------------
 DEFAULT_COLLECTION = Path(__file__).resolve().parent.parent / "shared" / "data" / "cisi"
-CACHE_DIR = ".rag_cache"     # where EmbeddingCache keeps document vectors (git-ignored)
+CACHE_DIR = Path(__file__).resolve().parent / ".rag_cache"   # EmbeddingCache's files (git-ignored)
 
 # The file names the classic collections use, as case-insensitive patterns.
 FILE_PATTERNS = {
@@ -464,7 +464,7 @@ def main(argv=None) -> int:
                    help="folder with the documents, queries and relevance files "
                         "(default: %(default)s)")
     p.add_argument("--embed", action="store_true",
-                   help=f"encode every document with MiniLM, cached in {CACHE_DIR}/")
+                   help=f"encode every document with MiniLM, cached in {CACHE_DIR}")
     args = p.parse_args(argv)
     try:
         col = load_collection(args.path)
