@@ -189,8 +189,8 @@ def synthetic_texts(n: int, words: int = rag.CHUNK_SIZE, vocabulary: int = 30_00
 
 
 def text_chunks(n: int, collection=None) -> tuple[list[dict], str, list[str]]:
-    """n chunks of CHUNK_SIZE words from a collection (more overlap if it is too small),
-    its queries, and where they came from; made-up text if there is no collection."""
+    """n chunks of CHUNK_SIZE words spread over a collection (more overlap if it is too
+    small), its queries, and where they came from; made-up text if there is no collection."""
     if collection is None:
         texts = synthetic_texts(n)
         chunks = [{"chunk_id": f"S{i}", "doc_id": f"S{i}", "title": "", "text": t}
@@ -203,7 +203,8 @@ def text_chunks(n: int, collection=None) -> tuple[list[dict], str, list[str]]:
             break
     source = (f"{Path(collection).name} documents, {rag.CHUNK_SIZE}-word chunks, "
               f"overlap {overlap}")
-    return chunks[:n], source, [q["text"] for q in col["queries"]]
+    keep = np.linspace(0, len(chunks) - 1, min(n, len(chunks))).round().astype(int)
+    return [chunks[i] for i in keep], source, [q["text"] for q in col["queries"]]
 
 
 def bench_tfidf(chunks: list[dict], questions: list[str], k: int = rag.TOP_K,
