@@ -92,7 +92,8 @@ def read_bandwidth(buffer: np.ndarray, repeats: int = REPEATS) -> dict:
 
 def thread_counts() -> dict:
     """CPUs, how busy they already are, and how many threads BLAS and FAISS may use."""
-    counts = {"cpus": os.cpu_count(), "load_before": os.getloadavg()[0]}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None    # not on Windows
+    counts = {"cpus": os.cpu_count(), "load_before": load}
     try:
         from threadpoolctl import threadpool_info
         counts["blas"] = max((p["num_threads"] for p in threadpool_info()
@@ -258,8 +259,9 @@ def print_report(report: dict) -> None:
               f"k={first['k']}, median of {report['repeats']} queries ==")
         print(f"bound = index bytes / read bandwidth (GB/s: {first['read_kernel']} over "
               f"{report['buffer_mb']} MB, next to each method)")
-        print(f"threads: BLAS {threads['blas']}, FAISS {threads['faiss']}; {threads['cpus']} CPUs, "
-              f"load average {threads['load_before']:.2f} before the run")
+        load = threads["load_before"]
+        print(f"threads: BLAS {threads['blas']}, FAISS {threads['faiss']}; {threads['cpus']} CPUs"
+              + (f", load average {load:.2f} before the run" if load is not None else ""))
         names = [m for m in ("matvec", "core", "argsort", "faiss", "colmajor") if f"{m}_ms" in first]
         print(f"{'N':>10} {'index MB':>9} {'GB/s':>6} {'bound ms':>9}"
               + "".join(f"{name + ' ms':>12} {'x bound':>8}" for name in names) + "   same ids")
@@ -275,7 +277,7 @@ def print_report(report: dict) -> None:
         # single-threaded bandwidth test, so the load before the run is checked too.
         if any(r[f"{m}_ms"] > 1.5 * r[f"{m}_min_ms"] for r in runs for m in names) or any(
                 max(r["read_gb_per_s_each"]) > 1.25 * min(r["read_gb_per_s_each"]) for r in runs
-                ) or threads["load_before"] > threads["cpus"] / 2:
+                ) or (load or 0) > threads["cpus"] / 2:
             print("note: timings or bandwidth moved a lot during the run, so other programs were "
                   "competing for the CPU or memory; rerun on an idle machine for steadier figures")
     t = report.get("tfidf")
@@ -319,6 +321,18 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def available_memory() -> int | None:
+    """Bytes of memory the system can still give us (Linux), or None where we cannot tell."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def check_args(args) -> None:
     """Reject bad values before minutes of work start."""
     if args.k < 1 or args.repeats < 1 or args.bandwidth_mb < 1:
@@ -328,7 +342,7 @@ def check_args(args) -> None:
     for n in args.sizes:
         if n <= args.k:
             raise ValueError(f"--sizes: N={n} must be larger than k={args.k}")
-    free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0
+    free = available_memory()
     copies = 3 if args.column_major else 2                   # index, FAISS's copy, column-major
     need = max(args.sizes, default=0) * DIM * 4 * copies + args.bandwidth_mb * MB
     if free and need > free:

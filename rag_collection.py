@@ -133,12 +133,19 @@ def parse_records(path: Path) -> list[dict]:
     if not records:
         raise ValueError(f"no records in {path}: looked for SMART '.I <id>' lines (or TIME "
                          f"'*TEXT <id>', LISA 'Document <id>', NPL '<id> ... /' blocks)")
-    seen = set()
-    for r in records:
-        if r["id"] in seen:
-            raise ValueError(f"{path.name}: record id {r['id']} appears twice; is the file "
-                             f"two files joined together?")
-        seen.add(r["id"])
+    return records
+
+
+def read_records(paths: list[Path]) -> list[dict]:
+    """The records of one file, or of a file split in parts (LISA); ids must be unique."""
+    records, seen = [], set()
+    for path in paths:
+        for r in parse_records(path):
+            if r["id"] in seen:
+                raise ValueError(f"{path.name}: record id {r['id']} appears twice; are two "
+                                 f"files joined together?")
+            seen.add(r["id"])
+            records.append(r)
     return records
 
 
@@ -310,18 +317,17 @@ def load_collection(path) -> dict:
     qrels:   {qid: {doc_id: grade}}             judged queries only, grades > 0
     """
     files = find_files(path)
-    doc_records = [r for p in files["documents"] for r in parse_records(p)]
     query_path, rel_path = files["queries"][0], files["relevance"][0]
     notes = []
     docs = []
-    for r in doc_records:
+    for r in read_records(files["documents"]):
         title, text = title_and_text(r["fields"])
         docs.append({"doc_id": r["id"], "title": title, "text": text})
     empty = sum(not d["text"] for d in docs)
     if empty:
         notes.append(f"{empty} documents have neither a title nor an abstract")
     queries = []
-    for r in parse_records(query_path):         # the question is .W; .T only if there is no .W
+    for r in read_records(files["queries"]):     # the question is .W; .T only if there is no .W
         title = r["fields"].get("T", "")
         queries.append({"qid": r["id"], "text": r["fields"].get("W") or title, "title": title})
 

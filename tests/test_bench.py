@@ -117,3 +117,10 @@ def test_bad_flags_are_one_line_errors(argv, expected, capsys):
     assert bench.main(argv) == 1
     err = capsys.readouterr().err
     assert expected in err and err.count("\n") == 1
+
+
+def test_sizes_that_do_not_fit_in_memory_are_refused_before_any_work(monkeypatch, capsys):
+    monkeypatch.setattr(bench, "available_memory", lambda: 2_000_000_000)
+    assert bench.main(["--sizes", "1000000", "--tfidf-chunks", "0", "--minilm-chunks", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "N=1,000,000 needs about 3.6 GB of memory and 2.0 GB is free" in err

@@ -250,6 +250,16 @@ def test_lisa_layout_in_several_document_files(tmp_path):
     assert col["qrels"] == {"1": {"1": 1, "2": 1}, "2": {"2": 1}}
 
 
+def test_a_document_id_repeated_across_parts_is_refused(tmp_path):
+    stars = "*" * 44
+    folder = write(tmp_path, {
+        "LISA0.001": f"Document  1\nA\n\nfirst.\n{stars}\n",
+        "LISA0.501": f"Document  1\nB\n\nsecond.\n{stars}\n",
+        "LISA.QUE": "1\nA QUESTION. #\n", "LISA.REL": "Query 1\nRelevant Refs:\n1 -1\n"})
+    with pytest.raises(ValueError, match="LISA0.501: record id 1 appears twice"):
+        load_collection(folder)
+
+
 # ---------------------------------------------------------------------------
 # Errors: one clear line that names what was looked for
 # ---------------------------------------------------------------------------
