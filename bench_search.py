@@ -11,10 +11,12 @@ measures that bandwidth on the machine it runs on. For each N it times, on the s
 unit vectors and the same queries, the median over --repeats queries of
 
     matvec   scores = index @ q                             the arithmetic alone
-    core     scores = index @ q; top_k(scores, k)           what rag_from_scratch.search runs
+    core     scores = index @ q; top_k(scores, k)           what rag_from_scratch.search runs,
+                                                            on the column-major index that
+                                                            build_index returns
+    rowmajor the same on a row-major index                  what a plain np.stack gives
     argsort  scores = index @ q; np.argsort(-scores)[:k]    the tutorial's first version
     faiss    faiss.IndexFlatIP.search(q, k)                 exact inner product, in C++
-    colmajor core on a column-major copy of the index      only with --column-major
 
 each in milliseconds and as a multiple of the bound (1.00x: as fast as memory allows).
 Then two figures on real text: the memory of a sparse TF-IDF index of 10,000 chunks next to
@@ -111,18 +113,17 @@ def thread_counts() -> dict:
 # ---------------------------------------------------------------------------
 # 2. Exact search at N = 10k, 100k, 1M
 # ---------------------------------------------------------------------------
-def search_methods(index: np.ndarray, k: int,
-                   column_major: bool = False) -> tuple[dict, str | None]:
+def search_methods(index: np.ndarray, k: int) -> tuple[dict, str | None]:
     """name -> function(q) returning the k best ids (matvec: the scores); and why no FAISS."""
+    # Same numbers, stored column by column as build_index does: `@` then runs BLAS's
+    # faster kernel for a tall, thin matrix.
+    by_column = np.asfortranarray(index)
     methods = {
-        "matvec": lambda q: index @ q,
-        "core": lambda q: rag.top_k(index @ q, k),
+        "matvec": lambda q: by_column @ q,
+        "core": lambda q: rag.top_k(by_column @ q, k),
+        "rowmajor": lambda q: rag.top_k(index @ q, k),
         "argsort": lambda q: np.argsort(-(index @ q))[:k],
     }
-    if column_major:
-        # Same numbers, stored column by column: `@` then runs BLAS's other matvec kernel.
-        by_column = np.asfortranarray(index)
-        methods["colmajor"] = lambda q: rag.top_k(by_column @ q, k)
     try:
         import faiss
     except ImportError:
@@ -134,10 +135,10 @@ def search_methods(index: np.ndarray, k: int,
 
 
 def bench_size(n: int, k: int, repeats: int, buffer: np.ndarray, dim: int = DIM,
-               seed: int = SEED, column_major: bool = False) -> dict:
+               seed: int = SEED) -> dict:
     """Time every method on one index of n random unit vectors, with the same queries."""
     index = random_unit_vectors(n, dim, seed)
-    methods, no_faiss = search_methods(index, k, column_major)
+    methods, no_faiss = search_methods(index, k)
     queries = query_vectors(repeats, dim, seed)
     seconds = {name: [] for name in methods}
     ids = {name: [] for name in methods if name != "matvec"}
@@ -167,8 +168,7 @@ def bench_size(n: int, k: int, repeats: int, buffer: np.ndarray, dim: int = DIM,
         result[f"{name}_min_ms"] = min(times) * 1e3      # far below the median: a busy machine
     result["same_ids_argsort"] = ids["core"] == ids["argsort"]
     result["same_ids_faiss"] = ids["core"] == ids["faiss"] if "faiss" in ids else None
-    if "colmajor" in ids:
-        result["same_ids_colmajor"] = ids["core"] == ids["colmajor"]
+    result["same_ids_rowmajor"] = ids["core"] == ids["rowmajor"]
     result["ids_last_query"] = {name: found[-1] for name, found in ids.items()}
     if no_faiss:
         result["faiss_skipped"] = no_faiss
@@ -262,13 +262,13 @@ def print_report(report: dict) -> None:
         load = threads["load_before"]
         print(f"threads: BLAS {threads['blas']}, FAISS {threads['faiss']}; {threads['cpus']} CPUs"
               + (f", load average {load:.2f} before the run" if load is not None else ""))
-        names = [m for m in ("matvec", "core", "argsort", "faiss", "colmajor") if f"{m}_ms" in first]
+        names = [m for m in ("matvec", "core", "rowmajor", "argsort", "faiss") if f"{m}_ms" in first]
         print(f"{'N':>10} {'index MB':>9} {'GB/s':>6} {'bound ms':>9}"
               + "".join(f"{name + ' ms':>12} {'x bound':>8}" for name in names) + "   same ids")
         for r in runs:
             cells = "".join(f"{r[f'{m}_ms']:>12.2f} {r[f'{m}_x_bound']:>7.2f}x" for m in names)
             same = r["same_ids_argsort"] and False not in (r["same_ids_faiss"],
-                                                           r.get("same_ids_colmajor"))
+                                                           r["same_ids_rowmajor"])
             print(f"{r['n']:>10,} {r['index_mb']:>9.1f} {r['read_gb_per_s']:>6.1f} "
                   f"{r['bound_ms']:>9.2f}{cells}   {'yes' if same else 'NO'}")
             if "faiss_skipped" in r:
@@ -315,8 +315,6 @@ def parse_args(argv=None):
     p.add_argument("--collection", default=None,
                    help=f"text for the TF-IDF and MiniLM tests (default: {DEFAULT_COLLECTION} "
                         f"if present, else made-up text)")
-    p.add_argument("--column-major", action="store_true",
-                   help="also time the core on a column-major (Fortran-order) copy of the index")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     return p.parse_args(argv)
 
@@ -343,7 +341,7 @@ def check_args(args) -> None:
         if n <= args.k:
             raise ValueError(f"--sizes: N={n} must be larger than k={args.k}")
     free = available_memory()
-    copies = 3 if args.column_major else 2                   # index, FAISS's copy, column-major
+    copies = 3                                 # row-major index, column-major copy, FAISS's copy
     need = max(args.sizes, default=0) * DIM * 4 * copies + args.bandwidth_mb * MB
     if free and need > free:
         raise ValueError(f"N={max(args.sizes):,} needs about {need / 1e9:.1f} GB of memory and "
@@ -357,8 +355,7 @@ def run(args) -> dict:
     if args.sizes:
         buffer = read_buffer(args.bandwidth_mb)
         for n in args.sizes:
-            report["search"].append(bench_size(n, args.k, args.repeats, buffer,
-                                               column_major=args.column_major))
+            report["search"].append(bench_size(n, args.k, args.repeats, buffer))
         del buffer
     wanted = max(args.tfidf_chunks, args.minilm_chunks)
     if wanted:

@@ -457,7 +457,10 @@ def build_index(chunks: list[dict], embedder: Embedder):
     """Embed every chunk: row i of the returned matrix is the unit vector of chunks[i]."""
     texts = [c["text"] for c in chunks]
     embedder.fit(texts)
-    return embedder.encode(texts, sparse=True)   # sparse for TF-IDF, dense for MiniLM
+    index = embedder.encode(texts, sparse=True)   # sparse for TF-IDF, dense for MiniLM
+    # Same numbers stored column by column: `index @ q` then runs BLAS's faster kernel for a
+    # tall, thin matrix (about 1.5x faster at a million rows; see bench_search.py).
+    return index if hasattr(index, "toarray") else np.asfortranarray(index)
 
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
