@@ -102,15 +102,7 @@ def evaluate_scores(scores: np.ndarray, chunks: list[dict], eval_set: list[dict]
     for row, item in zip(scores, eval_set):
         ranked = [chunks[i]["doc_id"] for i in rag.top_k(row, k)]
         per_question.append(rag.retrieval_metrics(ranked, item["relevant"], k))
-    return summarise(per_question, k)
-
-
-def summarise(per_question: list[dict], k: int) -> dict:
-    """Average per-question metrics into evaluate_retrieval's keys."""
-    mean = lambda key: float(np.mean([m[key] for m in per_question]))
-    return {"k": k, "hit_rate": mean("hit"), "recall": mean("recall"),
-            "precision": mean("precision"), "mrr": mean("rr"), "ndcg": mean("ndcg"),
-            "per_question": per_question}
+    return rag.average_metrics(per_question, k)
 
 
 def bootstrap_ci(values, resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float]:
@@ -279,10 +271,10 @@ def sentence_chunks(text: str, max_words: int) -> list[str]:
 
 
 def build_sentence_chunks(corpus: list[dict], max_words: int) -> list[dict]:
-    """Like build_chunks, but every chunk is whole sentences."""
-    return [{"chunk_id": f"{doc['doc_id']}#{i}", "doc_id": doc["doc_id"], "title": doc["title"],
-             "text": piece}
-            for doc in corpus for i, piece in enumerate(sentence_chunks(doc["text"], max_words))]
+    """build_chunks over sentence-packed pieces: each piece fits one window, so it stays whole."""
+    pieces = [{**doc, "text": piece} for doc in corpus
+              for piece in sentence_chunks(doc["text"], max_words)]
+    return rag.build_chunks(pieces, chunk_size=max_words, overlap=0)
 
 
 def merge_overlapping(retrieved: list[dict]) -> list[dict]:

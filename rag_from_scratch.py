@@ -742,6 +742,11 @@ def evaluate_retrieval(eval_set: list[dict], index, chunks: list[dict], embedder
             mark = "HIT " if m["hit"] else "MISS"
             got = ", ".join(dict.fromkeys(ranked))
             print(f"  {mark} want={sorted(item['relevant'])} got=[{got}]  {item['question']}")
+    return average_metrics(per_question, k)
+
+
+def average_metrics(per_question: list[dict], k: int) -> dict:
+    """Average retrieval_metrics over questions: hit rate, recall, precision, MRR, nDCG."""
     mean = lambda key: float(np.mean([m[key] for m in per_question]))
     return {"k": k, "hit_rate": mean("hit"), "recall": mean("recall"),
             "precision": mean("precision"), "mrr": mean("rr"), "ndcg": mean("ndcg"),
