@@ -1,0 +1,142 @@
+"""
+rag_storage.py: how the kit writes to disk and to databases without harming what is there.
+
+Three rules, used by the saved index, the embeddings cache and every vector store:
+  1. Mark first. Whatever the kit creates (a folder, a Chroma collection, a Postgres table,
+     a Qdrant collection) carries the kit's mark, put in place before anything else is written,
+     so even an interrupted first save is recognisably ours and can be rebuilt.
+  2. Refuse what is not ours. A folder or collection without the mark is never overwritten
+     or deleted: the run stops with one line instead.
+  3. Save whole or not at all. Files are written to a unique temporary name and renamed into
+     place (a rename is all-or-nothing), under a lock on the folder, so two runs saving at
+     once take turns. The lock is the operating system's (flock on Linux and macOS, a byte
+     lock on Windows): it is released when the process ends, even by kill -9, so no stale
+     lock is ever left behind.
+
+    from rag_storage import claim_folder, folder_lock, write_atomic
+    with folder_lock(claim_folder("my_index", "--index")):
+        digest = write_atomic(Path("my_index") / "chunks.json", b"[]")
+"""
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+OWNER = "rag_from_scratch"            # the mark: metadata created_by=OWNER, or this file
+MARK_FILE = ".rag_from_scratch"       # in every folder the kit creates
+LOCK_FILE = ".rag_from_scratch.lock"  # locked while a run saves into the folder
+INDEX_FORMAT = "rag_from_scratch-index-1"   # saved indexes of earlier versions count as ours
+
+
+def sha256_bytes(data: bytes) -> str:
+    """The hex SHA-256 of some bytes (used to check a file is what we wrote)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path) -> str:
+    """The hex SHA-256 of a file, read in 1 MB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def is_our_folder(folder) -> bool:
+    """True if the kit created `folder`: it holds our mark (or a saved index of an earlier version)."""
+    folder = Path(folder)
+    if (folder / MARK_FILE).is_file():
+        return True
+    try:                                   # indexes saved before the mark file existed
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        return isinstance(meta, dict) and meta.get("format") == INDEX_FORMAT
+    except (OSError, ValueError):
+        return False
+
+
+def claim_folder(folder, flag: str) -> Path:
+    """Create `folder` (or accept an empty one, or one of ours) and put our mark in it first.
+
+    A folder that holds anything the kit did not create is refused: ValueError.
+    """
+    folder = Path(folder).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{flag} {folder} is a file, not a folder: give a folder path")
+    if folder.is_dir() and any(folder.iterdir()) and not is_our_folder(folder):
+        raise ValueError(f"{flag} {folder} holds files the kit did not create; it will not touch "
+                         f"them: choose a new or empty folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (folder / MARK_FILE).is_file():
+            write_atomic(folder / MARK_FILE, f"created by {OWNER}; safe to delete with the folder\n".encode())
+    except OSError as exc:
+        raise ValueError(f"cannot write to {flag} {folder} ({exc.strerror or exc}): "
+                         f"choose a folder you can write to") from None
+    return folder
+
+
+def check_writable(folder, flag: str) -> None:
+    """Fail now, before slow work, if `folder` (or the nearest existing parent) is not writable."""
+    path = Path(folder).expanduser().absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write to {flag} {folder}: choose a folder you can write to")
+
+
+def write_atomic(path, data: bytes) -> str:
+    """Write `data` to `path` all-or-nothing; return the SHA-256 of exactly those bytes.
+
+    The temporary name is unique per call, so two writers never share (or delete) one.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return sha256_bytes(data)
+
+
+@contextmanager
+def folder_lock(folder):
+    """Hold an exclusive lock on `folder` while saving; another run waits its turn (and says so)."""
+    with open(Path(folder) / LOCK_FILE, "a+b") as f:
+        if os.name == "nt":                      # Windows: lock one byte; msvcrt retries for 10 s
+            import msvcrt
+            msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)
+        else:
+            import fcntl
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"waiting for another run to finish saving in {folder} ...",
+                      file=sys.stderr, flush=True)
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        yield Path(folder)                       # released when the file closes or the process dies
+
+
+def is_our_store(metadata, legacy_keys=()) -> bool:
+    """True if a database collection/table's metadata carries our mark.
+
+    legacy_keys: keys whose presence (all of them) marks a store made by an earlier version.
+    """
+    metadata = metadata if isinstance(metadata, dict) else {}
+    if metadata.get("created_by") == OWNER:
+        return True
+    return bool(legacy_keys) and all(key in metadata for key in legacy_keys)
+
+
+def refuse_foreign(kind: str, name: str, where: str) -> ValueError:
+    """The one-line refusal for a store the kit did not create."""
+    return ValueError(f"{kind} {name!r} in {where} was not created by this kit; it will not "
+                      f"replace or delete it: choose another name")

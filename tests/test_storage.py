@@ -1,0 +1,122 @@
+"""The shared safety mechanisms: ownership mark, atomic locked writes, network deadlines."""
+import json
+import multiprocessing
+import socket
+import time
+
+import pytest
+
+import rag_cli
+import rag_storage
+
+
+def test_claim_folder_marks_a_new_folder_before_anything_else(tmp_path):
+    folder = rag_storage.claim_folder(tmp_path / "idx", "--index")
+    assert [p.name for p in folder.iterdir()] == [rag_storage.MARK_FILE]
+    assert rag_storage.is_our_folder(folder)
+
+
+def test_claim_folder_refuses_a_folder_of_someone_elses_files_and_leaves_them(tmp_path):
+    (tmp_path / "meta.json").write_text('{"my": "settings"}')
+    with pytest.raises(ValueError, match="did not create"):
+        rag_storage.claim_folder(tmp_path, "--index")
+    assert json.loads((tmp_path / "meta.json").read_text()) == {"my": "settings"}
+    assert not (tmp_path / rag_storage.MARK_FILE).exists()
+
+
+def test_an_index_saved_by_the_earlier_version_counts_as_ours(tmp_path):
+    (tmp_path / "meta.json").write_text(json.dumps({"format": rag_storage.INDEX_FORMAT}))
+    assert rag_storage.claim_folder(tmp_path, "--index") == tmp_path
+
+
+def test_claim_folder_refuses_a_file_and_an_unwritable_place(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        rag_storage.claim_folder(tmp_path / "f", "--index")
+    with pytest.raises(ValueError, match="cannot write"):
+        rag_storage.claim_folder("/proc/no/such/place", "--index")
+
+
+def test_write_atomic_returns_the_hash_of_the_bytes_written_and_leaves_no_temporary(tmp_path):
+    digest = rag_storage.write_atomic(tmp_path / "a.json", b"[1, 2]")
+    assert digest == rag_storage.sha256_file(tmp_path / "a.json") == rag_storage.sha256_bytes(b"[1, 2]")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def _hold_lock(folder, seconds, started):
+    with rag_storage.folder_lock(folder):
+        started.set()
+        time.sleep(seconds)
+
+
+def test_folder_lock_makes_a_second_saver_wait_and_dies_with_its_process(tmp_path):
+    started = multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold_lock, args=(tmp_path, 60, started))
+    holder.start()
+    assert started.wait(10)
+    holder.kill()                       # like kill -9: the OS releases the lock
+    holder.join()
+    t0 = time.monotonic()
+    with rag_storage.folder_lock(tmp_path):
+        pass
+    assert time.monotonic() - t0 < 2
+
+
+def test_folder_lock_serialises_two_savers(tmp_path):
+    started = multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold_lock, args=(tmp_path, 1.0, started))
+    holder.start()
+    assert started.wait(10)
+    t0 = time.monotonic()
+    with rag_storage.folder_lock(tmp_path):
+        waited = time.monotonic() - t0
+    holder.join()
+    assert waited > 0.5
+
+
+def test_store_mark_accepts_ours_and_earlier_versions_only():
+    assert rag_storage.is_our_store({"created_by": rag_storage.OWNER})
+    legacy = ("backend", "model")
+    assert rag_storage.is_our_store({"backend": "tfidf", "model": "tfidf"}, legacy)
+    assert not rag_storage.is_our_store({"owner": "someone"}, legacy)
+    assert not rag_storage.is_our_store(None, legacy)
+
+
+@pytest.fixture
+def silent_server():
+    """A socket on 127.0.0.1 that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    yield server.getsockname()[1]
+    server.close()
+
+
+def test_with_deadline_gives_up_on_time_and_names_what_it_waited_for(silent_server, capsys):
+    def talk():
+        with socket.create_connection(("127.0.0.1", silent_server)) as s:
+            return s.recv(1)            # never answered
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="the test server did not answer within 0.5 s: check it"):
+        rag_cli.with_deadline("the test server", 0.5, talk, "check it")
+    assert time.monotonic() - t0 < 1.5
+    assert "waiting for the test server (up to 0.5 s)" in capsys.readouterr().err
+
+
+def test_hub_probe_against_a_silent_hub_ends_within_its_deadline(silent_server, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent_server}")
+    t0 = time.monotonic()
+    assert rag_cli.hub_reachable(timeout=0.5) is False
+    assert time.monotonic() - t0 < 1.5
+
+
+def test_run_cli_turns_errors_into_one_line_and_exit_codes(capsys):
+    def bad():
+        raise ValueError("first line\nsecond line")
+    def interrupted():
+        raise KeyboardInterrupt
+    assert rag_cli.run_cli(bad) == 1
+    assert capsys.readouterr().err == "error: first line second line\n"
+    assert rag_cli.run_cli(interrupted) == 130
+    assert capsys.readouterr().err == "interrupted\n"
