@@ -40,6 +40,11 @@ import numpy as np
 import rag_from_scratch as rag
 from rag_collection import DEFAULT_COLLECTION, load_collection
 
+# The core's defaults, read from its function signatures (one source of truth).
+CHUNK_SIZE = rag.defaults(rag.build_chunks)["chunk_size"]   # the tutorial's 50 words
+OVERLAP = rag.defaults(rag.build_chunks)["overlap"]         # and 10 shared
+TOP_K = rag.defaults(rag.search)["k"]
+
 # ---------------------------------------------------------------------------
 # Defaults
 # ---------------------------------------------------------------------------
@@ -178,7 +183,7 @@ def bench_size(n: int, k: int, repeats: int, buffer: np.ndarray, dim: int = DIM,
 # ---------------------------------------------------------------------------
 # 3. TF-IDF at scale and MiniLM throughput, on real text
 # ---------------------------------------------------------------------------
-def synthetic_texts(n: int, words: int = rag.CHUNK_SIZE, vocabulary: int = 30_000,
+def synthetic_texts(n: int, words: int = CHUNK_SIZE, vocabulary: int = 30_000,
                     seed: int = SEED) -> list[str]:
     """n made-up texts whose word frequencies fall off like real text's (Zipf's law)."""
     rng = np.random.default_rng(seed)
@@ -198,17 +203,17 @@ def text_chunks(n: int, collection=None) -> tuple[list[dict], str, list[str]]:
                   for i, t in enumerate(texts)]
         return chunks, "synthetic Zipf text (no collection found)", texts[:REPEATS]
     col = load_collection(collection)
-    for overlap in range(rag.OVERLAP, rag.CHUNK_SIZE, 10):   # 10, 20, 30, 40 words of overlap
-        chunks = rag.build_chunks(col["docs"], rag.CHUNK_SIZE, overlap)
+    for overlap in range(OVERLAP, CHUNK_SIZE, 10):   # 10, 20, 30, 40 words of overlap
+        chunks = rag.build_chunks(col["docs"], CHUNK_SIZE, overlap)
         if len(chunks) >= n:
             break
-    source = (f"{Path(collection).name} documents, {rag.CHUNK_SIZE}-word chunks, "
+    source = (f"{Path(collection).name} documents, {CHUNK_SIZE}-word chunks, "
               f"overlap {overlap}")
     keep = np.linspace(0, len(chunks) - 1, min(n, len(chunks))).round().astype(int)
     return [chunks[i] for i in keep], source, [q["text"] for q in col["queries"]]
 
 
-def bench_tfidf(chunks: list[dict], questions: list[str], k: int = rag.TOP_K,
+def bench_tfidf(chunks: list[dict], questions: list[str], k: int = TOP_K,
                 repeats: int = REPEATS) -> dict:
     """Memory of the sparse TF-IDF index next to its dense size, and its search latency."""
     embedder = rag.Embedder("tfidf")
@@ -290,7 +295,7 @@ def print_report(report: dict) -> None:
         print(f"  build {t['build_s']:.2f} s; search {t['search_ms']:.2f} ms per question")
     m = report.get("minilm")
     if m:
-        print(f"\n== MiniLM encoding: {m['chunks']:,} chunks of up to {rag.CHUNK_SIZE} words ==")
+        print(f"\n== MiniLM encoding: {m['chunks']:,} chunks of up to {CHUNK_SIZE} words ==")
         print(f"  {m['chunks_per_s']:.1f} chunks/s ({m['seconds']:.2f} s; model load "
               f"{m['model_load_s']:.2f} s; torch threads {m['torch_threads']})")
     elif report.get("minilm_skipped"):
@@ -306,7 +311,7 @@ def parse_args(argv=None):
                                             "TF-IDF memory at scale, MiniLM throughput.")
     p.add_argument("--sizes", type=int, nargs="*", default=SIZES,
                    help="index sizes N (default: %(default)s); none skips the search test")
-    p.add_argument("--k", type=int, default=rag.TOP_K, help="results per query (default: %(default)s)")
+    p.add_argument("--k", type=int, default=TOP_K, help="results per query (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=REPEATS, help="timed queries per method")
     p.add_argument("--bandwidth-mb", type=int, default=BANDWIDTH_MB,
                    help="buffer size for the memory-bandwidth test")

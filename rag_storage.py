@@ -58,17 +58,20 @@ def is_our_folder(folder) -> bool:
         return False
 
 
-def claim_folder(folder, flag: str) -> Path:
-    """Create `folder` (or accept an empty one, or one of ours) and put our mark in it first.
-
-    A folder that holds anything the kit did not create is refused: ValueError.
-    """
+def refuse_foreign_folder(folder, flag: str) -> Path:
+    """ValueError if `folder` is a file or holds anything the kit did not create."""
     folder = Path(folder).expanduser()
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{flag} {folder} is a file, not a folder: give a folder path")
     if folder.is_dir() and any(folder.iterdir()) and not is_our_folder(folder):
         raise ValueError(f"{flag} {folder} holds files the kit did not create; it will not touch "
                          f"them: choose a new or empty folder")
+    return folder
+
+
+def claim_folder(folder, flag: str) -> Path:
+    """Create `folder` (or accept an empty one, or one of ours) and put our mark in it first."""
+    folder = refuse_foreign_folder(folder, flag)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / MARK_FILE).is_file():

@@ -19,7 +19,16 @@ import sys
 
 import numpy as np
 
+import rag_docs
 import rag_from_scratch as rag
+from rag_cli import OneLineParser, run_cli
+
+# The core's defaults, read from its function signatures (one source of truth).
+CHUNK_SIZE = rag.defaults(rag.build_chunks)["chunk_size"]   # the tutorial's 50 words
+OVERLAP = rag.defaults(rag.build_chunks)["overlap"]         # and 10 shared
+TOP_K = rag.defaults(rag.search)["k"]
+BACKEND = rag.defaults(rag.Embedder)["backend"]
+MODEL_NAME = rag.defaults(rag.Embedder)["model"]
 
 # ---------------------------------------------------------------------------
 # Defaults (the CLI reads them from here)
@@ -49,7 +58,7 @@ def index_fingerprint(corpus: list[dict], embedder: rag.Embedder, chunk_size: in
         "model": embedder.model_name,
         "chunk_size": chunk_size,
         "overlap": overlap,
-        "corpus": rag.fingerprint(corpus),     # changes when any document's id or text does
+        "corpus": rag_docs.fingerprint(corpus),     # changes when any document's id or text does
         "space": "cosine",
     }
 
@@ -260,15 +269,15 @@ def run(args) -> None:
 
 def parse_args(argv=None):
     """Command-line flags; the defaults are the block at the top of this file and the core's."""
-    p = rag.OneLineParser(description="The same retrieval with NumPy, FAISS and Chroma "
+    p = OneLineParser(description="The same retrieval with NumPy, FAISS and Chroma "
                                       "(in memory, on disk or on a server).")
-    p.add_argument("--backend", default=rag.BACKEND, choices=["auto", "minilm", "tfidf"],
+    p.add_argument("--backend", default=BACKEND, choices=["auto", "minilm", "tfidf"],
                    help="embedding backend (default: %(default)s)")
-    p.add_argument("--model", default=rag.MODEL_NAME, help="sentence-transformers model or folder")
+    p.add_argument("--model", default=MODEL_NAME, help="sentence-transformers model or folder")
     p.add_argument("--question", default=QUESTION, help="the question to search for")
-    p.add_argument("--k", type=int, default=rag.TOP_K, help="results per engine")
-    p.add_argument("--chunk-size", type=int, default=rag.CHUNK_SIZE, help="words per chunk")
-    p.add_argument("--overlap", type=int, default=rag.OVERLAP, help="words shared by neighbours")
+    p.add_argument("--k", type=int, default=TOP_K, help="results per engine")
+    p.add_argument("--chunk-size", type=int, default=CHUNK_SIZE, help="words per chunk")
+    p.add_argument("--overlap", type=int, default=OVERLAP, help="words shared by neighbours")
     p.add_argument("--only", type=lambda s: [d.strip() for d in s.split(",") if d.strip()],
                    default=FILTER_DOCS, help="doc ids for the filtered query, comma separated "
                                              "(default: %(default)s)")
@@ -282,7 +291,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     """Run the comparison; bad input or a missing server becomes one line on stderr, exit 1."""
-    return rag.report_errors(check_and_run, parse_args(argv))
+    return run_cli(check_and_run, parse_args(argv))
 
 
 def check_and_run(args) -> None:

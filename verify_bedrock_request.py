@@ -16,7 +16,11 @@ import os
 import sys
 from contextlib import contextmanager
 
+import rag_bedrock
 import rag_from_scratch as rag
+
+# The core's defaults, read from its function signatures (one source of truth).
+BEDROCK_REGION = rag.defaults(rag.generate_with_bedrock)["region"]
 
 FAKE_TEXT = "FAKE STUB TEXT - not produced by a model."
 FAKE_REASONING = "FAKE STUB REASONING - a thinking block that must not reach the answer."
@@ -55,10 +59,10 @@ def fake_converse_response(blocks: list[dict]) -> dict:
     }
 
 
-def stubbed_client(region: str = rag.BEDROCK_REGION):
+def stubbed_client(region: str = BEDROCK_REGION):
     """The core's bedrock-runtime client (same retry and timeout settings) with a Stubber on it."""
     from botocore.stub import Stubber
-    client = rag.bedrock_client(region)
+    client = rag_bedrock.bedrock_client(region)
     return client, Stubber(client)
 
 
@@ -86,7 +90,7 @@ def check_wrong_name(prompt: str) -> str:
         try:
             client.converse(modelId=MODEL_ID,
                             messages=[{"role": "user", "content": [{"text": prompt}]}],
-                            inferenceConfig={"max_tokens": rag.MAX_TOKENS})
+                            inferenceConfig={"max_tokens": 300})
         except ParamValidationError as exc:
             lines = [line for line in str(exc).splitlines() if "Unknown parameter" in line]
             return lines[0].split(", must be")[0] if lines else str(exc)

@@ -17,22 +17,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # find rag_from_scratch.py
 
 import rag_from_scratch as rag  # noqa: E402
+from rag_cli import OneLineParser, run_cli  # noqa: E402
+from rag_experiments import HR05_DOC, HR05_QUESTION  # noqa: E402  (the new policy of Task 2)
+
+# The core's defaults, read from its function signatures (one source of truth).
+BACKEND = rag.defaults(rag.Embedder)["backend"]
+MODEL_NAME = rag.defaults(rag.Embedder)["model"]
 
 # ---------------------------------------------------------------------------
 # Lab data: the new policy and its labelled question (Task 2), and the synonym edit (Task 3c)
 # ---------------------------------------------------------------------------
-HR05_DOC = {
-    "doc_id": "HR-05",
-    "title": "Public and floating holidays",
-    "text": (
-        "Kestrelwood observes 10 fixed public holidays each calendar year; the list is published "
-        "in the PeoplePortal every December. In addition, every employee can take 2 floating "
-        "holidays for festivals of their choice. Apply for a floating holiday in the PeoplePortal "
-        "like annual leave. Unused floating holidays cannot be carried forward."
-    ),
-}
-HR05_QUESTION = {"question": "Can I take a day off for a festival that is not on the holiday list?",
-                 "relevant": {"HR-05"}}
 VACATION_QUESTION = rag.EVAL_SET[0]["question"]     # the one Task 2 breaks
 SYNONYM_BEFORE = "24 days of paid annual leave per"
 SYNONYM_AFTER = "24 days of paid annual leave (vacation) per"
@@ -217,12 +211,12 @@ TASKS = {1: task1, 2: task2, 3: task3, 4: task4}
 # ---------------------------------------------------------------------------
 def main(argv=None) -> int:
     """Run the chosen tasks; a bad setting becomes one line on stderr and exit status 1."""
-    p = rag.OneLineParser(description="The RAG lab: baseline, new document, regression, fixes.")
+    p = OneLineParser(description="The RAG lab: baseline, new document, regression, fixes.")
     p.add_argument("--task", type=int, choices=sorted(TASKS), help="run only this task")
-    p.add_argument("--backend", default=rag.BACKEND, choices=["auto", "minilm", "tfidf"],
+    p.add_argument("--backend", default=BACKEND, choices=["auto", "minilm", "tfidf"],
                    help="embedding backend (default: %(default)s)")
-    p.add_argument("--model", default=rag.MODEL_NAME, help="MiniLM model name or local folder")
-    return rag.report_errors(run_tasks, p.parse_args(argv))
+    p.add_argument("--model", default=MODEL_NAME, help="MiniLM model name or local folder")
+    return run_cli(run_tasks, p.parse_args(argv))
 
 
 def run_tasks(args) -> None:

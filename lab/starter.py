@@ -10,8 +10,6 @@ runs against this file too. The corpus, the question set, the Embedder and build
 given (imported from the core module); the grader needs only NumPy and scikit-learn.
 """
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 
@@ -21,15 +19,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # find rag_fro
 
 # Given: data, defaults and the parts of the pipeline you do not write today.
 from rag_from_scratch import (  # noqa: E402,F401
-    CHUNK_SIZE, CORPUS, EVAL_SET, OVERLAP, SYSTEM_PROMPT, TOP_K, Embedder, build_chunks,
-    build_index, top_k,
+    CORPUS, EVAL_SET, SYSTEM_PROMPT, Embedder, build_chunks, build_index, top_k,
 )
 
 
 # ---------------------------------------------------------------------------
 # TODO 1: chunking
 # ---------------------------------------------------------------------------
-def chunk_text(text: str, chunk_size: int = CHUNK_SIZE, overlap: int = OVERLAP) -> list[str]:
+def chunk_text(text: str, chunk_size: int = 50, overlap: int = 10) -> list[str]:
     """Split text into windows of `chunk_size` words; neighbours share `overlap` words.
 
     chunk_text("a b c d e f g", chunk_size=4, overlap=1) -> ["a b c d", "d e f g"]
@@ -43,7 +40,7 @@ def chunk_text(text: str, chunk_size: int = CHUNK_SIZE, overlap: int = OVERLAP) 
 # ---------------------------------------------------------------------------
 # TODO 2: cosine similarity
 # ---------------------------------------------------------------------------
-def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
+def cosine_similarity(a, b) -> float:
     """cos(theta) = (a . b) / (||a|| * ||b||), returned as a Python float.
 
     cosine_similarity([1, 2, 2], [2, 1, 2]) -> 0.888... (= 8/9). Plain lists must work too.
@@ -54,8 +51,8 @@ def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
 # ---------------------------------------------------------------------------
 # TODO 3: search
 # ---------------------------------------------------------------------------
-def search(query: str, index, chunks: list[dict], embedder: Embedder,
-           k: int = TOP_K) -> list[dict]:
+def search(query: str, index, chunks: list[dict], embedder: "Embedder",
+           k: int = 3) -> list[dict]:
     """Return the k chunks most similar to the query, best first, each with its score.
 
     index row i is the unit-length vector of chunks[i] (a NumPy array, or a SciPy sparse
@@ -90,8 +87,8 @@ def build_prompt(question: str, retrieved: list[dict]) -> str:
 # ---------------------------------------------------------------------------
 # TODO 5: retrieval evaluation
 # ---------------------------------------------------------------------------
-def evaluate_retrieval(eval_set: list[dict], index, chunks: list[dict], embedder: Embedder,
-                       k: int = TOP_K, verbose: bool = False) -> dict:
+def evaluate_retrieval(eval_set: list[dict], index, chunks: list[dict], embedder: "Embedder",
+                       k: int = 3, verbose: bool = False) -> dict:
     """Hit rate@k, recall@k and MRR averaged over the question set.
 
     Each item of eval_set is {"question": str, "relevant": set of doc_ids}. For one question,

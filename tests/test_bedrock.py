@@ -15,11 +15,15 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.stub import Stubber
 
+import rag_bedrock
 import rag_from_scratch as rag
 import verify_bedrock_request as vbr
 
+# The core's defaults, read from its function signatures (one source of truth).
+BEDROCK_REGION = rag.defaults(rag.generate_with_bedrock)["region"]
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-make_client = rag.bedrock_client        # the real one, kept before any test patches it
+make_client = rag_bedrock.bedrock_client        # the real one, kept before any test patches it
 QUESTION = "How many vacation days do I get each year?"
 CLI = ["--backend", "tfidf", "--generate", "--model-id", "x", "--question", QUESTION]
 
@@ -29,7 +33,19 @@ FAILURES = {
     "ValidationException": ["--model-id", "us-east-1"],
     "ResourceNotFoundException": ["model x was not found in us-east-1", "model catalog"],
     "ThrottlingException": ["throttling", "retry"],
+    "ModelTimeoutException": ["took too long", "retry"],
+    "ModelNotReadyException": ["not ready", "wait a minute"],
+    "ServiceUnavailableException": ["unavailable", "another --region"],
+    "InternalServerException": ["internal error", "AWS Health Dashboard"],
+    "ModelErrorException": ["failed while answering", "another model"],
+    "UnrecognizedClientException": ["does not recognise your access key", "aws configure"],
+    "ExpiredTokenException": ["expired", "aws sso login"],
 }
+
+
+def generate(client=None, model_id="x"):
+    """The command line's Bedrock path: the core's Converse call with deadline and advice."""
+    return rag_bedrock.bedrock_generator(model_id, "us-east-1", client=client)("prompt", rag.SYSTEM_PROMPT)
 
 
 @pytest.fixture(autouse=True)
@@ -137,7 +153,7 @@ def test_verify_script_fails_if_reasoning_text_leaks_into_the_answer(dummy_aws, 
         response = client.converse(
             modelId=model_id, system=[{"text": system_prompt}],
             messages=[{"role": "user", "content": [{"text": prompt}]}],
-            inferenceConfig={"maxTokens": rag.MAX_TOKENS, "temperature": rag.TEMPERATURE})
+            inferenceConfig={"maxTokens": 300, "temperature": 0.0})
         block = response["output"]["message"]["content"][0]     # the naive reading
         return block.get("text") or block["reasoningContent"]["reasoningText"]["text"]
 
@@ -153,7 +169,7 @@ def test_verify_script_fails_on_an_unexpected_request_parameter(dummy_aws, capsy
         response = client.converse(
             modelId=model_id, system=[{"text": system_prompt}],
             messages=[{"role": "user", "content": [{"text": prompt}]}],
-            inferenceConfig={"maxTokens": rag.MAX_TOKENS}, requestMetadata={"team": "hr"})
+            inferenceConfig={"maxTokens": 300}, requestMetadata={"team": "hr"})
         return "".join(b["text"] for b in response["output"]["message"]["content"] if "text" in b)
 
     monkeypatch.setattr(rag, "generate_with_bedrock", extra_parameter)
@@ -177,7 +193,7 @@ def test_verify_script_reports_a_reply_botocore_does_not_know_in_one_line(dummy_
 
 def test_stubber_rejects_max_tokens_with_param_validation_error(dummy_aws):
     from botocore.exceptions import ParamValidationError
-    client = rag.bedrock_client("us-east-1")
+    client = rag_bedrock.bedrock_client("us-east-1")
     with Stubber(client) as stubber:
         stubber.add_response("converse", vbr.fake_converse_response([{"text": "x"}]))
         with pytest.raises(ParamValidationError, match='Unknown parameter in inferenceConfig: "max_tokens"'):
@@ -192,7 +208,7 @@ def test_stubber_rejects_max_tokens_with_param_validation_error(dummy_aws):
 def test_generate_turns_each_bedrock_error_into_one_line_of_advice(dummy_aws, code):
     client, stubber = client_error_stub(code)
     with pytest.raises(RuntimeError) as err:
-        rag.generate_with_bedrock("prompt", model_id="x", region="us-east-1", client=client)
+        generate(client)
     message = str(err.value)
     assert "\n" not in message
     for words in FAILURES[code]:
@@ -201,20 +217,38 @@ def test_generate_turns_each_bedrock_error_into_one_line_of_advice(dummy_aws, co
 
 
 def test_generate_reports_an_unlisted_error_code_with_its_message(dummy_aws):
-    client, _ = client_error_stub("ModelErrorException", "the model crashed")
-    with pytest.raises(RuntimeError, match="^Bedrock returned ModelErrorException: the model crashed$"):
-        rag.generate_with_bedrock("prompt", model_id="x", client=client)
+    client, _ = client_error_stub("SomeNewException", "the model crashed")
+    with pytest.raises(RuntimeError, match="^Bedrock returned SomeNewException: the model crashed$"):
+        generate(client)
 
 
 def test_generate_without_credentials_says_to_configure_them(no_aws):
     with pytest.raises(RuntimeError, match="^no AWS credentials found: run `aws configure`"):
-        rag.generate_with_bedrock("prompt", model_id="x")
+        generate()
+
+
+@pytest.mark.parametrize("profile, words", [("no-such-profile", "no-such-profile"), ("", "empty")])
+def test_a_missing_or_empty_aws_profile_is_one_line_of_advice(no_aws, monkeypatch, profile, words):
+    monkeypatch.setenv("AWS_PROFILE", profile)
+    with pytest.raises(RuntimeError, match="AWS_PROFILE") as err:
+        generate()
+    assert words in str(err.value) and "\n" not in str(err.value)
 
 
 def test_a_client_without_credentials_fails_at_signing_not_on_the_network(no_aws):
     client = boto3.Session(region_name="us-east-1").client("bedrock-runtime")
     with pytest.raises(RuntimeError, match="^no AWS credentials found"):
-        rag.generate_with_bedrock("prompt", model_id="x", client=client)
+        generate(client)
+
+
+def test_the_core_call_alone_sends_the_tutorials_request(dummy_aws):
+    client = make_client("us-east-1")
+    with Stubber(client) as stubber:
+        stubber.add_response("converse", vbr.fake_converse_response([{"text": "ok"}]),
+                             {"modelId": "x", "system": [{"text": rag.SYSTEM_PROMPT}],
+                              "messages": [{"role": "user", "content": [{"text": "prompt"}]}],
+                              "inferenceConfig": {"maxTokens": 300, "temperature": 0.0}})
+        assert rag.generate_with_bedrock("prompt", model_id="x", client=client) == "ok"
 
 
 # ---------------------------------------------------------------------------
@@ -224,12 +258,12 @@ def test_a_client_without_credentials_fails_at_signing_not_on_the_network(no_aws
 def test_throttling_retries_are_bounded_by_the_client_config(dummy_aws, monkeypatch, attempts):
     sleeps = []
     monkeypatch.setattr(time, "sleep", sleeps.append)        # keep the backoff, skip the wait
-    client = rag.bedrock_client("us-east-1", attempts=attempts)
+    client = rag_bedrock.bedrock_client("us-east-1", attempts=attempts)
     retries = client.meta.config.retries
     assert retries["mode"] == "standard"
     sent = throttled_http(client)
     with pytest.raises(RuntimeError, match="^Bedrock is throttling requests"):
-        rag.generate_with_bedrock("prompt", model_id="x", client=client)
+        generate(client)
     assert len(sent) == retries["total_max_attempts"]        # then it stops
     assert len(sleeps) == len(sent) - 1                      # one backoff between tries
     assert all(0 <= s <= 20 for s in sleeps)                 # standard mode caps a backoff at 20 s
@@ -237,10 +271,10 @@ def test_throttling_retries_are_bounded_by_the_client_config(dummy_aws, monkeypa
 
 def test_throttling_message_counts_the_requests_really_sent(dummy_aws, monkeypatch):
     monkeypatch.setattr(time, "sleep", lambda s: None)
-    client = rag.bedrock_client("us-east-1", attempts=3)
+    client = rag_bedrock.bedrock_client("us-east-1", attempts=3)
     sent = throttled_http(client)
     with pytest.raises(RuntimeError) as err:
-        rag.generate_with_bedrock("prompt", model_id="x", client=client)
+        generate(client)
     assert f"gave up after {len(sent)} attempts" in str(err.value)
 
 
@@ -251,17 +285,18 @@ def test_throttling_message_counts_the_requests_really_sent(dummy_aws, monkeypat
 def test_cli_prints_one_line_for_each_bedrock_error(dummy_aws, monkeypatch, capsys, code):
     stubs = []
 
-    def stubbed_bedrock_client(region=rag.BEDROCK_REGION, attempts=3):
+    def stubbed_bedrock_client(region=BEDROCK_REGION, attempts=3):
         client, stubber = client_error_stub(code)
         stubs.append(stubber)
         return client
 
-    monkeypatch.setattr(rag, "bedrock_client", stubbed_bedrock_client)
+    monkeypatch.setattr(rag_bedrock, "bedrock_client", stubbed_bedrock_client)
     status, out, err = run_cli(capsys, CLI)
     assert status == 1
     assert "Context:\n[HR-01]" in out                  # retrieval ran before generation failed
-    assert err.count("\n") == 1 and err.startswith("error: ")
-    assert "Traceback" not in err
+    waiting, error = err.splitlines()                  # says what it waits for, then one line
+    assert waiting == "waiting for Amazon Bedrock in us-east-1 (up to 45 s) ..."
+    assert error.startswith("error: ") and "Traceback" not in err
     for words in FAILURES[code]:
         assert words in err
     stubs[0].assert_no_pending_responses()
@@ -275,16 +310,16 @@ def test_cli_without_credentials_prints_one_line_and_exits_1(no_aws, capsys):
 
 
 def test_cli_prints_the_stubbed_answer_and_its_sources(dummy_aws, monkeypatch, capsys):
-    def stubbed_bedrock_client(region=rag.BEDROCK_REGION, attempts=3):
+    def stubbed_bedrock_client(region=BEDROCK_REGION, attempts=3):
         client = make_client(region, attempts)
         stubber = Stubber(client)
         stubber.add_response("converse", vbr.fake_converse_response([{"text": vbr.FAKE_TEXT}]))
         stubber.activate()
         return client
 
-    monkeypatch.setattr(rag, "bedrock_client", stubbed_bedrock_client)
+    monkeypatch.setattr(rag_bedrock, "bedrock_client", stubbed_bedrock_client)
     status, out, err = run_cli(capsys, CLI)
     assert status == 0, err
-    answer = out.split("== Step 7: answer from Amazon Bedrock (billed) ==\n")[1].splitlines()
+    answer = out.split("== Step 7: the answer (Amazon Bedrock, billed) ==\n")[1].splitlines()
     assert answer[0] == vbr.FAKE_TEXT
     assert answer[1].startswith("sources: Annual leave policy")

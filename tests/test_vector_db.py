@@ -12,8 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import rag_docs
 import rag_from_scratch as rag
 import rag_vector_db as vdb
+
+# The core's defaults, read from its function signatures (one source of truth).
+BACKEND = rag.defaults(rag.Embedder)["backend"]
+MODEL_NAME = rag.defaults(rag.Embedder)["model"]
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "My laptop was stolen at the airport. What should I do?"
@@ -43,7 +48,7 @@ def shared_minilm(monkeypatch, minilm):
     """Let the script's Embedder("minilm") reuse the session's model instead of loading another."""
     real = rag.Embedder
 
-    def embedder(backend=rag.BACKEND, model=rag.MODEL_NAME, **kwargs):
+    def embedder(backend=BACKEND, model=MODEL_NAME, **kwargs):
         return minilm if backend in ("minilm", "auto") else real(backend, model, **kwargs)
 
     monkeypatch.setattr(rag, "Embedder", embedder)
@@ -241,7 +246,7 @@ def test_persistent_collection_from_another_corpus_is_rebuilt(tmp_path, capsys, 
     monkeypatch.setattr(rag, "CORPUS", edited)
     code, lines, _ = run_main(capsys, "--backend", "tfidf", "--persist", db)
     assert code == 0
-    before, after = rag.fingerprint(original), rag.fingerprint(edited)
+    before, after = rag_docs.fingerprint(original), rag_docs.fingerprint(edited)
     assert before != after
     assert ("  (rebuilding collection kestrelwood_policies: it was built with a different "
             f"corpus {before}, now {after})") in lines

@@ -1,0 +1,132 @@
+"""
+rag_bedrock.py: Amazon Bedrock for the command line, with advice instead of tracebacks.
+
+rag_from_scratch.generate_with_bedrock is the lesson: one Converse call. This companion
+wraps it for `--generate` so a learner's first run fails kindly and never hangs:
+  - before any work: the placeholder model id, boto3 missing, a profile that does not
+    exist, or no credentials at all, each one line that says what to set up;
+  - during the call: one overall deadline (botocore's own timeouts apply per attempt and
+    its retries multiply them), said on stderr before waiting;
+  - every Converse error code: one line of advice a learner can act on.
+"""
+
+import os
+
+import rag_from_scratch as rag
+from rag_cli import with_deadline
+
+ATTEMPTS = 3                 # botocore standard retry mode: the first try included
+CONNECT_TIMEOUT_S = 5
+READ_TIMEOUT_S = 20          # per attempt; a RAG answer of 300 tokens takes a few seconds
+DEADLINE_S = 45              # for the whole call, retries included
+
+# What a learner should do about each Bedrock error code (the Converse API's nine, plus
+# the two that bad keys give).
+ADVICE = {
+    "AccessDeniedException": "access denied to model {model_id}: enable access to it in the "
+                             "Bedrock console (Model access) for {region} and allow "
+                             "bedrock:InvokeModel for your IAM identity",
+    "ValidationException": "Bedrock rejected the request for {model_id}: check that --model-id "
+                           "is a model or inference-profile id offered in {region}",
+    "ResourceNotFoundException": "model {model_id} was not found in {region}: copy the id from "
+                                 "the Bedrock model catalog, or try another --region",
+    "ThrottlingException": "Bedrock is throttling requests (gave up after {attempts} attempts): "
+                           "wait a minute and retry, or ask for a higher quota",
+    "ModelTimeoutException": "model {model_id} took too long to answer: retry, or ask for a "
+                             "shorter answer with a smaller --k",
+    "ModelNotReadyException": "model {model_id} is not ready yet (it may be starting up): "
+                              "wait a minute and retry",
+    "ServiceUnavailableException": "Bedrock in {region} is unavailable right now: retry later "
+                                   "or try another --region",
+    "InternalServerException": "Bedrock had an internal error: retry; if it persists, check "
+                               "the AWS Health Dashboard for {region}",
+    "ModelErrorException": "model {model_id} failed while answering: retry, or try another model",
+    "UnrecognizedClientException": "AWS does not recognise your access key: check "
+                                   "AWS_ACCESS_KEY_ID or run `aws configure` again",
+    "ExpiredTokenException": "your AWS session token has expired: refresh your credentials "
+                             "(e.g. `aws sso login`) and retry",
+}
+
+
+def bedrock_client(region: str = "us-east-1", attempts: int = ATTEMPTS):
+    """A bedrock-runtime client with bounded timeouts and retries, or one clear error."""
+    try:
+        import boto3
+        from botocore.config import Config
+        from botocore.exceptions import ProfileNotFound
+    except ImportError:
+        raise RuntimeError("boto3 is not installed: run `pip install boto3`") from None
+    if os.environ.get("AWS_PROFILE") == "":
+        raise RuntimeError("AWS_PROFILE is set but empty: unset it or name a profile")
+    try:
+        session = boto3.Session(region_name=region)
+        credentials = session.get_credentials()
+    except ProfileNotFound as exc:
+        raise RuntimeError(f"{exc}: check AWS_PROFILE or run `aws configure --profile NAME`") from None
+    if credentials is None:
+        raise RuntimeError("no AWS credentials found: run `aws configure` (or set AWS_PROFILE, "
+                           "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) before --generate")
+    config = Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
+                    retries={"mode": "standard", "total_max_attempts": attempts})
+    return session.client("bedrock-runtime", config=config)
+
+
+def explain(exc: Exception, model_id: str, region: str, attempts: int = ATTEMPTS) -> Exception:
+    """A botocore error turned into a RuntimeError (or ValueError) with advice."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ParamValidationError
+    if isinstance(exc, NoCredentialsError):
+        return RuntimeError("no AWS credentials found: run `aws configure` before --generate")
+    if isinstance(exc, ParamValidationError):          # our request broke the Converse schema
+        return ValueError(f"invalid Converse request: {exc}")
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code, message = error.get("Code", ""), error.get("Message", "")
+        advice = ADVICE.get(code, "Bedrock returned {code}: {message}")
+        return RuntimeError(advice.format(model_id=model_id, region=region, attempts=attempts,
+                                          code=code, message=message))
+    if isinstance(exc, BotoCoreError):
+        return RuntimeError(f"could not reach Bedrock in {region}: {exc}")
+    return exc
+
+
+def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
+                      deadline_s: float = DEADLINE_S):
+    """llm_fn(prompt, system_prompt) -> str for Bedrock, bounded in time, with advice on errors."""
+    if not model_id or model_id.startswith("<"):
+        raise ValueError("--generate needs a real --model-id (a Bedrock model or "
+                         "inference-profile id enabled in your account), not the placeholder")
+    client = client or bedrock_client(region)
+    attempts = (client.meta.config.retries or {}).get("total_max_attempts", ATTEMPTS)
+
+    def llm_fn(prompt: str, system_prompt: str) -> str:
+        try:
+            return with_deadline(f"Amazon Bedrock in {region}", deadline_s,
+                                 lambda: rag.generate_with_bedrock(prompt, system_prompt, model_id,
+                                                                   region, client=client),
+                                 f"check your network and that {region} is the right --region")
+        except Exception as exc:
+            raise explain(exc, model_id, region, attempts) from None
+    return llm_fn
+
+
+# == Hooks for rag_from_scratch.py's command line (the flags themselves are the core's) ===
+def add_arguments(parser) -> None:
+    """--generate, --model-id and --region are the tutorial's: the core declares them."""
+
+
+def check_arguments(args) -> None:
+    """With --generate: a real model id, boto3 and credentials, before any slow work."""
+    if args.generate:
+        args.bedrock = bedrock_generator(args.model_id, args.region)
+
+
+def prepare(args):
+    """Bedrock indexes nothing."""
+    return None
+
+
+def setup(args, setup: dict) -> dict:
+    """Answer with the bounded, advised Bedrock call instead of the bare one."""
+    if args.generate:
+        setup.update(llm_fn=args.bedrock, llm_name="Amazon Bedrock, billed")
+    return setup
