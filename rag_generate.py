@@ -239,6 +239,7 @@ def start_llama(threads: int = THREADS, port: int = 0, n_ctx: int = 2048):
     params.n_ctx, params.n_parallel, params.warmup = n_ctx, 1, False
     params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
     params.verbosity = -1               # llama.cpp logs every request otherwise
+    params.cache_prompt = False         # the same prompt always gives the same text
     params.cache_ram_mib, params.port = 0, port
     return xllamacpp.Server(params)
 
@@ -275,8 +276,7 @@ def local_generator(threads: int = THREADS, max_tokens: int = MAX_TOKENS):
 
     def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
         t0 = time.perf_counter()
-        request = chat_request(prompt, system_prompt, max_tokens) | {"cache_prompt": False}
-        reply = server.handle_chat_completions(request)
+        reply = server.handle_chat_completions(chat_request(prompt, system_prompt, max_tokens))
         text, llm_fn.truncated = reply_text(reply, "llama.cpp")
         tokens = reply.get("usage", {}).get("completion_tokens", 0)
         seconds = time.perf_counter() - t0
