@@ -27,6 +27,8 @@ from pathlib import Path
 
 import rag_from_scratch as rag
 
+BEDROCK = rag.defaults(rag.generate_with_bedrock)   # the placeholder model id and the region
+TOP_K = rag.defaults(rag.search)["k"]
 MAX_TOKENS = 128          # longest answer the local and OpenAI-compatible generators may write
 THREADS = 1               # llama.cpp threads: 2 on a busy 2-core machine wait on each other
 LLM_TIMEOUT_S = 60.0      # one answer from an OpenAI-compatible server, connection included
@@ -353,13 +355,10 @@ def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
     return llm_fn
 
 
-def bedrock_generator(model_id: str = rag.BEDROCK_MODEL_ID, region: str = rag.BEDROCK_REGION):
-    """llm_fn calling Amazon Bedrock through the core (BILLED per token)."""
-    client = rag.bedrock_client(region)           # fails now, before any work, without credentials
-
-    def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
-        return rag.generate_with_bedrock(prompt, system_prompt, model_id=model_id,
-                                         region=region, client=client)
+def bedrock_generator(model_id: str = BEDROCK["model_id"], region: str = BEDROCK["region"]):
+    """llm_fn calling Amazon Bedrock through the core (BILLED per token), bounded and advised."""
+    import rag_bedrock
+    llm_fn = rag_bedrock.bedrock_generator(model_id, region)   # fails now without credentials
     llm_fn.runtime, llm_fn.truncated = f"Bedrock {model_id} in {region}", False
     return llm_fn
 
@@ -489,7 +488,7 @@ def score_answer(answer: str, item: dict, retrieved_text: str, refusal: str, sto
 
 
 def evaluate_generation(gold: list[dict], generators: dict, index, chunks: list[dict],
-                        embedder, k: int = rag.TOP_K, system_prompt: str = rag.SYSTEM_PROMPT,
+                        embedder, k: int = TOP_K, system_prompt: str = rag.SYSTEM_PROMPT,
                         prompt_fn=rag.build_prompt) -> dict:
     """Retrieve once per question with the core, then answer and score with every generator."""
     stop, refusal = stop_words(), refusal_sentence(system_prompt)
@@ -625,6 +624,16 @@ def available_generators(args) -> list[str]:
     return names
 
 
+def add_model_arguments(p) -> None:
+    """The flags every generator needs: shared by this script and rag_from_scratch.py."""
+    p.add_argument("--llm-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    p.add_argument("--llm-model", default="local", help="model name the server knows (default: %(default)s)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                   help="environment variable holding the server's key, if it needs one")
+    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="answer length limit (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=THREADS, help="llama.cpp threads (default: %(default)s)")
+
+
 def parse_args(argv=None):
     """Flags; defaults come from the constants at the top of this file and of the core."""
     from rag_cli import OneLineParser
@@ -633,18 +642,13 @@ def parse_args(argv=None):
                    + " (default: every one available)")
     p.add_argument("--backend", default="tfidf", choices=["tfidf", "minilm"],
                    help="retrieval embeddings (default: %(default)s)")
-    p.add_argument("--k", type=int, default=rag.TOP_K, help="chunks per prompt (default: %(default)s)")
+    p.add_argument("--k", type=int, default=TOP_K, help="chunks per prompt (default: %(default)s)")
     p.add_argument("--gold", default=str(GOLD_FILE), help="gold file, JSON Lines (default: the tutorial's)")
     p.add_argument("--docs", metavar="FOLDER", help="your own .md/.txt files (give --gold too)")
     p.add_argument("--show-answers", action="store_true", help="print every answer under the table")
-    p.add_argument("--llm-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
-    p.add_argument("--llm-model", default="local", help="model name the server knows (default: %(default)s)")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY",
-                   help="environment variable holding the server's key, if it needs one")
-    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="answer length limit (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=THREADS, help="llama.cpp threads (default: %(default)s)")
-    p.add_argument("--model-id", default=rag.BEDROCK_MODEL_ID, help="Bedrock model id (bedrock only)")
-    p.add_argument("--region", default=rag.BEDROCK_REGION, help="AWS region (bedrock only)")
+    add_model_arguments(p)
+    p.add_argument("--model-id", default=BEDROCK["model_id"], help="Bedrock model id (bedrock only)")
+    p.add_argument("--region", default=BEDROCK["region"], help="AWS region (bedrock only)")
     p.add_argument("--tune-refusal", action="store_true",
                    help="choose the extractive refusal threshold by leave-one-question-out")
     p.add_argument("--serve", action="store_true", help="run SmolLM2 as an OpenAI-compatible server")
@@ -655,8 +659,9 @@ def parse_args(argv=None):
 def corpus_setup(args):
     """(chunks, prompt_fn, system prompt) for the tutorial corpus or the user's --docs folder."""
     if args.docs:
-        docs = rag.split_sections(rag.load_documents(args.docs))
-        return rag.build_chunks(docs), rag.build_fenced_prompt, rag.DOCS_SYSTEM_PROMPT
+        import rag_docs
+        docs = rag_docs.split_sections(rag_docs.load_documents(args.docs))
+        return rag.build_chunks(docs), rag_docs.build_fenced_prompt, rag_docs.DOCS_SYSTEM_PROMPT
     return rag.build_chunks(rag.CORPUS), rag.build_prompt, rag.SYSTEM_PROMPT
 
 
@@ -700,6 +705,34 @@ def print_tuning(gold: list[dict], args) -> None:
                             for g in gold])
     print(f"extractive refusal threshold on {len(gold)} questions x 2 backends (tfidf, minilm), k={k}")
     print(format_tuning(tune_refusal(gold, prompt_sets, system), gold))
+
+
+# == Hooks for rag_from_scratch.py's command line ========================================
+def add_arguments(parser) -> None:
+    """--generator NAME (an offline answer needs no key) and the flags the models need."""
+    parser.add_argument("--generator", choices=list(GENERATORS),
+                        help="answer the question: extractive (no model), local (SmolLM2), "
+                             "openai (--llm-url), bedrock (BILLED, like --generate)")
+    add_model_arguments(parser)
+
+
+def check_arguments(args) -> None:
+    """Build the chosen generator now, so a missing model or key fails before slow work."""
+    if args.max_tokens < 1 or args.threads < 1:
+        raise ValueError("--max-tokens and --threads must be at least 1")
+    args.llm = make_generator(args.generator, args) if args.generator else None
+
+
+def prepare(args):
+    """Generators index nothing."""
+    return None
+
+
+def setup(args, setup: dict) -> dict:
+    """Answer with the chosen generator."""
+    if args.llm is not None:
+        setup.update(llm_fn=args.llm, llm_name=f"{args.generator}: {args.llm.runtime}")
+    return setup
 
 
 def main(argv=None) -> int:

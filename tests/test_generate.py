@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+import rag_docs
 import rag_from_scratch as rag
 import rag_generate as gen
 
@@ -116,7 +117,7 @@ def test_cli_bad_input_is_one_line_and_exit_1(capsys):
 # ---------------------------------------------------------------------------
 def test_read_prompt_recovers_question_and_passages_of_both_formats(chunks):
     retrieved = [dict(c, score=1.0) for c in chunks[:3]]
-    for prompt_fn in (rag.build_prompt, rag.build_fenced_prompt):
+    for prompt_fn in (rag.build_prompt, rag_docs.build_fenced_prompt):
         question, passages = gen.read_prompt(prompt_fn("How long?", retrieved))
         sources = [c["doc_id"] for c in retrieved] if prompt_fn is rag.build_prompt else [c["title"] for c in retrieved]
         assert question == "How long?"
@@ -125,7 +126,7 @@ def test_read_prompt_recovers_question_and_passages_of_both_formats(chunks):
 
 def test_refusal_sentence_is_read_from_the_system_prompt():
     assert gen.refusal_sentence(rag.SYSTEM_PROMPT) == REFUSAL
-    assert gen.refusal_sentence(rag.DOCS_SYSTEM_PROMPT) == "I don't know based on these documents."
+    assert gen.refusal_sentence(rag_docs.DOCS_SYSTEM_PROMPT) == "I don't know based on these documents."
 
 
 def test_scores_by_hand():
@@ -166,13 +167,13 @@ def test_extractive_answers_and_table_minilm(gold, minilm, minilm_index, chunks)
 
 def test_extractive_is_deterministic_and_refuses_with_the_docs_prompts_sentence(chunks):
     hr04 = [dict(c, title="handbook.md > Parental leave", score=1.0) for c in chunks if c["doc_id"] == "HR-04"]
-    prompt = rag.build_fenced_prompt("How much time off do new fathers get?", hr04)
+    prompt = rag_docs.build_fenced_prompt("How much time off do new fathers get?", hr04)
     llm_fn = gen.extractive_generator()
-    answer = llm_fn(prompt, rag.DOCS_SYSTEM_PROMPT)
-    assert answer == llm_fn(prompt, rag.DOCS_SYSTEM_PROMPT)
+    answer = llm_fn(prompt, rag_docs.DOCS_SYSTEM_PROMPT)
+    assert answer == llm_fn(prompt, rag_docs.DOCS_SYSTEM_PROMPT)
     assert answer.startswith("Fathers, partners and adoptive parents receive 4 weeks")
     assert answer.endswith("[handbook.md > Parental leave]")
-    refused = llm_fn(rag.build_fenced_prompt("What is the dress code?", hr04), rag.DOCS_SYSTEM_PROMPT)
+    refused = llm_fn(rag_docs.build_fenced_prompt("What is the dress code?", hr04), rag_docs.DOCS_SYSTEM_PROMPT)
     assert refused == "I don't know based on these documents."
 
 
@@ -325,3 +326,26 @@ def test_openai_malformed_reply_is_one_line():
 
 def test_generators_table_names_every_generator():
     assert list(gen.GENERATORS) == ["extractive", "local", "openai", "bedrock"]
+
+
+@pytest.mark.parametrize("backend, cited, words", [
+    ("tfidf", "[IT-02]", "Every new joiner"),          # keyword retrieval's "new" trap, answered
+    ("minilm", "[HR-04]", "4 weeks of paid parental leave")])
+def test_the_core_cli_answers_with_the_extractive_generator_offline(capsys, backend, cited, words):
+    code = rag.main(["--backend", backend, "--question", "How much time off do new fathers get?",
+                     "--generator", "extractive"])
+    out = capsys.readouterr().out
+    assert code == 0
+    answer = out.split("== Step 7: the answer (extractive")[1].splitlines()[1]
+    assert words in answer and answer.endswith(cited)
+
+
+def test_the_core_cli_names_the_companion_a_generator_needs():
+    """rag_from_scratch.py copied alone: --generator says which file it needs, in one line."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as folder:
+        shutil.copy(os.path.join(ROOT, "rag_from_scratch.py"), folder)
+        out = subprocess.run([sys.executable, "rag_from_scratch.py", "--generator", "extractive"],
+                             capture_output=True, text=True, cwd=folder, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert "rag_generate.py (--generator)" in out.stderr and "Traceback" not in out.stderr
