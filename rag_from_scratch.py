@@ -528,8 +528,9 @@ def parse_args(argv=None):
     if unknown:
         missing = [f"{n}.py ({flags})" for n, flags in COMPANIONS.items()
                    if flags and n not in {m.__name__ for m in present}]
-        p.error(f"unrecognized arguments: {' '.join(unknown)}"
-                + (f"; flags beyond the tutorial come from {', '.join(missing)}" if missing else ""))
+        print(f"error: unrecognized arguments: {' '.join(unknown)}" + (   # one line, even alone
+            f"; flags beyond the tutorial come from {', '.join(missing)}" if missing else ""), file=sys.stderr)
+        raise SystemExit(2)
     args.companions = present
     return args
 
