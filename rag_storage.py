@@ -87,8 +87,10 @@ def check_writable(folder, flag: str) -> None:
     path = Path(folder).expanduser().absolute()
     while not path.exists() and path != path.parent:
         path = path.parent
-    if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
-        raise ValueError(f"cannot write to {flag} {folder}: choose a folder you can write to")
+    try:                                   # root passes os.access checks; a real write tells
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError:
+        raise ValueError(f"cannot write to {flag} {folder}: choose a folder you can write to") from None
 
 
 def write_atomic(path, data: bytes) -> str:

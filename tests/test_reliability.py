@@ -1,0 +1,235 @@
+"""Nothing lost, nothing escapes, nothing hangs: the saved index under faults, and network deadlines."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import rag_bedrock
+import rag_docs
+import rag_from_scratch as rag
+import rag_storage
+from conftest import ROOT
+
+NOTE = "# Backups\n\nNightly backups are kept for 35 days in the cold-storage bucket.\n"
+
+
+@pytest.fixture()
+def notes(tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"note{i}.md").write_text(NOTE + f"\nNote number {i}.\n", encoding="utf-8")
+    return folder
+
+
+def cli(*args, timeout=120, env=None):
+    return subprocess.run([sys.executable, str(ROOT / "rag_from_scratch.py"), *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env={**os.environ, **(env or {})})
+
+
+# --- 1. never overwrite what is not ours ---------------------------------------------------
+def test_a_foreign_meta_json_is_refused_and_left_untouched(notes, tmp_path, capsys):
+    foreign = tmp_path / "settings"
+    foreign.mkdir()
+    (foreign / "meta.json").write_text('{"my": "settings"}')
+    (foreign / "chunks.json").write_text('["mine"]')
+    assert rag.main(["--docs", str(notes), "--backend", "tfidf", "--index", str(foreign)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "did not create" in err
+    assert (foreign / "meta.json").read_text() == '{"my": "settings"}'
+    assert (foreign / "chunks.json").read_text() == '["mine"]'
+    assert sorted(p.name for p in foreign.iterdir()) == ["chunks.json", "meta.json"]
+
+
+# --- 3. --docs stays inside its folder -------------------------------------------------------
+def test_a_link_to_a_file_outside_the_folder_is_skipped_with_one_line(notes, tmp_path, capsys):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0:the password file")
+    (notes / "passwd.txt").symlink_to(secret)
+    docs = rag_docs.load_documents(notes)
+    assert "passwd.txt" not in [d["doc_id"] for d in docs]
+    assert "[skip] passwd.txt: it points outside the folder" in capsys.readouterr().err
+
+
+def test_an_unreadable_file_or_subfolder_is_skipped_not_fatal(notes, capsys):
+    if os.geteuid() == 0:
+        pytest.skip("root reads files whatever their permissions: needs a non-root user")
+    (notes / "locked.md").write_text("secret")
+    (notes / "locked.md").chmod(0)
+    docs = rag_docs.load_documents(notes)
+    assert len(docs) == 3 and "[skip] locked.md: cannot be read" in capsys.readouterr().err
+
+
+def test_an_unreadable_file_is_skipped_not_fatal_even_for_root(notes, monkeypatch, capsys):
+    real = rag_docs.Path.read_bytes
+
+    def refuse(path):
+        if path.name == "note1.md":
+            raise PermissionError(13, "Permission denied")
+        return real(path)
+    monkeypatch.setattr(rag_docs.Path, "read_bytes", refuse)
+    docs = rag_docs.load_documents(notes)
+    assert [d["doc_id"] for d in docs] == ["note0.md", "note2.md"]
+    assert "[skip] note1.md: cannot be read (Permission denied)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--docs", "--index", "--eval"])
+def test_an_empty_path_is_an_error_not_a_silent_default(notes, capsys, flag):
+    args = ["--docs", str(notes), "--backend", "tfidf"]
+    args = [a if a != str(notes) or flag != "--docs" else "" for a in args] + (
+        [flag, ""] if flag != "--docs" else [])
+    assert rag.main(args) == 1
+    assert f"{flag} needs a path, got an empty string" in capsys.readouterr().err
+
+
+# --- 4. the saved index: interrupted, raced, or of the wrong shape -----------------------------
+def test_kill_9_during_the_first_save_leaves_a_folder_that_the_next_run_rebuilds(notes, tmp_path):
+    index_dir = tmp_path / "ix"
+    code = ("import os, sys, rag_storage, rag_from_scratch as rag\n"
+            "real = rag_storage.write_atomic\n"
+            "def die(path, data):\n"
+            "    if path.name.startswith('vectors'):\n"
+            "        open(str(path) + '.partial', 'wb').write(data[:100])\n"
+            "        os.kill(os.getpid(), 9)\n"
+            "    return real(path, data)\n"
+            "rag_storage.write_atomic = die\n"
+            "import rag_docs; rag_docs.write_atomic = die\n"
+            f"rag.main(['--docs', {str(notes)!r}, '--backend', 'tfidf', '--index', {str(index_dir)!r}])\n")
+    killed = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60)
+    assert killed.returncode == -signal.SIGKILL
+    assert (index_dir / rag_storage.MARK_FILE).is_file() and not (index_dir / "meta.json").exists()
+    out = cli("--docs", str(notes), "--backend", "tfidf", "--index", str(index_dir))
+    assert out.returncode == 0, out.stderr
+    assert "building the index: no saved index yet" in out.stdout
+    assert "saved the index" in out.stdout
+
+
+def test_two_runs_saving_one_index_at_once_both_succeed_and_leave_it_whole(notes, tmp_path):
+    index_dir = tmp_path / "ix"
+    args = [sys.executable, str(ROOT / "rag_from_scratch.py"), "--docs", str(notes),
+            "--backend", "tfidf", "--index", str(index_dir)]
+    runs = [subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    results = [r.communicate(timeout=120) for r in runs]
+    assert [r.returncode for r in runs] == [0, 0], results
+    meta = json.loads((index_dir / "meta.json").read_text())
+    for name, digest in meta["checksums"].items():
+        assert rag_storage.sha256_file(index_dir / name) == digest
+    assert not list(index_dir.glob("*.partial"))
+    again = cli("--docs", str(notes), "--backend", "tfidf", "--index", str(index_dir))
+    assert "loaded the saved index" in again.stdout
+
+
+@pytest.mark.parametrize("meta", [
+    [], None, "text", {"format": "rag_from_scratch-index-1", "checksums": []},
+    {"format": "rag_from_scratch-index-1", "n_chunks": 1, "checksums": {"../../etc/passwd": "x"}},
+    {"format": "rag_from_scratch-index-1", "n_chunks": "3", "checksums": {}}])
+def test_a_meta_json_of_the_wrong_shape_means_rebuild_never_a_traceback(notes, tmp_path, meta):
+    index_dir = tmp_path / "ix"
+    assert cli("--docs", str(notes), "--backend", "tfidf", "--index", str(index_dir)).returncode == 0
+    (index_dir / "meta.json").write_text(json.dumps(meta))
+    out = cli("--docs", str(notes), "--backend", "tfidf", "--index", str(index_dir))
+    assert out.returncode == 0 and "Traceback" not in out.stderr
+    assert "building the index:" in out.stdout
+
+
+def test_replacing_the_models_files_in_place_makes_the_index_stale(notes, tmp_path, minilm):
+    model = tmp_path / "model"
+    shutil.copytree(rag.find_local_model(), model)
+    index_dir = tmp_path / "ix"
+    args = ["--docs", str(notes), "--backend", "minilm", "--model", str(model), "--index", str(index_dir)]
+    assert rag.main(args) == 0
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps(config, indent=1))     # same path, new content
+    out = cli(*args)
+    assert out.returncode == 0 and "building the index: the model changed" in out.stdout
+
+
+def test_an_unwritable_index_and_a_malformed_eval_fail_before_any_embedding(notes, tmp_path):
+    bad = tmp_path / "qa.jsonl"
+    bad.write_text('{"question": "ok?", "relevant": 5}\n')
+    out = cli("--docs", str(notes), "--backend", "tfidf", "--eval", str(bad))
+    assert out.returncode == 1 and "qa.jsonl line 1: expected" in out.stderr and out.stdout == ""
+    out = cli("--docs", str(notes), "--backend", "tfidf", "--index", "/proc/rag-index")
+    assert out.returncode == 1 and "cannot write to --index" in out.stderr and out.stdout == ""
+
+
+@pytest.mark.parametrize("relevant", [5, [["a"]], [""], {"a": 1}])
+def test_eval_lines_of_the_wrong_type_are_named(tmp_path, relevant):
+    bad = tmp_path / "qa.jsonl"
+    bad.write_text(json.dumps({"question": "q?", "relevant": relevant}) + "\n")
+    with pytest.raises(ValueError, match="qa.jsonl line 1: expected"):
+        rag_docs.load_eval_file(bad)
+
+
+def test_eval_ids_that_name_no_document_are_reported(tmp_path, capsys):
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"question": "q?", "relevant": ["nope.md"]}\n')
+    rag_docs.load_eval_file(qa, {"note0.md"})
+    assert "1 relevant ids name no document and can only score 0: nope.md" in capsys.readouterr().err
+
+
+def test_a_saved_index_is_updated_incrementally_and_equals_a_fresh_build(notes, tmp_path, minilm, capsys):
+    index_dir = tmp_path / "ix"
+    base = ["--docs", str(notes), "--backend", "minilm", "--index", str(index_dir)]
+    assert rag.main(base) == 0
+    (notes / "note1.md").write_text(NOTE + "\nNote one, edited: backups move to tape.\n")
+    (notes / "note3.md").write_text("# New\n\nA new note about printers.\n")
+    (notes / "note2.md").unlink()
+    capsys.readouterr()
+    assert rag.main(base) == 0
+    out = capsys.readouterr().out
+    assert "updated the index: 3 files changed or removed, 2 chunks embedded, 1 reused" in out
+    updated = np.load(index_dir / "vectors.npy")
+    fresh_dir = tmp_path / "fresh"
+    assert rag.main(["--docs", str(notes), "--backend", "minilm", "--index", str(fresh_dir)]) == 0
+    fresh = np.load(fresh_dir / "vectors.npy")
+    assert json.loads((index_dir / "chunks.json").read_text()) == json.loads((fresh_dir / "chunks.json").read_text())
+    np.testing.assert_allclose(updated, fresh, atol=1e-6)
+
+
+# --- 5. every network wait has a deadline --------------------------------------------------
+@pytest.fixture()
+def silent_port():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    yield server.getsockname()[1]
+    server.close()
+
+
+def test_bedrock_against_a_server_that_never_answers_gives_up_at_its_deadline(silent_port, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "TEST-NOT-A-REAL-KEY")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", f"http://127.0.0.1:{silent_port}")
+    llm = rag_bedrock.bedrock_generator("x", "us-east-1", deadline_s=1.5)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="Amazon Bedrock in us-east-1 did not answer within 1.5 s"):
+        llm("prompt", rag.SYSTEM_PROMPT)
+    assert time.monotonic() - t0 < 3
+
+
+def can_unshare() -> bool:
+    return shutil.which("unshare") is not None and os.geteuid() == 0
+
+
+@pytest.mark.skipif(not can_unshare(), reason="needs root and unshare for a network namespace")
+def test_the_hub_probe_ends_within_its_deadline_when_dns_packets_vanish():
+    """A blocked classroom network: outside packets (DNS included) vanish silently."""
+    script = ("ip link set lo up; ip route add default dev lo; "
+              f"{sys.executable} -c 'import time, rag_cli; t=time.monotonic(); "
+              "r=rag_cli.hub_reachable(); print(r, round(time.monotonic()-t, 1))'")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_ENDPOINT")}
+    out = subprocess.run(["unshare", "-n", "sh", "-c", script], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60, env=env)
+    reachable, seconds = out.stdout.split()
+    assert reachable == "False" and float(seconds) < 4.5, out.stderr
+    assert "waiting for the model hub at https://huggingface.co (up to 3 s)" in out.stderr
