@@ -28,10 +28,15 @@ machine; compare the ratios measured side by side in one run.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
+    import rag_cli
+    rag_cli.quiet_interrupts()
+
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -397,4 +402,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rag_cli.leave(main())

@@ -13,6 +13,7 @@ Nothing here is needed to understand RAG; it keeps the scripts kind to bad input
 
 import argparse
 import os
+import signal
 import sys
 import threading
 
@@ -33,8 +34,20 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def interrupted(signum=None, frame=None):
+    """Ctrl-C before the work starts (while NumPy or torch load): one line, exit 130."""
+    print("interrupted", file=sys.stderr, flush=True)
+    os._exit(EXIT_INTERRUPTED)         # mid-import, a clean exit can wait on half-made threads
+
+
+def quiet_interrupts() -> None:
+    """Call first thing in a script run as a command, before its heavy imports."""
+    signal.signal(signal.SIGINT, interrupted)
+
+
 def run_cli(work, *args) -> int:
     """Run work(*args) for a command line and return its exit status (0, 1 or 130)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # from here Ctrl-C is caught below
     try:
         work(*args)
     except KeyboardInterrupt:
@@ -48,6 +61,16 @@ def run_cli(work, *args) -> int:
     finally:
         sys.stdout.flush()
     return 0
+
+
+def leave(status: int) -> None:
+    """Exit a command with `status`; after Ctrl-C, do not wait for worker threads (a model
+    server, a stuck network call) that would keep the process alive."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if status == EXIT_INTERRUPTED:
+        os._exit(status)
+    sys.exit(status)
 
 
 def with_deadline(what: str, seconds: float, work, check: str):

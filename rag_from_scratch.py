@@ -16,9 +16,14 @@ command line. Each function pastes into a notebook cell on its own. Companion fi
 (--docs, --generator, ...); this file runs without them. The company in the corpus is fictional.
 """
 
+import os
+import signal
 import sys
 
-import numpy as np
+if __name__ == "__main__":      # Ctrl-C while NumPy loads: one line, not a traceback
+    signal.signal(signal.SIGINT, lambda *_: os._exit(print("interrupted", file=sys.stderr) or 130))
+
+import numpy as np  # noqa: E402
 
 
 # == Step 0: cosine similarity by hand =====================================================
@@ -579,4 +584,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        from rag_cli import leave      # after Ctrl-C, exit without waiting for a model's threads
+    except ImportError:
+        leave = sys.exit
+    leave(main())

@@ -18,10 +18,16 @@ All but bedrock run offline and free. The evaluation scores each against a gold 
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
+    import rag_cli
+    rag_cli.quiet_interrupts()
+
 import json
 import math
 import re
-import sys
+import signal
 import time
 from pathlib import Path
 
@@ -243,7 +249,16 @@ def start_llama(threads: int = THREADS, port: int = 0, n_ctx: int = 2048):
     params.verbosity = -1               # llama.cpp logs every request otherwise
     params.cache_prompt = False         # the same prompt always gives the same text
     params.cache_ram_mib, params.port = 0, port
-    return xllamacpp.Server(params)
+    # Ctrl-C in the middle of llama.cpp starting its threads can leave it stuck: hold the signal
+    # until the server is up (well under a second), and keep it off llama.cpp's threads.
+    hold = getattr(signal, "pthread_sigmask", None)
+    if hold:
+        hold(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return xllamacpp.Server(params)
+    finally:
+        if hold:
+            hold(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def chat_request(prompt: str, system_prompt: str, max_tokens: int) -> dict:
@@ -742,4 +757,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rag_cli.leave(main())

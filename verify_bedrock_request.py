@@ -12,8 +12,13 @@ credentials are dummies. The "answer" printed below is our placeholder, not mode
 
 from __future__ import annotations
 
-import os
 import sys
+
+if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
+    import rag_cli
+    rag_cli.quiet_interrupts()
+
+import os
 from contextlib import contextmanager
 
 import rag_bedrock
@@ -154,4 +159,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rag_cli.leave(main())

@@ -233,3 +233,21 @@ def test_the_hub_probe_ends_within_its_deadline_when_dns_packets_vanish():
     reachable, seconds = out.stdout.split()
     assert reachable == "False" and float(seconds) < 4.5, out.stderr
     assert "waiting for the model hub at https://huggingface.co (up to 3 s)" in out.stderr
+
+
+# --- 6. Ctrl-C at any moment: one line, exit 130 ---------------------------------------------
+@pytest.mark.parametrize("delay", [0.08, 0.3, 0.8, 2.5])
+@pytest.mark.parametrize("script", ["rag_from_scratch.py", "rag_generate.py", "verify_bedrock_request.py"])
+def test_ctrl_c_while_a_script_starts_is_one_line_and_exit_130(script, delay):
+    args = {"rag_from_scratch.py": ["--backend", "tfidf", "--question", "new fathers?",
+                                    "--generator", "local"],
+            "rag_generate.py": ["--backend", "tfidf"], "verify_bedrock_request.py": []}[script]
+    proc = subprocess.Popen([sys.executable, str(ROOT / script), *args],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip(f"{script} finished within {delay} s, before the interrupt")
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted", err
+    assert "Traceback" not in err
