@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from rag_collection import DEFAULT_COLLECTION, load_collection
+from ir_test_collections import DEFAULT_COLLECTION, load_collection
 
 # ---------------------------------------------------------------------------
 # Defaults
