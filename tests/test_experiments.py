@@ -1,5 +1,6 @@
 """rag_experiments.py: the tutorial's Experiments A-E line for line, the measured results of
-F-I, BM25 against rank_bm25, the bootstrap against SciPy, the charts, the CLI, and CISI."""
+F-J, BM25 against rank_bm25, the bootstrap against SciPy, the charts and the CLI (the test
+collections' scores are tested in test_collection.py)."""
 import contextlib
 import io
 import json
@@ -342,6 +343,34 @@ def test_experiment_i_prompts_shrink_and_keep_every_fact(run):
     small = i["size=12 overlap=4 k=5"]
     assert small["words_after"] < small["words_before"] and small["kept"] == 10
     assert small["facts_after"] == small["facts_before"]
+
+
+# ---------------------------------------------------------------------------
+# J: Rocchio pseudo-relevance feedback
+# ---------------------------------------------------------------------------
+def test_experiment_j_rocchio_beside_the_plain_search(run):
+    j = run[0]["J"]
+    got = {m: (r["hit@1"], r["recall@1"], r["recall@3"], round(r["mrr@3"], 2)) for m, r in j.items()
+           if isinstance(r, dict)}
+    assert got == {"tfidf": (0.9, 0.85, 1.0, 0.95), "tfidf + rocchio": (0.9, 0.85, 1.0, 0.95),
+                   "minilm": (1.0, 0.95, 1.0, 1.0), "minilm + rocchio": (0.9, 0.9, 1.0, 0.95)}
+    # Ten questions cannot tell: feedback costs MiniLM one question, within chance.
+    assert j["minilm: rocchio - plain hit@1"] == pytest.approx((-0.1, -0.3, 0.0))
+    printed = block(run[1], "J")
+    assert printed[0] == ("== Experiment J: Rocchio feedback, q' = 1 q + 0.75 * mean of the top 3 "
+                          "chunks (size=50, overlap=10) ==")
+    assert "minilm + rocchio  0.90  0.90     1.00     0.95" in printed
+    assert "  hit@1, minilm + rocchio minus minilm: -0.10 [-0.30, +0.00]  (could be chance)" in printed
+
+
+def test_experiment_j_moves_the_query_as_the_formula_says(chunks, tfidf_setup):
+    embedder, index = tfidf_setup
+    q = embedder.encode([rx.FATHERS], sparse=True)
+    scores = (q @ index.T).toarray()
+    top = np.argsort(-scores[0], kind="stable")[:rr.ROCCHIO_M]
+    by_hand = rr.ROCCHIO_A * q.toarray()[0] + rr.ROCCHIO_B * index[top].toarray().mean(axis=0)
+    np.testing.assert_allclose(rr.rocchio(q, index, scores).toarray()[0],
+                               by_hand / np.linalg.norm(by_hand), rtol=1e-5)
 
 
 # ---------------------------------------------------------------------------
