@@ -53,6 +53,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rag_retrieval import BM25_B, BM25_K1     # light: NumPy only at import
+
 # ---------------------------------------------------------------------------
 # Defaults
 # ---------------------------------------------------------------------------
@@ -571,7 +573,7 @@ def score_inputs(collection: dict, minilm=None, cache=None) -> dict:
     return inputs
 
 
-def bm25_from_counts(inputs: dict, k1: float = 1.5, b: float = 0.75):
+def bm25_from_counts(inputs: dict, k1: float = BM25_K1, b: float = BM25_B):
     """(stemmed BM25 scores, BM25 weights W) from the counted words: no recounting."""
     from rag_retrieval import bm25_weights
     doc_counts, query_counts = inputs["counts"]
