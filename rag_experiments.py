@@ -1,11 +1,11 @@
 """
 rag_experiments.py: change one setting at a time and measure what it does to retrieval.
 
-    python rag_experiments.py                      # every experiment, A to I
+    python rag_experiments.py                      # every experiment, A to J
     python rag_experiments.py --only B             # one experiment, or a list: --only A,B,E
     python rag_experiments.py --plot plots/        # also write PNG charts (needs matplotlib)
-    python rag_experiments.py --collection ../shared/data/cisi          # a real test collection
-    python rag_experiments.py --collection ../shared/data/cisi --json   # the same as one JSON object
+    python rag_experiments.py --collection data/cisi          # a real test collection
+    python rag_experiments.py --collection data/cisi --json   # the same as one JSON object
 
 A to E are the tutorial's "common mistakes" and print its figures line for line:
   A embedding backend        B chunk size and overlap     C what a 12-word chunk looks like
@@ -13,6 +13,8 @@ A to E are the tutorial's "common mistakes" and print its figures line for line:
 F to I are the tutorial's practice exercises, measured:
   F sentence-aware chunking  G BM25 and hybrid retrieval  H refusing unanswerable questions
   I merging overlapping chunks before the prompt
+J is a classic idea beyond the tutorial: Rocchio pseudo-relevance feedback.
+The test-collection scores (--collection) live in ir_test_collections.py.
 Beside hit rate and recall the tables show MRR and nDCG, and where two settings are compared,
 a 95% bootstrap interval: with ten questions, one question moves a rate by 0.10.
 
@@ -23,17 +25,18 @@ parts still run, and the output says which experiments were skipped and why.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 import rag_from_scratch as rag
 from rag_cli import run_cli
+from rag_retrieval import (BM25_B, BM25_K1, ROCCHIO_A, ROCCHIO_B, ROCCHIO_M, SEED, bm25_matrix,
+                           bm25_scores, bootstrap_ci, hybrid_scores, paired_bootstrap,
+                           reciprocal_rank_fusion, rocchio, split_sentences)
 
 # The lab's new holiday policy and its question (tutorial, hands-on lab, task 2): with it,
 # MiniLM sends "How many vacation days do I get each year?" to holidays, not annual leave.
@@ -52,17 +55,10 @@ HR05_QUESTION = {"question": "Can I take a day off for a festival that is not on
 LAB_DOC, LAB_QUESTION = HR05_DOC, HR05_QUESTION
 
 # ---------------------------------------------------------------------------
-# Defaults: the one place they live (the CLI reads them from here)
+# Defaults: the one place they live (the CLI reads them from here; the retrieval maths'
+# own defaults, BM25_K1, BM25_B, HYBRID_WEIGHT, RRF_K, ROCCHIO_*, live in rag_retrieval.py)
 # ---------------------------------------------------------------------------
-EXPERIMENTS = "ABCDEFGHI"
-BM25_K1 = 1.5            # how quickly repeats of a word stop adding score (rank_bm25's default)
-BM25_B = 0.75            # how strongly long documents are penalised (0 = not at all)
-HYBRID_WEIGHT = 0.5      # share of the keyword score in a weighted hybrid
-RRF_K = 60               # reciprocal rank fusion constant (Cormack, Clarke and Buettcher, 2009)
-RESAMPLES = 2000         # bootstrap resamples of the question set
-SEED = 0                 # fixes every bootstrap interval, so reruns print the same numbers
-COLLECTION_K = 10        # cut-off for recall, MRR and nDCG on a test collection
-CACHE_FOLDER = ".rag_cache"   # where document vectors of a test collection are kept
+EXPERIMENTS = "ABCDEFGHIJ"
 
 FATHERS = "How much time off do new fathers get?"     # the question Experiments E and F follow
 
@@ -95,7 +91,7 @@ ANSWER_FACTS = {
 
 
 # ---------------------------------------------------------------------------
-# 1. Shared helpers: indexes, rankings from scores, bootstrap intervals
+# 1. Shared helpers: indexes, rankings from scores
 # ---------------------------------------------------------------------------
 def setup(backend: str, chunks: list[dict], minilm: rag.Embedder | None = None):
     """(embedder, index) for these chunks: TF-IDF is refit (cheap), MiniLM reuses one model."""
@@ -117,22 +113,6 @@ def evaluate_scores(scores: np.ndarray, chunks: list[dict], eval_set: list[dict]
         ranked = [chunks[i]["doc_id"] for i in rag.top_k(row, k)]
         per_question.append(rag.retrieval_metrics(ranked, item["relevant"], k))
     return rag.average_metrics(per_question, k)
-
-
-def bootstrap_ci(values, resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float]:
-    """95% interval for the mean of per-question values, resampling questions with replacement."""
-    values = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(values), size=(resamples, len(values)))
-    means = values[picks].mean(axis=1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
-def paired_bootstrap(before, after, resamples: int = RESAMPLES,
-                     seed: int = SEED) -> tuple[float, float, float]:
-    """Mean of after - before with a 95% interval; both settings see the same resampled questions."""
-    diff = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
-    return (float(diff.mean()), *bootstrap_ci(diff, resamples, seed))
 
 
 def per_question(metrics: dict, key: str = "hit") -> list[float]:
@@ -166,106 +146,8 @@ def print_difference(label: str, diff: tuple[float, float, float]) -> None:
 
 
 # ---------------------------------------------------------------------------
-# 2. BM25, hybrid scores and reciprocal rank fusion
+# 2. Sentence-aware chunks and merged prompts
 # ---------------------------------------------------------------------------
-def bm25_idf(doc_freq: np.ndarray, n_docs: int, idf: str = "lucene") -> np.ndarray:
-    """Inverse document frequency of each term from the number of documents that contain it.
-
-    lucene: ln(1 + (N - n + 0.5) / (n + 0.5)), never negative (Lucene, Elasticsearch).
-    okapi:  ln((N - n + 0.5) / (n + 0.5)); terms in more than half the documents would score
-            negative, so rank_bm25 lifts those to 0.25 * the mean idf. Kept to test against it.
-    """
-    if idf == "lucene":
-        return np.log(1 + (n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
-    if idf == "okapi":
-        raw = np.log(n_docs - doc_freq + 0.5) - np.log(doc_freq + 0.5)
-        return np.where(raw < 0, 0.25 * raw.mean(), raw)
-    raise ValueError(f"unknown idf {idf!r}: choose lucene or okapi")
-
-
-def word_analyzer(stem: bool = False):
-    """The function that turns a text into the words BM25 counts: lower case, no stop words.
-
-    stem=True also cuts words to their stem with the Porter2 stemmer ("retrieval",
-    "retrieving" -> "retriev"), so different forms of one word match.
-    """
-    from sklearn.feature_extraction.text import CountVectorizer
-    words = CountVectorizer(stop_words="english").build_analyzer()   # words of 2+ letters
-    if not stem:
-        return words
-    try:
-        import snowballstemmer
-    except ImportError:
-        raise RuntimeError("stemming needs snowballstemmer: run `pip install snowballstemmer`") from None
-    stemmer = snowballstemmer.stemmer("english")
-    return lambda text: stemmer.stemWords(words(text))
-
-
-def bm25_matrix(texts: list[str], k1: float = BM25_K1, b: float = BM25_B, idf: str = "lucene",
-                stem: bool = False):
-    """Return (vectorizer, W): W[d, t] is term t's BM25 weight in text d, so scores = W @ counts(q).
-
-    weight(t, d) = idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(d) / mean_len))
-    tf is how often t occurs in d and len(d) counts d's words; W is sparse, like TF-IDF.
-    """
-    from scipy import sparse
-    from sklearn.feature_extraction.text import CountVectorizer
-    if k1 < 0 or not 0 <= b <= 1:
-        raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
-    vectorizer = CountVectorizer(analyzer=word_analyzer(stem))
-    tf = vectorizer.fit_transform(texts).tocsr().astype(np.float64)
-    doc_len = np.asarray(tf.sum(axis=1)).ravel()
-    doc_freq = np.bincount(tf.indices, minlength=tf.shape[1])
-    term_idf = bm25_idf(doc_freq, tf.shape[0], idf)
-    # Only the stored (non-zero) counts change: each is scaled by its document's length norm.
-    length_norm = k1 * (1 - b + b * doc_len / doc_len.mean())
-    row_of = np.repeat(np.arange(tf.shape[0]), np.diff(tf.indptr))
-    data = term_idf[tf.indices] * tf.data * (k1 + 1) / (tf.data + length_norm[row_of])
-    return vectorizer, sparse.csr_matrix((data, tf.indices, tf.indptr), shape=tf.shape)
-
-
-def bm25_scores(queries: list[str], vectorizer, weights) -> np.ndarray:
-    """BM25 score of every text for each query: one row per query, counts(query) @ W.T."""
-    counts = vectorizer.transform(queries)           # a word repeated in the query counts twice
-    return (counts @ weights.T).toarray()
-
-
-def minmax(scores: np.ndarray) -> np.ndarray:
-    """Rescale each row to 0..1 so scores on different scales (BM25, cosine) can be added."""
-    scores = np.asarray(scores, dtype=float)
-    low = scores.min(axis=-1, keepdims=True)
-    span = scores.max(axis=-1, keepdims=True) - low
-    return (scores - low) / np.where(span > 0, span, 1.0)
-
-
-def hybrid_scores(keyword: np.ndarray, dense: np.ndarray, weight: float = HYBRID_WEIGHT) -> np.ndarray:
-    """weight * keyword + (1 - weight) * dense: the exercise's 0.5 s_tfidf + 0.5 s_minilm."""
-    if not 0 <= weight <= 1:
-        raise ValueError(f"the hybrid weight must be between 0 and 1, got {weight}")
-    return weight * np.asarray(keyword) + (1 - weight) * np.asarray(dense)
-
-
-def ranks(scores: np.ndarray) -> np.ndarray:
-    """Rank of each entry within its row, 1 = best; ties keep index order, as top_k does."""
-    order = np.argsort(-np.asarray(scores), axis=-1, kind="stable")
-    out = np.empty_like(order)
-    np.put_along_axis(out, order, np.arange(1, order.shape[-1] + 1) * np.ones_like(order), axis=-1)
-    return out
-
-
-def reciprocal_rank_fusion(score_list: list[np.ndarray], k: int = RRF_K) -> np.ndarray:
-    """Fuse rankings by rank alone: sum over methods of 1 / (k + rank). Scales never meet."""
-    return sum(1.0 / (k + ranks(scores)) for scores in score_list)
-
-
-# ---------------------------------------------------------------------------
-# 3. Sentence-aware chunks and merged prompts
-# ---------------------------------------------------------------------------
-def split_sentences(text: str) -> list[str]:
-    """Cut after '.', '!' or '?' followed by a space ("id.kestrelwood.example" stays whole)."""
-    return [s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s]
-
-
 def sentence_chunks(text: str, max_words: int) -> list[str]:
     """Pack whole sentences into chunks of at most max_words words (a longer sentence is cut)."""
     chunks, current = [], []
@@ -318,7 +200,7 @@ def merge_overlapping(retrieved: list[dict]) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------
-# 4. The experiments: each prints its block and returns what it measured
+# 3. The experiments: each prints its block and returns what it measured
 # ---------------------------------------------------------------------------
 def experiment_a(minilm=None) -> dict:
     """A: TF-IDF against MiniLM on the tutorial's 50-word chunks."""
@@ -619,10 +501,41 @@ def experiment_i(minilm) -> dict:
     return result
 
 
+def experiment_j(minilm=None) -> dict:
+    """J: Rocchio pseudo-relevance feedback: move each question toward its top chunks, search again."""
+    print(f"== Experiment J: Rocchio feedback, q' = {ROCCHIO_A:g} q + {ROCCHIO_B:g} * mean of the "
+          f"top {ROCCHIO_M} chunks (size=50, overlap=10) ==")
+    chunks = rag.build_chunks(rag.CORPUS, 50, 10)
+    questions = [item["question"] for item in rag.EVAL_SET]
+    rows = {}
+    for backend in ["tfidf"] + (["minilm"] if minilm else []):
+        embedder, index = setup(backend, chunks, minilm)
+        plain = score_matrix(questions, index, embedder)
+        moved = rocchio(embedder.encode(questions, sparse=True), index, plain)
+        fed = moved @ index.T
+        for label, scores in [(backend, plain), (f"{backend} + rocchio", fed)]:
+            scores = scores.toarray() if hasattr(scores, "toarray") else np.asarray(scores)
+            rows[label] = row(evaluate_scores(scores, chunks, rag.EVAL_SET, 1),
+                              evaluate_scores(scores, chunks, rag.EVAL_SET, 3))
+    width = max(map(len, rows)) + 2
+    print(f"{'method':<{width}}hit@1 recall@1 recall@3 mrr@3")
+    for label, r in rows.items():
+        print(f"{label:<{width}}{r['hit@1']:.2f}  {r['recall@1']:.2f}     {r['recall@3']:.2f}     "
+              f"{r['mrr@3']:.2f}")
+    print_more(rows)
+    result = dict(rows)
+    for backend in [label for label in rows if "+" not in label]:
+        diff = paired_bootstrap(rows[backend]["hits@1"], rows[f"{backend} + rocchio"]["hits@1"])
+        result[f"{backend}: rocchio - plain hit@1"] = diff
+        print_difference(f"hit@1, {backend} + rocchio minus {backend}", diff)
+    return result
+
+
 EXPERIMENT_FUNCTIONS = {"A": experiment_a, "B": experiment_b, "C": experiment_c,
                         "D": experiment_d, "E": experiment_e, "F": experiment_f,
-                        "G": experiment_g, "H": experiment_h, "I": experiment_i}
-NEEDS_MINILM = set("BDEFI")          # A, G and H run their TF-IDF and BM25 parts without it
+                        "G": experiment_g, "H": experiment_h, "I": experiment_i,
+                        "J": experiment_j}
+NEEDS_MINILM = set("BDEFI")          # A, G, H and J run their TF-IDF and BM25 parts without it
 NO_EMBEDDINGS = set("C")
 
 
@@ -640,8 +553,8 @@ def run_experiments(letters: str = EXPERIMENTS, minilm: rag.Embedder | None = No
         except RuntimeError as exc:
             reason = f"MiniLM could not be loaded ({exc})"
             skipped = {x: reason for x in letters if x in NEEDS_MINILM}
-            if set(letters) & set("AGH"):
-                print(f"[info] {reason}: A, G and H show their TF-IDF and BM25 rows only\n")
+            if set(letters) & set("AGHJ"):
+                print(f"[info] {reason}: A, G, H and J show their TF-IDF and BM25 rows only\n")
     for letter in letters:
         if letter in skipped:
             continue
@@ -673,7 +586,7 @@ def parse_letters(letters: str) -> str:
 
 
 # ---------------------------------------------------------------------------
-# 5. Charts
+# 4. Charts
 # ---------------------------------------------------------------------------
 def write_plots(results: dict, folder: str) -> list[str]:
     """PNG charts of B (chunk size), D (k) and H (refusal scores); returns the paths written."""
@@ -745,124 +658,25 @@ def save(fig, path: Path) -> str:
 
 
 # ---------------------------------------------------------------------------
-# 6. A real test collection (CISI and the other classic SMART collections)
-# ---------------------------------------------------------------------------
-BEST_WEIGHT = 0.3        # keyword share of the best CISI hybrid (tried 0.2 to 0.5; see README)
-
-
-def evaluate_collection(collection: dict, minilm: rag.Embedder | None = None, cache=None,
-                        k: int = COLLECTION_K) -> dict:
-    """hit@1, recall@k, MRR@k, nDCG@k and seconds of each method on a judged test collection.
-
-    collection: load_collection's dict (docs, queries, qrels); only judged queries count.
-    cache: an EmbeddingCache for the document vectors, or None to encode them every time.
-    """
-    docs = collection["docs"]
-    judged = [q for q in collection["queries"] if q["qid"] in collection["qrels"]]
-    if not judged:
-        raise ValueError("the collection has no query with relevance judgements to score")
-    questions = [q["text"] for q in judged]
-    eval_set = [{"question": q["text"], "relevant": collection["qrels"][q["qid"]]} for q in judged]
-    texts = [d["text"] for d in docs]
-    scores, seconds = {}, {}
-
-    def timed(name, compute, parts=()):
-        start = time.perf_counter()
-        scores[name] = compute()
-        seconds[name] = time.perf_counter() - start + sum(seconds[p] for p in parts)
-
-    def tfidf(sublinear=False):
-        embedder = rag.Embedder("tfidf")
-        embedder.model.set_params(sublinear_tf=sublinear)   # 1 + log(tf) instead of tf
-        return score_matrix(questions, rag.build_index(docs, embedder), embedder)
-
-    def minilm_scores():
-        vectors = cache.encode(minilm, texts) if cache else minilm.encode(texts)
-        return minilm.encode(questions) @ vectors.T
-
-    timed("tfidf", tfidf)
-    timed("tfidf (sublinear tf)", lambda: tfidf(sublinear=True))
-    timed("bm25", lambda: bm25_scores(questions, *bm25_matrix(texts)))
-    try:
-        timed("bm25 (stemmed)", lambda: bm25_scores(questions, *bm25_matrix(texts, stem=True)))
-    except RuntimeError as exc:                       # snowballstemmer is not installed
-        print(f"[info] {exc}: the stemmed rows are left out", file=sys.stderr)
-    if minilm:
-        timed("minilm", minilm_scores)
-        timed("0.5 tfidf + 0.5 minilm", lambda: hybrid_scores(scores["tfidf"], scores["minilm"]),
-              parts=["tfidf", "minilm"])
-        timed("rrf(tfidf, minilm)",
-              lambda: reciprocal_rank_fusion([scores["tfidf"], scores["minilm"]]),
-              parts=["tfidf", "minilm"])
-    if minilm and "bm25 (stemmed)" in scores:
-        timed("rrf(bm25 stemmed, minilm)",
-              lambda: reciprocal_rank_fusion([scores["bm25 (stemmed)"], scores["minilm"]]),
-              parts=["bm25 (stemmed)", "minilm"])
-        timed(f"{BEST_WEIGHT} bm25 stemmed + {1 - BEST_WEIGHT:.1f} minilm",
-              lambda: hybrid_scores(minmax(scores["bm25 (stemmed)"]), minmax(scores["minilm"]),
-                                    BEST_WEIGHT),
-              parts=["bm25 (stemmed)", "minilm"])
-    results = {}
-    for name, s in scores.items():
-        m1, mk = evaluate_scores(s, docs, eval_set, 1), evaluate_scores(s, docs, eval_set, k)
-        results[name] = {"hit@1": m1["hit_rate"], f"recall@{k}": mk["recall"],
-                         f"mrr@{k}": mk["mrr"], f"ndcg@{k}": mk["ndcg"],
-                         "seconds": round(seconds[name], 3),
-                         "per_query_ndcg": per_question(mk, "ndcg")}
-    return results
-
-
-def print_collection(results: dict, counts: dict | None = None, k: int = COLLECTION_K) -> None:
-    """One aligned line per method, then whether the best beats MiniLM alone beyond chance."""
-    if counts:
-        print(f"{counts['docs']:,} documents, {counts['judged_queries']} judged queries of "
-              f"{counts['queries']}, {counts['pairs']:,} relevance judgements")
-    width = max(map(len, results)) + 2
-    print(f"{'method':<{width}}hit@1  recall@{k}  mrr@{k}  ndcg@{k}  seconds")
-    for name, r in results.items():
-        print(f"{name:<{width}}{r['hit@1']:.3f}  {r[f'recall@{k}']:.3f}      {r[f'mrr@{k}']:.3f}   "
-              f"{r[f'ndcg@{k}']:.3f}    {r['seconds']:7.2f}")
-    best = max(results, key=lambda name: results[name][f"ndcg@{k}"])
-    if "minilm" in results and best != "minilm":
-        diff = paired_bootstrap(results["minilm"]["per_query_ndcg"],
-                                results[best]["per_query_ndcg"])
-        print_difference(f"ndcg@{k}, {best} minus minilm", diff)
-
-
-def run_collection(path: str, as_json: bool = False, cache_folder: str = CACHE_FOLDER,
-                   minilm: rag.Embedder | None = None) -> dict:
-    """Load a test collection, score every method, and print a table (or one JSON object)."""
-    from rag_collection import EmbeddingCache, load_collection
-    collection = load_collection(path)
-    if minilm is None:
-        try:
-            minilm = rag.Embedder("minilm")
-        except RuntimeError as exc:
-            print(f"[info] MiniLM could not be loaded ({exc}): keyword methods only",
-                  file=sys.stderr)
-    results = evaluate_collection(collection, minilm, EmbeddingCache(cache_folder))
-    if as_json:
-        print(json.dumps({name: {key: round(value, 4) for key, value in r.items()
-                                 if key != "per_query_ndcg"} for name, r in results.items()}))
-    else:
-        print_collection(results, collection["counts"])
-    return results
-
-
-# ---------------------------------------------------------------------------
-# 7. Command line
+# 5. Command line
 # ---------------------------------------------------------------------------
 def parse_args(argv=None):
     """Command-line flags; every default comes from the block at the top of the file."""
+    from ir_test_collections import CACHE_DIR, GRADE_READINGS
     p = argparse.ArgumentParser(description="Measure what each RAG setting does to retrieval: "
-                                            "the tutorial's experiments A-I, or a test collection.")
+                                            "the tutorial's experiments A-J, or a test collection.")
     p.add_argument("--only", default=EXPERIMENTS,
                    help="experiments to run, e.g. B or A,B,E (default: all of %(default)s)")
     p.add_argument("--plot", metavar="DIR", help="also write PNG charts into DIR (needs matplotlib)")
     p.add_argument("--collection", metavar="PATH",
-                   help="score TF-IDF, BM25, MiniLM and hybrids on a SMART test collection folder")
+                   help="score TF-IDF, BM25, MiniLM, hybrids and feedback on a SMART test "
+                        "collection folder, tuned settings cross-validated")
     p.add_argument("--json", action="store_true", help="with --collection: print one JSON object")
-    p.add_argument("--cache", default=CACHE_FOLDER,
+    p.add_argument("--grades", default="auto",
+                   help=f"with --collection: how to read relevance grades: auto (by the "
+                        f"relevance file's layout) or one of {', '.join(GRADE_READINGS)} "
+                        f"(default: %(default)s)")
+    p.add_argument("--cache", default=str(CACHE_DIR),
                    help="folder for cached document vectors (default: %(default)s)")
     return p.parse_args(argv)
 
@@ -870,7 +684,8 @@ def parse_args(argv=None):
 def run(args) -> None:
     """The experiments, or the test collection if --collection was given."""
     if args.collection:
-        run_collection(args.collection, args.json, args.cache)
+        from ir_test_collections import run_collection
+        run_collection(args.collection, args.json, args.cache, grades=args.grades)
         return
     if args.json:
         raise ValueError("--json goes with --collection PATH")

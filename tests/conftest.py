@@ -15,6 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import rag_from_scratch as rag  # noqa: E402
+from ir_test_collections import DEFAULT_COLLECTION  # noqa: E402
+
+# CISI as the repository carries it (data/cisi); until that copy is merged, the shared one
+# beside the checkout. Tests only: the scripts themselves default to data/cisi.
+CISI = DEFAULT_COLLECTION if DEFAULT_COLLECTION.is_dir() else ROOT.parent / "shared" / "data" / "cisi"
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import pytest
 
 import bench_search as bench
 import rag_from_scratch as rag
-from rag_collection import DEFAULT_COLLECTION
+from conftest import CISI
 
 # The core's defaults, read from its function signatures (one source of truth).
 CHUNK_SIZE = rag.defaults(rag.build_chunks)["chunk_size"]   # the tutorial's 50 words
@@ -74,10 +74,9 @@ def test_random_unit_vectors_are_unit_length_float32_and_repeatable():
                                   bench.random_unit_vectors(300, dim=8))
 
 
-@pytest.mark.skipif(not DEFAULT_COLLECTION.is_dir(),
-                    reason=f"the CISI collection is not at {DEFAULT_COLLECTION}")
+@pytest.mark.skipif(not CISI.is_dir(), reason=f"the CISI collection is not at {CISI}")
 def test_tfidf_index_of_10k_cisi_chunks_stays_sparse_and_under_100_mb():
-    chunks, source, questions = bench.text_chunks(10_000, DEFAULT_COLLECTION)
+    chunks, source, questions = bench.text_chunks(10_000, CISI)
     assert len(chunks) == 10_000 and "overlap 40" in source
     assert max(len(c["text"].split()) for c in chunks) == CHUNK_SIZE
     t = bench.bench_tfidf(chunks, questions[:2], repeats=2)

@@ -1,14 +1,20 @@
-"""The collection loader on real CISI and on small collections that hold the format's traps,
-and the on-disk embedding cache with the real MiniLM model."""
+"""ir_test_collections.py: the loader on real CISI and on small collections that hold the
+format's traps, grade readings, the on-disk embedding cache with the real MiniLM model, and
+the cross-validated evaluation (by hand on a tiny collection, then on CISI)."""
+import json
+import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-import rag_collection as rc
-from rag_collection import EmbeddingCache, load_collection
+import ir_test_collections as rc
+import rag_experiments as rx
+import rag_from_scratch as rag
+from ir_test_collections import EmbeddingCache, load_collection
 
-CISI = rc.DEFAULT_COLLECTION
+from conftest import CISI
 
 
 def write(folder, files: dict, newline="\n"):
@@ -78,7 +84,8 @@ How is energy stored?
 A query nobody judged.
 """
 # Cranfield style: "query doc grade", queries numbered by position, -1 = of no interest,
-# and one document (99) that is not in the collection.
+# and one document (99) that is not in the collection. Named TOY.REL, its grades are read
+# as "higher is more relevant"; named cranqrel, as Cleverdon's codes (1 = most relevant).
 TOY_QRELS = """\
 1 1 2
 1 3 1
@@ -137,6 +144,7 @@ def test_cisi_queries_and_qrels_line_up():
     assert list(col["qrels"]["1"])[:5] == ["28", "35", "38", "42", "43"]
     assert len(col["qrels"]["1"]) == 46
     assert {g for grades in col["qrels"].values() for g in grades.values()} == {1}
+    assert col["grades"] == "binary"
 
 
 # ---------------------------------------------------------------------------
@@ -163,9 +171,47 @@ def test_toy_relevance_numbered_by_position_is_mapped_to_query_ids(toy):
     assert col["qrels"] == {"1": {"1": 2, "3": 1}, "4": {"2": 4}, "9": {"4": 1, "1": 3}}
     assert col["counts"] == {"docs": 5, "queries": 4, "judged_queries": 3, "pairs": 5}
     notes = " | ".join(col["notes"])
-    assert "dropped 1 judgements with grade <= 0" in notes
+    assert "dropped 1 judgements that the higher reading counts as not relevant" in notes
+    assert col["grades"] == "higher"
     assert "numbers queries by position" in notes
     assert "dropped 1 judgements of documents that are not in TOY.ALL" in notes
+
+
+def test_cranqrel_is_read_as_cleverdon_codes_with_code_1_gaining_most(tmp_path, capsys):
+    folder = write(tmp_path, {"cran.all.1400": TOY_DOCS, "cran.qry": TOY_QUERIES,
+                              "cranqrel": TOY_QRELS})
+    col = load_collection(folder)
+    assert col["grades"] == "cleverdon"
+    # codes 2, 1 -> gains 3, 4; code 4 -> 1; code -1 dropped; codes 1, 3 -> 4, 2
+    assert col["qrels"] == {"1": {"1": 3, "3": 4}, "4": {"2": 1}, "9": {"4": 4, "1": 2}}
+    assert "dropped 1 judgements that the cleverdon reading counts as not relevant" in col["notes"]
+    # The complete answer (code 1, doc 3) first is the ideal ranking; code 2 first is not.
+    assert rag.retrieval_metrics(["3", "1"], col["qrels"]["1"], 2)["ndcg"] == 1.0
+    assert rag.retrieval_metrics(["1", "3"], col["qrels"]["1"], 2)["ndcg"] < 1.0
+    assert rc.main([str(folder)]) == 0
+    assert ("grades          cleverdon: Cleverdon's codes, 1 = complete answer ... "
+            "4 = minimum interest, gain = 5 - code") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("reading, expected", [
+    ("higher", {"1": {"1": 2, "3": 1}, "4": {"2": 4}, "9": {"4": 1, "1": 3}}),
+    ("binary", {"1": {"1": 1, "3": 1}, "4": {"2": 1}, "9": {"4": 1, "1": 1}}),
+    ("cleverdon", {"1": {"1": 3, "3": 4}, "4": {"2": 1}, "9": {"4": 4, "1": 2}}),
+])
+def test_the_grade_reading_can_be_named(toy, reading, expected):
+    col = load_collection(toy, grades=reading)
+    assert col["grades"] == reading and col["qrels"] == expected
+
+
+def test_grade_readings_by_hand_and_an_unknown_reading():
+    assert [rc.gain(code, "cleverdon") for code in [1, 2, 3, 4, 5, -1, 0]] == [4, 3, 2, 1, 0, 0, 0]
+    assert [rc.gain(g, "higher") for g in [2, 0.5, 0, -1]] == [2, 0.5, 0, 0]
+    assert [rc.gain(g, "binary") for g in [2, 0.5, 0, -1]] == [1, 1, 0, 0]
+    assert rc.grade_reading("CRANQREL", [1, 2]) == "cleverdon"
+    assert rc.grade_reading("MED.REL", [1, 1]) == "binary"
+    assert rc.grade_reading("qrels.text", [1, 2]) == "higher"
+    with pytest.raises(ValueError, match="unknown grade reading 'upside-down': choose auto"):
+        rc.grade_reading("x.rel", [1], "upside-down")
 
 
 def test_relevance_with_matching_ids_is_not_renumbered(tmp_path):
@@ -306,6 +352,8 @@ def test_unreadable_documents_file(tmp_path, docs, expected):
     ("1 501 1\n4 502 1\n", "TOY.REL names no document of TOY.ALL"),
     ("1 1 high\n1 2 low\n", "grade 'high' is not a number"),
     ("", "is empty"),
+    ("1 1 nan\n1 2 1\n", "TOY.REL line 1: grade 'nan' is not a finite number"),
+    ("1 1 1\n1 2 inf\n", "TOY.REL line 2: grade 'inf' is not a finite number"),
 ])
 def test_relevance_file_that_does_not_fit(tmp_path, rel, expected):
     folder = write(tmp_path, {"TOY.ALL": TOY_DOCS, "TOY.QRY": TOY_QUERIES, "TOY.REL": rel})
@@ -317,6 +365,7 @@ def test_cli_prints_counts_and_errors_in_one_line(toy, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "documents            5   (TOY.ALL)" in out
     assert "judgement pairs      5" in out
+    assert "grades          higher: higher grades are more relevant, gain = grade" in out
     assert "note: TOY.REL numbers queries by position" in out
     assert rc.main([str(tmp_path / "missing")]) == 1
     err = capsys.readouterr().err
@@ -398,3 +447,160 @@ def test_tfidf_is_not_cached(tfidf_setup, tmp_path):
     with pytest.raises(ValueError, match="not cached"):
         EmbeddingCache(tmp_path).encode(embedder, TEXTS)
     assert not os.listdir(tmp_path)
+
+
+# ---------------------------------------------------------------------------
+# Cross-validation, by hand
+# ---------------------------------------------------------------------------
+def test_folds_are_a_seeded_shuffle_of_near_equal_size():
+    fold = rc.fold_of_each_query(76, 5, 0)
+    assert sorted(np.bincount(fold)) == [15, 15, 15, 15, 16]
+    np.testing.assert_array_equal(fold, np.random.default_rng(0).permutation(76) % 5)
+    assert not np.array_equal(fold, rc.fold_of_each_query(76, 5, 1))
+    with pytest.raises(ValueError, match="needs 2 to 3 folds for 3 judged queries"):
+        rc.fold_of_each_query(3, 5, 0)
+
+
+def test_cross_validation_chooses_on_the_other_folds_only():
+    rng = np.random.default_rng(7)
+    grid = {f"setting {i}": rng.random((20, 4)) for i in range(6)}
+    held_out, chosen = rc.cross_validate(grid, folds=4, seed=3)
+    fold = rc.fold_of_each_query(20, 4, 3)
+    for f in range(4):                     # brute force: best mean nDCG with fold f left out
+        train = fold != f
+        best = max(grid, key=lambda name: grid[name][train, 3].mean())
+        assert chosen[f] == best
+        np.testing.assert_array_equal(held_out[fold == f], grid[best][fold == f])
+    # A setting that is best only on the queries it would be scored on is never chosen.
+    lucky = {"steady": np.full((4, 4), 0.5), "lucky": np.array([[1.0] * 4, [0.0] * 4] * 2)}
+    held_out, chosen = rc.cross_validate(lucky, folds=2, seed=0)
+    fold = rc.fold_of_each_query(4, 2, 0)
+    assert held_out[:, 3].mean() <= 0.5 and len(chosen) == 2
+
+
+# ---------------------------------------------------------------------------
+# Scoring methods: a tiny collection written here, then CISI
+# ---------------------------------------------------------------------------
+TINY = {
+    "docs": [{"doc_id": "1", "title": "Cataloguing", "text": "Cataloguing rules for library books"},
+             {"doc_id": "2", "title": "Indexing", "text": "Automatic indexing of journal articles"},
+             {"doc_id": "3", "title": "Citations", "text": "Citation analysis of science journals"},
+             {"doc_id": "4", "title": "Budgets", "text": "University library budgets and staff"}],
+    "queries": [{"qid": "1", "text": "rules for cataloguing books"},
+                {"qid": "2", "text": "citation analysis. In journals?"},
+                {"qid": "3", "text": "a query nobody judged"}],
+    "qrels": {"1": {"1": 1}, "2": {"3": 1, "2": 1}},
+}
+FIXED = ["tfidf", "tfidf (sublinear tf)", "bm25", "bm25 (stemmed)", "minilm",
+         "0.5 tfidf + 0.5 minilm", "rrf(tfidf, minilm)", "rrf(bm25 stemmed, minilm)"]
+PEERS = ["peer: scikit-learn tfidf", "peer: rank_bm25", "peer: sentence-transformers minilm",
+         "peer: 0.5 tfidf + 0.5 minilm"]
+CV = ["cv: tfidf + rocchio", "cv: minilm + rocchio", "cv: bm25 stemmed",
+      "cv: bm25 stemmed + rocchio", "cv: w bm25 stemmed + (1-w) minilm",
+      "cv: rrf(bm25 stemmed, minilm)", "cv: fused feedback", "cv: best method, chosen in each fold"]
+
+
+@pytest.fixture(scope="module")
+def tiny_results(minilm):
+    return rc.evaluate_collection(TINY, minilm, cache=None, k=2, folds=2)
+
+
+def test_evaluate_collection_scores_a_tiny_collection(tiny_results):
+    assert list(tiny_results) == FIXED + PEERS + CV + ["in-sample best (curiosity)"]
+    bm25 = tiny_results["bm25"]
+    # q1 finds doc 1 first; q2 finds doc 3 first, doc 2 shares no word: recall 1/2.
+    assert (bm25["hit@1"], bm25["recall@2"], bm25["mrr@2"]) == (1.0, 0.75, 1.0)
+    assert bm25["ndcg@2"] == pytest.approx((1 + 1 / (1 + 1 / math.log2(3))) / 2)
+    for r in tiny_results.values():
+        assert 0 <= r["ndcg@2"] <= 1 and r["seconds"] >= 0 and len(r["per_query_ndcg"]) == 2
+        lo, hi = r["ndcg@2_ci"]
+        assert lo <= r["ndcg@2"] <= hi
+    cv = tiny_results["cv: fused feedback"]
+    assert (cv["folds"], cv["seed"], cv["settings"], len(cv["chosen"])) == (2, 0, 576, 2)
+    assert tiny_results["cv: bm25 stemmed"]["settings"] == 16
+    best = tiny_results["in-sample best (curiosity)"]
+    assert best["kind"] == "in-sample" and best["ndcg@2"] >= cv["ndcg@2"]
+
+
+def test_cv_row_is_the_mean_of_held_out_queries(tiny_results):
+    # With 2 queries and 2 folds, each query is scored by the setting the other one chose.
+    r = tiny_results["cv: bm25 stemmed"]
+    assert r["ndcg@2"] == pytest.approx(np.mean(r["per_query_ndcg"]))
+
+
+def test_evaluate_collection_without_snowballstemmer_leaves_out_the_stemmed_rows(monkeypatch, capsys):
+    import sys
+    monkeypatch.setitem(sys.modules, "snowballstemmer", None)       # import now fails
+    results = rc.evaluate_collection(TINY, None, folds=2)
+    assert list(results) == ["tfidf", "tfidf (sublinear tf)", "bm25", "peer: scikit-learn tfidf",
+                             "peer: rank_bm25", "cv: tfidf + rocchio", "in-sample best (curiosity)"]
+    assert "pip install snowballstemmer" in capsys.readouterr().err
+
+
+def test_evaluate_collection_without_judgements_is_an_error():
+    with pytest.raises(ValueError, match="no query with relevance judgements"):
+        rc.evaluate_collection({**TINY, "qrels": {}}, None)
+
+
+def write_smart(folder: Path) -> Path:
+    """TINY three times over as a SMART folder: 12 documents, 6 queries, 5 of them judged."""
+    folder.mkdir()
+    (folder / "TINY.ALL").write_text("".join(
+        f".I {i}\n.T\n{d['title']}\n.A\nSmith, J.\n.W\n{d['text']}\n.X\n1\t1\t1\n"
+        for i, d in enumerate(TINY["docs"] * 3, 1)))
+    queries = [q["text"] for q in TINY["queries"]] * 2
+    (folder / "TINY.QRY").write_text("".join(f".I {i}\n.W\n{q}\n" for i, q in enumerate(queries, 1)))
+    (folder / "TINY.REL").write_text("".join(f"{q} {d} 0 0.000000\n" for q, d in
+                                             [(1, 1), (2, 3), (2, 2), (3, 4), (4, 5), (5, 7)]))
+    return folder
+
+
+def test_cli_collection_json_is_one_object(minilm, monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(rag, "load_minilm", lambda *args, **kwargs: minilm.model)   # no reload
+    folder = write_smart(tmp_path / "tiny")
+    assert rx.main(["--collection", str(folder), "--json", "--cache", str(tmp_path / "cache")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # Equal documents tie and the first wins: q1 and q2 find theirs, the copies' queries do not.
+    assert data["bm25"]["hit@1"] == 0.4
+    assert set(data["minilm"]) == {"hit@1", "recall@10", "mrr@10", "ndcg@10", "ndcg@10_ci",
+                                   "seconds", "kind"}
+    cv = data["cv: fused feedback"]
+    assert (cv["kind"], cv["folds"], cv["seed"], len(cv["chosen"])) == ("cv", 5, 0, 5)
+    assert data["in-sample best (curiosity)"]["kind"] == "in-sample"
+    assert list((tmp_path / "cache").glob("*.npz"))                # document vectors were cached
+
+
+def test_cli_collection_errors_are_one_line(capsys, tmp_path):
+    assert rx.main(["--collection", str(tmp_path / "missing")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: collection folder not found") and err.count("\n") == 1
+    folder = write_smart(tmp_path / "tiny")
+    assert rx.main(["--collection", str(folder), "--grades", "sideways"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown grade reading 'sideways'") and err.count("\n") == 1
+
+
+@pytest.mark.skipif(not CISI.is_dir(), reason=f"the CISI collection is not at {CISI}")
+def test_cisi_cross_validated_best_is_at_least_1_08_times_the_best_peer(minilm, capsys):
+    # Document vectors are cached in .rag_cache/: the first run encodes 1,460 abstracts.
+    results = rc.run_collection(str(CISI), cache_folder=rc.CACHE_DIR, minilm=minilm)
+    out = capsys.readouterr().out
+    assert out.startswith("1,460 documents, 76 judged queries of 112, 3,114 relevance judgements\n"
+                          "grades: binary (every listed pair is relevant, gain 1)")
+    ndcg = {name: round(r["ndcg@10"], 3) for name, r in results.items()}
+    # Our rows match or beat the libraries: scikit-learn TF-IDF, rank_bm25, MiniLM, their hybrid.
+    assert {name: ndcg[name] for name in PEERS} == {
+        "peer: scikit-learn tfidf": 0.316, "peer: rank_bm25": 0.242,
+        "peer: sentence-transformers minilm": 0.419, "peer: 0.5 tfidf + 0.5 minilm": 0.431}
+    assert ndcg["tfidf"] == 0.316 and ndcg["bm25"] == 0.366 and ndcg["bm25 (stemmed)"] == 0.419
+    assert ndcg["minilm"] == 0.419 and ndcg["0.5 tfidf + 0.5 minilm"] == 0.431
+    # Cross-validated (5 folds, seed 0): fused feedback is the best, 1.08x the best peer or more.
+    assert ndcg["cv: fused feedback"] == 0.477 == ndcg["cv: best method, chosen in each fold"]
+    assert ndcg["cv: w bm25 stemmed + (1-w) minilm"] == 0.453
+    assert rc.best_ratio(results) == ("cv: fused feedback", "peer: 0.5 tfidf + 0.5 minilm",
+                                      pytest.approx(0.477 / 0.431, abs=0.003))
+    assert rc.best_ratio(results)[2] >= 1.08
+    assert ndcg["in-sample best (curiosity)"] == 0.487          # chosen on the scored queries
+    assert "5-fold cross-validation over queries (seed 0)" in out
+    assert "best cross-validated (cv: fused feedback) / best peer (peer: 0.5 tfidf + 0.5 minilm): 1.11x" in out
+    assert "holds across resamples" in out.splitlines()[-1]

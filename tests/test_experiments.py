@@ -1,5 +1,6 @@
 """rag_experiments.py: the tutorial's Experiments A-E line for line, the measured results of
-F-I, BM25 against rank_bm25, the bootstrap against SciPy, the charts, the CLI, and CISI."""
+F-J, BM25 against rank_bm25, the bootstrap against SciPy, the charts and the CLI (the test
+collections' scores are tested in test_collection.py)."""
 import contextlib
 import io
 import json
@@ -11,10 +12,10 @@ import numpy as np
 import pytest
 
 import rag_experiments as rx
+import rag_retrieval as rr
 import rag_from_scratch as rag
 
 ROOT = Path(__file__).resolve().parent.parent
-CISI = ROOT.parent / "shared" / "data" / "cisi"
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def run(minilm, tmp_path_factory):
     folder = tmp_path_factory.mktemp("plots")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        results = rx.run_experiments("ABCDEFGHI", minilm=minilm, plot_dir=str(folder))
+        results = rx.run_experiments("ABCDEFGHIJ", minilm=minilm, plot_dir=str(folder))
     return results, out.getvalue(), folder
 
 
@@ -134,12 +135,12 @@ def test_experiment_e_overlap_puts_the_answer_in_the_top_chunk(run):
 # ---------------------------------------------------------------------------
 def test_sentence_chunks_pack_whole_sentences_and_cut_only_overlong_ones():
     text = "One two three. Four five! Six seven eight nine ten eleven twelve? End."
-    assert rx.split_sentences(text) == ["One two three.", "Four five!",
+    assert rr.split_sentences(text) == ["One two three.", "Four five!",
                                         "Six seven eight nine ten eleven twelve?", "End."]
     assert rx.sentence_chunks(text, 5) == ["One two three. Four five!",
                                            "Six seven eight nine ten", "eleven twelve? End."]
     assert rx.sentence_chunks(text, 100) == [text]
-    assert rx.split_sentences("Visit id.kestrelwood.example today.") == \
+    assert rr.split_sentences("Visit id.kestrelwood.example today.") == \
         ["Visit id.kestrelwood.example today."]
 
 
@@ -173,18 +174,18 @@ def test_experiment_f_sentence_chunks_measured(run):
 # ---------------------------------------------------------------------------
 def reference_bm25(chunks, stem=False):
     from rank_bm25 import BM25Okapi
-    analyse = rx.word_analyzer(stem)
+    analyse = rr.word_analyzer(stem)
     return BM25Okapi([analyse(c["text"]) for c in chunks]), analyse
 
 
 @pytest.mark.parametrize("k1, b", [(1.5, 0.75), (1.2, 0.4), (2.0, 1.0)])
 def test_bm25_okapi_idf_matches_rank_bm25_exactly(chunks, k1, b):
     from rank_bm25 import BM25Okapi
-    analyse = rx.word_analyzer()
+    analyse = rr.word_analyzer()
     reference = BM25Okapi([analyse(c["text"]) for c in chunks], k1=k1, b=b)
-    vectorizer, weights = rx.bm25_matrix([c["text"] for c in chunks], k1=k1, b=b, idf="okapi")
+    vectorizer, weights = rr.bm25_matrix([c["text"] for c in chunks], k1=k1, b=b, idf="okapi")
     questions = [item["question"] for item in rag.EVAL_SET] + ["leave leave days"]
-    ours = rx.bm25_scores(questions, vectorizer, weights)
+    ours = rr.bm25_scores(questions, vectorizer, weights)
     for question, row in zip(questions, ours):
         np.testing.assert_allclose(row, reference.get_scores(analyse(question)), rtol=1e-9)
 
@@ -193,11 +194,11 @@ def test_bm25_okapi_floors_negative_idf_like_rank_bm25():
     # "leave" is in 3 of 4 texts: its raw idf is negative and both lift it to 0.25 * mean idf.
     texts = ["leave days", "sick leave", "parental leave weeks", "laptop stolen"]
     from rank_bm25 import BM25Okapi
-    analyse = rx.word_analyzer()
+    analyse = rr.word_analyzer()
     reference = BM25Okapi([analyse(t) for t in texts])
-    vectorizer, weights = rx.bm25_matrix(texts, idf="okapi")
+    vectorizer, weights = rr.bm25_matrix(texts, idf="okapi")
     assert reference.idf["leave"] > 0
-    np.testing.assert_allclose(rx.bm25_scores(["leave"], vectorizer, weights)[0],
+    np.testing.assert_allclose(rr.bm25_scores(["leave"], vectorizer, weights)[0],
                                reference.get_scores(["leave"]), rtol=1e-9)
 
 
@@ -208,17 +209,17 @@ def test_bm25_default_idf_is_rank_bm25_with_lucenes_idf(chunks, stem):
     for term in reference.idf:        # same documents frequencies, Lucene's never-negative idf
         df = sum(term in set(analyse(c["text"])) for c in chunks)
         reference.idf[term] = math.log(1 + (n - df + 0.5) / (df + 0.5))
-    vectorizer, weights = rx.bm25_matrix([c["text"] for c in chunks], stem=stem)
+    vectorizer, weights = rr.bm25_matrix([c["text"] for c in chunks], stem=stem)
     questions = [item["question"] for item in rag.EVAL_SET]
-    for question, row in zip(questions, rx.bm25_scores(questions, vectorizer, weights)):
+    for question, row in zip(questions, rr.bm25_scores(questions, vectorizer, weights)):
         np.testing.assert_allclose(row, reference.get_scores(analyse(question)), rtol=1e-9)
 
 
 def test_stemming_matches_word_forms():
-    analyse = rx.word_analyzer(stem=True)
+    analyse = rr.word_analyzer(stem=True)
     assert analyse("Retrieving retrieval of documents") == ["retriev", "retriev", "document"]
-    vectorizer, weights = rx.bm25_matrix(["libraries and librarians", "chemistry"], stem=True)
-    assert rx.bm25_scores(["library"], vectorizer, weights)[0, 0] > 0
+    vectorizer, weights = rr.bm25_matrix(["libraries and librarians", "chemistry"], stem=True)
+    assert rr.bm25_scores(["library"], vectorizer, weights)[0, 0] > 0
 
 
 def test_bm25_worked_example_by_hand(run):
@@ -245,15 +246,15 @@ def test_bm25_worked_example_by_hand(run):
 
 def test_rank_fusion_and_hybrid_by_hand():
     a, b = np.array([[3.0, 1.0, 2.0]]), np.array([[0.1, 0.9, 0.5]])
-    np.testing.assert_array_equal(rx.ranks(a), [[1, 3, 2]])
-    np.testing.assert_array_equal(rx.ranks(np.array([2.0, 2.0, 1.0])), [1, 2, 3])   # ties: index order
-    fused = rx.reciprocal_rank_fusion([a, b], k=60)
+    np.testing.assert_array_equal(rr.ranks(a), [[1, 3, 2]])
+    np.testing.assert_array_equal(rr.ranks(np.array([2.0, 2.0, 1.0])), [1, 2, 3])   # ties: index order
+    fused = rr.reciprocal_rank_fusion([a, b], k=60)
     np.testing.assert_allclose(fused, [[1 / 61 + 1 / 63, 1 / 63 + 1 / 61, 2 / 62]])
-    np.testing.assert_allclose(rx.hybrid_scores(a, b, 0.5), [[1.55, 0.95, 1.25]])
-    np.testing.assert_allclose(rx.minmax(a), [[1.0, 0.0, 0.5]])
-    np.testing.assert_allclose(rx.minmax(np.array([[2.0, 2.0]])), [[0.0, 0.0]])   # flat row: no NaN
+    np.testing.assert_allclose(rr.hybrid_scores(a, b, 0.5), [[1.55, 0.95, 1.25]])
+    np.testing.assert_allclose(rr.minmax(a), [[1.0, 0.0, 0.5]])
+    np.testing.assert_allclose(rr.minmax(np.array([[2.0, 2.0]])), [[0.0, 0.0]])   # flat row: no NaN
     with pytest.raises(ValueError, match="between 0 and 1"):
-        rx.hybrid_scores(a, b, 1.5)
+        rr.hybrid_scores(a, b, 1.5)
 
 
 def test_score_matrix_ranks_like_the_cores_search(minilm, minilm_index, chunks, tfidf_setup):
@@ -345,18 +346,46 @@ def test_experiment_i_prompts_shrink_and_keep_every_fact(run):
 
 
 # ---------------------------------------------------------------------------
+# J: Rocchio pseudo-relevance feedback
+# ---------------------------------------------------------------------------
+def test_experiment_j_rocchio_beside_the_plain_search(run):
+    j = run[0]["J"]
+    got = {m: (r["hit@1"], r["recall@1"], r["recall@3"], round(r["mrr@3"], 2)) for m, r in j.items()
+           if isinstance(r, dict)}
+    assert got == {"tfidf": (0.9, 0.85, 1.0, 0.95), "tfidf + rocchio": (0.9, 0.85, 1.0, 0.95),
+                   "minilm": (1.0, 0.95, 1.0, 1.0), "minilm + rocchio": (0.9, 0.9, 1.0, 0.95)}
+    # Ten questions cannot tell: feedback costs MiniLM one question, within chance.
+    assert j["minilm: rocchio - plain hit@1"] == pytest.approx((-0.1, -0.3, 0.0))
+    printed = block(run[1], "J")
+    assert printed[0] == ("== Experiment J: Rocchio feedback, q' = 1 q + 0.75 * mean of the top 3 "
+                          "chunks (size=50, overlap=10) ==")
+    assert "minilm + rocchio  0.90  0.90     1.00     0.95" in printed
+    assert "  hit@1, minilm + rocchio minus minilm: -0.10 [-0.30, +0.00]  (could be chance)" in printed
+
+
+def test_experiment_j_moves_the_query_as_the_formula_says(chunks, tfidf_setup):
+    embedder, index = tfidf_setup
+    q = embedder.encode([rx.FATHERS], sparse=True)
+    scores = (q @ index.T).toarray()
+    top = np.argsort(-scores[0], kind="stable")[:rr.ROCCHIO_M]
+    by_hand = rr.ROCCHIO_A * q.toarray()[0] + rr.ROCCHIO_B * index[top].toarray().mean(axis=0)
+    np.testing.assert_allclose(rr.rocchio(q, index, scores).toarray()[0],
+                               by_hand / np.linalg.norm(by_hand), rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------
 # Bootstrap intervals
 # ---------------------------------------------------------------------------
 def test_bootstrap_matches_scipy_percentile_interval():
     from scipy import stats
     values = [1.0] * 9 + [0.0]
-    ours = rx.bootstrap_ci(values)
+    ours = rr.bootstrap_ci(values)
     theirs = stats.bootstrap((np.array(values),), np.mean, n_resamples=2000, method="percentile",
                              confidence_level=0.95, rng=np.random.default_rng(1)).confidence_interval
     assert ours == (0.7, 1.0)
     assert ours == pytest.approx((theirs.low, theirs.high), abs=0.1001)
-    assert rx.bootstrap_ci(values) == rx.bootstrap_ci(values)          # seeded: reruns agree
-    assert rx.bootstrap_ci([0.5] * 10) == (0.5, 0.5)
+    assert rr.bootstrap_ci(values) == rr.bootstrap_ci(values)          # seeded: reruns agree
+    assert rr.bootstrap_ci([0.5] * 10) == (0.5, 0.5)
 
 
 def test_each_text_is_embedded_once_per_backend(run, minilm, capsys):
@@ -378,8 +407,8 @@ def test_difference_lines_say_when_ten_questions_cannot_tell(capsys):
 
 def test_paired_bootstrap_resamples_questions_not_settings():
     before, after = [0.0, 1.0] * 10, [0.0, 1.0] * 10                 # identical settings
-    assert rx.paired_bootstrap(before, after) == (0.0, 0.0, 0.0)    # unpaired would be wide
-    diff, low, high = rx.paired_bootstrap([0.0] * 20, [1.0] * 20)
+    assert rr.paired_bootstrap(before, after) == (0.0, 0.0, 0.0)    # unpaired would be wide
+    diff, low, high = rr.paired_bootstrap([0.0] * 20, [1.0] * 20)
     assert (diff, low, high) == (1.0, 1.0, 1.0)
 
 
@@ -409,7 +438,7 @@ def test_plot_without_matplotlib_says_what_to_install(monkeypatch, tmp_path):
 def test_parse_letters_accepts_lists_and_rejects_unknown_letters():
     assert rx.parse_letters("e, a,b") == "ABE" and rx.parse_letters("BD") == "BD"
     for bad in ["Z", "A,Q", ""]:
-        with pytest.raises(ValueError, match="choose letters from ABCDEFGHI"):
+        with pytest.raises(ValueError, match="choose letters from ABCDEFGHIJ"):
             rx.parse_letters(bad)
 
 
@@ -442,86 +471,3 @@ def test_without_minilm_the_tfidf_parts_run_and_skips_are_named(capsys, monkeypa
     assert "tfidf   hit@1=0.90 recall@1=0.85 | hit@3=1.00 recall@3=1.00" in out
     assert ("skipped B: they measure MiniLM, and MiniLM could not be loaded "
             "(no local copy of the model)") in out
-
-
-# ---------------------------------------------------------------------------
-# Test collections: a tiny one written here, then CISI
-# ---------------------------------------------------------------------------
-TINY = {
-    "docs": [{"doc_id": "1", "title": "Cataloguing", "text": "Cataloguing rules for library books"},
-             {"doc_id": "2", "title": "Indexing", "text": "Automatic indexing of journal articles"},
-             {"doc_id": "3", "title": "Citations", "text": "Citation analysis of science journals"},
-             {"doc_id": "4", "title": "Budgets", "text": "University library budgets and staff"}],
-    "queries": [{"qid": "1", "text": "rules for cataloguing books"},
-                {"qid": "2", "text": "citation analysis"},
-                {"qid": "3", "text": "a query nobody judged"}],
-    "qrels": {"1": {"1": 1}, "2": {"3": 1, "2": 1}},
-}
-
-
-def test_evaluate_collection_scores_a_tiny_collection(minilm):
-    results = rx.evaluate_collection(TINY, minilm, cache=None, k=2)
-    assert list(results) == ["tfidf", "tfidf (sublinear tf)", "bm25", "bm25 (stemmed)", "minilm",
-                             "0.5 tfidf + 0.5 minilm", "rrf(tfidf, minilm)",
-                             "rrf(bm25 stemmed, minilm)", "0.3 bm25 stemmed + 0.7 minilm"]
-    bm25 = results["bm25"]
-    # q1 finds doc 1 first; q2 finds doc 3 first, doc 2 shares no word: recall 1/2.
-    assert (bm25["hit@1"], bm25["recall@2"], bm25["mrr@2"]) == (1.0, 0.75, 1.0)
-    assert bm25["ndcg@2"] == pytest.approx((1 + 1 / (1 + 1 / math.log2(3))) / 2)
-    for r in results.values():
-        assert 0 <= r["ndcg@2"] <= 1 and r["seconds"] >= 0 and len(r["per_query_ndcg"]) == 2
-
-
-def test_evaluate_collection_without_snowballstemmer_leaves_out_the_stemmed_rows(monkeypatch, capsys):
-    import sys
-    monkeypatch.setitem(sys.modules, "snowballstemmer", None)       # import now fails
-    results = rx.evaluate_collection(TINY, None)
-    assert list(results) == ["tfidf", "tfidf (sublinear tf)", "bm25"]
-    assert "pip install snowballstemmer" in capsys.readouterr().err
-
-
-def test_evaluate_collection_without_judgements_is_an_error():
-    with pytest.raises(ValueError, match="no query with relevance judgements"):
-        rx.evaluate_collection({**TINY, "qrels": {}}, None)
-
-
-def write_smart(folder: Path) -> Path:
-    folder.mkdir()
-    docs = "".join(f".I {d['doc_id']}\n.T\n{d['title']}\n.A\nSmith, J.\n.W\n{d['text']}\n.X\n1\t1\t1\n"
-                   for d in TINY["docs"])
-    (folder / "TINY.ALL").write_text(docs)
-    (folder / "TINY.QRY").write_text("".join(f".I {q['qid']}\n.W\n{q['text']}\n" for q in TINY["queries"]))
-    (folder / "TINY.REL").write_text("".join(f"{q} {d} 0 0.000000\n" for q, g in TINY["qrels"].items()
-                                             for d in g))
-    return folder
-
-
-def test_cli_collection_json_is_one_object(minilm, monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(rag, "load_minilm", lambda *args, **kwargs: minilm.model)   # no reload
-    folder = write_smart(tmp_path / "tiny")
-    assert rx.main(["--collection", str(folder), "--json", "--cache", str(tmp_path / "cache")]) == 0
-    data = json.loads(capsys.readouterr().out)
-    assert data["bm25"]["hit@1"] == 1.0
-    assert set(data["minilm"]) == {"hit@1", "recall@10", "mrr@10", "ndcg@10", "seconds"}
-    assert list((tmp_path / "cache").glob("*.npz"))                # document vectors were cached
-
-
-def test_cli_collection_errors_are_one_line(capsys, tmp_path):
-    assert rx.main(["--collection", str(tmp_path / "missing")]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("error: collection folder not found") and err.count("\n") == 1
-
-
-@pytest.mark.skipif(not CISI.is_dir(), reason=f"the CISI collection is not at {CISI}")
-def test_cisi_every_method_at_least_matches_the_library_references(minilm, capsys):
-    # Document vectors are cached in .rag_cache/: the first run encodes 1,460 abstracts.
-    results = rx.run_collection(str(CISI), cache_folder=str(ROOT / rx.CACHE_FOLDER), minilm=minilm)
-    out = capsys.readouterr().out
-    assert out.startswith("1,460 documents, 76 judged queries of 112, 3,114 relevance judgements")
-    ndcg = {name: round(r["ndcg@10"], 3) for name, r in results.items()}
-    # scikit-learn TF-IDF (1,2)-grams 0.316, rank_bm25 0.304, MiniLM 0.419, 0.5/0.5 hybrid 0.431
-    assert ndcg["tfidf"] >= 0.316 and ndcg["bm25"] >= 0.304
-    assert ndcg["minilm"] >= 0.419 and ndcg["0.5 tfidf + 0.5 minilm"] >= 0.431
-    assert ndcg["bm25 (stemmed)"] > ndcg["bm25"] > ndcg["tfidf"]
-    assert max(ndcg.values()) == ndcg["0.3 bm25 stemmed + 0.7 minilm"] > 0.45
-    assert "holds across resamples" in out.splitlines()[-1]
