@@ -1,12 +1,12 @@
 """
 rag_collection.py: load a classic IR test collection and cache document embeddings on disk.
 
-    python rag_collection.py ../shared/data/cisi           # counts, files, and what was fixed up
-    python rag_collection.py ../shared/data/cisi --embed   # MiniLM vectors of every document,
-                                                           # cached in .rag_cache/ (run it twice)
+    python rag_collection.py data/cisi           # counts, files, and what was fixed up
+    python rag_collection.py data/cisi --embed   # MiniLM vectors of every document,
+                                                 # cached in .rag_cache/ (run it twice)
 
     from rag_collection import load_collection, EmbeddingCache
-    col = load_collection("../shared/data/cisi")
+    col = load_collection("data/cisi")
     col["counts"]   # {'docs': 1460, 'queries': 112, 'judged_queries': 76, 'pairs': 3114}
 
 Everything here runs offline. The classic collections (CISI, CRAN, MED, CACM, ADI, TIME, NPL,
@@ -52,7 +52,7 @@ import numpy as np
 # ---------------------------------------------------------------------------
 # Defaults
 # ---------------------------------------------------------------------------
-DEFAULT_COLLECTION = Path(__file__).resolve().parent.parent / "shared" / "data" / "cisi"
+DEFAULT_COLLECTION = Path(__file__).resolve().parent / "data" / "cisi"   # shipped with the repository
 CACHE_DIR = Path(__file__).resolve().parent / ".rag_cache"   # EmbeddingCache's files (git-ignored)
 
 # The file names the classic collections use, as case-insensitive patterns.

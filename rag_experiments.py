@@ -4,8 +4,8 @@ rag_experiments.py: change one setting at a time and measure what it does to ret
     python rag_experiments.py                      # every experiment, A to I
     python rag_experiments.py --only B             # one experiment, or a list: --only A,B,E
     python rag_experiments.py --plot plots/        # also write PNG charts (needs matplotlib)
-    python rag_experiments.py --collection ../shared/data/cisi          # a real test collection
-    python rag_experiments.py --collection ../shared/data/cisi --json   # the same as one JSON object
+    python rag_experiments.py --collection data/cisi         # a real test collection
+    python rag_experiments.py --collection data/cisi --json  # the same as one JSON object
 
 A to E are the tutorial's "common mistakes" and print its figures line for line:
   A embedding backend        B chunk size and overlap     C what a 12-word chunk looks like
