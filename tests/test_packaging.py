@@ -51,3 +51,17 @@ def test_wheel_holds_the_modules_and_imports_outside_the_repository(tmp_path):
                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert probe.returncode == 0, probe.stderr
     assert Path(probe.stdout.strip()) == site / "rag_from_scratch.py"
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    import re
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Two commands"):]
+    section = section[:section.index("\n## ", 1)]
+    demo, tests = re.findall(r"```bash\n(.*?)\n```", section, re.S)
+    assert "\n" not in demo and "\n" not in tests                # one command line each
+    for command in (demo, tests):                                # torch alone from the CPU index
+        assert ("pip install --no-deps --index-url https://download.pytorch.org/whl/cpu "
+                "torch==2.13.0 && ") in command
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
+    assert ci == tests
