@@ -19,7 +19,7 @@ from ir_test_collections import DEFAULT_COLLECTION  # noqa: E402
 
 # CISI as the repository carries it (data/cisi); until that copy is merged, the shared one
 # beside the checkout. Tests only: the scripts themselves default to data/cisi.
-CISI = DEFAULT_COLLECTION if DEFAULT_COLLECTION.is_dir() else ROOT.parent / "shared" / "data" / "cisi"
+CISI = DEFAULT_COLLECTION          # data/cisi, shipped with the repository
 
 
 @pytest.fixture(scope="session")

@@ -74,7 +74,6 @@ def test_random_unit_vectors_are_unit_length_float32_and_repeatable():
                                   bench.random_unit_vectors(300, dim=8))
 
 
-@pytest.mark.skipif(not CISI.is_dir(), reason=f"the CISI collection is not at {CISI}")
 def test_tfidf_index_of_10k_cisi_chunks_stays_sparse_and_under_100_mb():
     chunks, source, questions = bench.text_chunks(10_000, CISI)
     assert len(chunks) == 10_000 and "overlap 40" in source
