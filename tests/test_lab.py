@@ -164,12 +164,24 @@ def test_check_fails_every_function_of_the_untouched_starter_with_a_hint():
     assert "0/5 functions pass" in out and "PASS" not in out
 
 
-def test_check_passes_the_reference_without_torch():
-    status, out = run("-c", WITHOUT_TORCH.format(script="lab/check.py",
-                                                 argv=["--module", "rag_from_scratch"]))
+def test_check_passes_the_reference_without_torch(tmp_path):
+    # sitecustomize runs in every Python started with this PYTHONPATH: the grader's child too
+    (tmp_path / "sitecustomize.py").write_text(NO_TORCH_SITE)
+    status, out = run("lab/check.py", "--module", "rag_from_scratch",
+                      env={"PYTHONPATH": str(tmp_path)})
     assert status == 0, out
     assert [f"PASS  {name}" for name in check.FUNCTIONS] == re.findall(r"PASS  \w+", out)
     assert "5/5 functions pass" in out
+
+
+NO_TORCH_SITE = """
+import importlib.abc, sys
+class NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "sentence_transformers", "transformers"):
+            raise ImportError(name + " is not installed here")
+sys.meta_path.insert(0, NoTorch())
+"""
 
 
 def test_pytest_lab_fails_the_starter_and_passes_the_reference():
@@ -240,6 +252,88 @@ def evaluate_retrieval(eval_set, index, chunks, embedder, k=3, verbose=False):
     n = len(eval_set)
     return {"k": k, "hit_rate": hits / n, "recall": recalls / n, "mrr": rrs / n}
 '''
+
+
+# ---------------------------------------------------------------------------
+# The grader survives student code that exits, hangs, eats memory or crashes
+# ---------------------------------------------------------------------------
+STUDENT_HEAD = "from rag_from_scratch import {}\n".format(", ".join(check.FUNCTIONS))
+NEVER_ADVANCES = """
+def chunk_text(text, chunk_size=50, overlap=10):
+    words, chunks, start = text.split(), [], 0
+    while start < len(words):
+        chunks.append(" ".join(words[start:start + chunk_size]))
+        start += 0                                   # the bug: the window never moves
+    return chunks
+"""
+
+
+def student_file(tmp_path, body: str, head: str = STUDENT_HEAD) -> str:
+    """A student's module: the reference functions, then `body` replacing some of them."""
+    path = tmp_path / "student.py"
+    path.write_text(head + body)
+    return str(path)
+
+
+def test_check_counts_sys_exit_at_import_as_five_fails_never_exit_0(tmp_path):
+    status, out = run("lab/check.py", "--module", student_file(tmp_path, "import sys\nsys.exit(0)\n"))
+    assert status == 1, out
+    assert out.count("FAIL  ") == 5 and "importing the module ends the program (sys.exit(0))" in out
+    assert "0/5 functions pass" in out and "Traceback" not in out
+
+
+def test_check_counts_sys_exit_inside_chunk_text_as_its_fail(tmp_path):
+    body = "import sys\ndef chunk_text(text, chunk_size=50, overlap=10):\n    sys.exit(0)\n"
+    status, out = run("lab/check.py", "--module", student_file(tmp_path, body))
+    assert status == 1, out
+    assert "FAIL  chunk_text: it calls sys.exit(0), which ends the whole program" in out
+    assert re.findall(r"PASS  \w+", out) == [f"PASS  {f}" for f in check.FUNCTIONS[1:]]
+    assert "4/5 functions pass" in out
+
+
+def test_check_replaces_a_child_that_exits_and_grades_the_rest(tmp_path):
+    body = "import os\ndef chunk_text(text, chunk_size=50, overlap=10):\n    os._exit(0)\n"
+    results = check.grade(student_file(tmp_path, body), names=("chunk_text", "cosine_similarity"))
+    assert results["chunk_text"].startswith("the program ended while checking it (exit status 0)")
+    assert results["cosine_similarity"] is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux only")
+def test_check_stops_a_chunk_text_that_never_advances_at_the_memory_limit(tmp_path):
+    results = check.grade(student_file(tmp_path, NEVER_ADVANCES), names=("chunk_text",),
+                          time_limit=60, memory_mb=100)
+    assert results["chunk_text"].startswith("it ran out of memory: does every loop move forward")
+    assert f"hint: {check.HINTS['chunk_text']}" in results["chunk_text"]
+
+
+def test_check_stops_an_endless_loop_at_the_time_limit(tmp_path):
+    body = "def cosine_similarity(a, b):\n    while True:\n        pass\n"
+    results = check.grade(student_file(tmp_path, body), names=("cosine_similarity", "build_prompt"),
+                          time_limit=1)
+    assert results["cosine_similarity"].startswith("it did not finish within 1 s")
+    assert results["build_prompt"] is None                # graded by a fresh child
+
+
+def test_check_ctrl_c_says_interrupted_exits_130_and_ends_the_child(tmp_path):
+    import signal
+    import time
+    pid_file = tmp_path / "child.pid"
+    head = STUDENT_HEAD + f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+    body = "def chunk_text(text, chunk_size=50, overlap=10):\n    while True:\n        pass\n"
+    grader = subprocess.Popen([sys.executable, "lab/check.py", "--module",
+                               student_file(tmp_path, body, head), "--time-limit", "60"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and grader.poll() is None, "the child never started"
+        time.sleep(0.05)
+    grader.send_signal(signal.SIGINT)
+    out, err = grader.communicate(timeout=30)
+    assert (grader.returncode, err) == (130, "interrupted\n"), out + err
+    child_pid = int(pid_file.read_text())
+    time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):
+        os.kill(child_pid, 0)
 
 
 def with_bug(name: str, function) -> types.SimpleNamespace:
