@@ -404,6 +404,49 @@ def test_check_blames_the_unfinished_function_that_evaluate_calls():
 
 
 # ---------------------------------------------------------------------------
+# The catch-up handouts: paste into the starter, and they pass the grader
+# ---------------------------------------------------------------------------
+HANDOUTS = ("chunk_text", "build_prompt")
+
+
+def handout(name: str):
+    """The finished function of lab/handouts/<name>.py."""
+    spec = importlib.util.spec_from_file_location(f"handout_{name}", LAB / "handouts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def test_handouts_behave_like_the_core():
+    chunk_text, build_prompt = (handout(name) for name in HANDOUTS)
+    for doc in rag.CORPUS:
+        for size, overlap in ((50, 10), (12, 4), (12, 0), (7, 6), (500, 0)):
+            assert chunk_text(doc["text"], size, overlap) == rag.chunk_text(doc["text"], size, overlap)
+    for bad in ((0, 0), (3, -1), (3, 3), (3, 5)):
+        with pytest.raises(ValueError):
+            chunk_text("a b c", *bad)
+    with pytest.raises(ValueError):
+        chunk_text(None)
+    chunks = rag.build_chunks(rag.CORPUS)
+    for retrieved in (chunks[:1], chunks[3:6], []):
+        assert build_prompt("Why?", retrieved) == rag.build_prompt("Why?", retrieved)
+    for name, function in zip(HANDOUTS, (chunk_text, build_prompt)):
+        assert inspect.signature(function) == inspect.signature(getattr(rag, name))
+
+
+def test_handouts_pasted_into_the_starter_pass_the_grader(tmp_path):
+    starter = (LAB / "starter.py").read_text()
+    for name in HANDOUTS:
+        todo = re.search(rf"^def {name}\(.*?(?=^# -{{10}})", starter, flags=re.M | re.S).group(0)
+        finished = inspect.getsource(handout(name))
+        starter = starter.replace(todo, finished + "\n\n")
+    pasted = tmp_path / "starter.py"
+    pasted.write_text(starter.replace("Path(__file__).resolve().parent.parent", repr(str(ROOT))))
+    results = check.grade(str(pasted))
+    assert {name for name, problem in results.items() if problem is None} == set(HANDOUTS)
+
+
+# ---------------------------------------------------------------------------
 # The starter and the classroom documents
 # ---------------------------------------------------------------------------
 def test_starter_keeps_the_core_names_and_signatures():
