@@ -43,6 +43,7 @@ def run(*args, env=None, cwd=ROOT):
 # ---------------------------------------------------------------------------
 TASK2_TUTORIAL_OUTPUT = """\
 11 documents -> 18 chunks
+top 3 for the new question: Can I take a day off for a festival that is not on the holiday list?
   0.540  HR-05#0   Public and floating holidays
   0.291  FIN-02#0  Business travel policy
   0.281  HR-01#0   Annual leave policy
@@ -104,6 +105,44 @@ def test_task4_tfidf_misses_new_fathers_on_the_word_new(minilm, capsys):
     assert "minilm  hit@1=1.00 recall@1=0.95 | hit@3=1.00 recall@3=1.00" in out
     shared = [(r["chunk_id"], round(r["score"], 3), common) for r, common in results["fathers"]]
     assert shared == [("IT-02#0", 0.087, ["new"]), ("HR-04#0", 0.070, ["fathers"])]
+
+
+# ---------------------------------------------------------------------------
+# Part B on TF-IDF: its own figures, as lab/PART_B_TFIDF.md prints them
+# ---------------------------------------------------------------------------
+PART_B_TFIDF = (LAB / "PART_B_TFIDF.md").read_text()
+
+
+def test_tfidf_part_b_shows_no_regression_and_names_the_miss_no_fix_reaches(capsys):
+    tfidf = rag.Embedder("tfidf")
+    one, two, three = tasks.task1(tfidf), tasks.task2(tfidf), tasks.task3(tfidf)
+    tasks.task4(tfidf)
+    out = capsys.readouterr().out
+    assert (one[1]["hit_rate"], one[1]["recall"]) == (0.9, 0.85)
+    assert [(r["chunk_id"], round(r["score"], 3)) for r in two["top"]] == [
+        ("HR-05#0", 0.151), ("IT-02#0", 0.055), ("HR-02#0", 0.054)]
+    assert two[1]["per_question"][0]["hit"] == 1.0              # vacation: still a HIT
+    assert [m["hit"] for m in two[1]["per_question"]].count(0.0) == 1   # only the fathers miss
+    rows = {label: (m["k"], round(m["hit_rate"], 2), round(m["recall"], 2))
+            for label, m in three.items() if label != "prompt_words"}
+    assert rows == {"Task 2 as it is": (1, 0.91, 0.86), "(a) k=2": (2, 1.0, 0.95),
+                    '(b) "Title. text"': (1, 0.91, 0.86), '(b) "Title\\ntext"': (1, 0.91, 0.86),
+                    '(c) HR-01 "(vacation)"': (1, 0.91, 0.86)}
+    assert [round(three["prompt_words"][k]) for k in (1, 2)] == [65, 114]
+    assert out.count("a MISS in every k=1 row: ") == 1
+    # every indented output line quoted on the page is printed, word for word
+    quoted = [line[4:] for line in PART_B_TFIDF.splitlines() if line.startswith("    ")
+              and not line.startswith("    python ")]
+    printed = out.splitlines()
+    assert len(quoted) >= 20 and [line for line in quoted if line not in printed] == []
+
+
+def test_tfidf_part_b_time_off_edit_fixes_the_fathers_question():
+    snippet = re.search(r"```python\n(.*?)```", PART_B_TFIDF, flags=re.S).group(1)
+    status, out = run("-c", snippet)
+    assert status == 0, out
+    assert "  HIT  want=['HR-04'] got=[HR-04]  How much time off do new fathers get?" in out
+    assert "MISS" not in out and out.rstrip().endswith("k=1: hit_rate=1.00  recall=0.95")
 
 
 def test_vacation_edit_touches_only_hr01_and_leaves_the_corpus_alone():
