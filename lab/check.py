@@ -9,7 +9,11 @@ check.py: grade the five functions of lab/starter.py, with a hint for each one t
 Every check compares your function with a trusted reference: values worked out by hand,
 the tutorial's printed figures, NumPy and scikit-learn. It needs no torch and no network
 (search and evaluation are checked with TF-IDF vectors and a tiny hand-made embedder).
-Exit status 0 when all five pass, 1 otherwise.
+
+Your code runs in a child process, each function with a time limit (--time-limit, 10 s) and,
+on Linux, a memory limit (--memory-mb, 1024): sys.exit(), an endless loop, a list that grows
+without end or a crash is that function's FAIL with a hint. Exit status 0 only when all five
+were graded and pass, 1 otherwise, 130 on Ctrl-C.
 """
 
 from __future__ import annotations

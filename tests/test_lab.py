@@ -353,6 +353,17 @@ def test_check_stops_an_endless_loop_at_the_time_limit(tmp_path):
     assert results["build_prompt"] is None                # graded by a fresh child
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--module", "no_such_file.py"], "error: no file no_such_file.py to grade"),
+    (["--module", "no_such_module"], "error: cannot load the module to grade: ModuleNotFoundError"),
+    (["--time-limit", "0"], "error: --time-limit and --memory-mb must be positive numbers"),
+])
+def test_check_bad_input_is_one_line_and_exit_1(argv, message, capsys):
+    assert check.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err
+
+
 def test_check_ctrl_c_says_interrupted_exits_130_and_ends_the_child(tmp_path):
     import signal
     import time
