@@ -9,7 +9,11 @@ check.py: grade the five functions of lab/starter.py, with a hint for each one t
 Every check compares your function with a trusted reference: values worked out by hand,
 the tutorial's printed figures, NumPy and scikit-learn. It needs no torch and no network
 (search and evaluation are checked with TF-IDF vectors and a tiny hand-made embedder).
-Exit status 0 when all five pass, 1 otherwise.
+
+Your code runs in a child process, each function with a time limit (--time-limit, 10 s) and,
+on Linux, a memory limit (--memory-mb, 1024): sys.exit(), an endless loop, a list that grows
+without end or a crash is that function's FAIL with a hint. Exit status 0 only when all five
+were graded and pass, 1 otherwise, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import copy
 import importlib
 import importlib.util
 import io
+import json
 import os
 import sys
 import textwrap
@@ -32,6 +37,7 @@ ROOT = LAB.parent
 sys.path.insert(0, str(ROOT))            # the given parts come from rag_from_scratch.py
 
 import rag_from_scratch as rag  # noqa: E402
+from rag_cli import OneLineParser, one_line, run_cli  # noqa: E402
 
 STARTER = LAB / "starter.py"
 FUNCTIONS = ("chunk_text", "cosine_similarity", "search", "build_prompt", "evaluate_retrieval")
@@ -64,25 +70,36 @@ HINTS = {
 # ---------------------------------------------------------------------------
 # Loading the module to grade
 # ---------------------------------------------------------------------------
+def module_spec(spec: str | None = None) -> str:
+    """The module to grade as a child process imports it: an absolute .py path or a module name."""
+    spec = spec or os.environ.get("LAB_MODULE") or str(STARTER)
+    if not spec.endswith(".py"):
+        return spec
+    path = Path(spec).expanduser()
+    if not path.is_file() and (ROOT / spec).is_file():
+        path = ROOT / spec
+    if not path.is_file():
+        raise FileNotFoundError(f"no file {spec} to grade: give a .py path or a module name")
+    return str(path.resolve())
+
+
 def load_module(spec: str | None = None):
     """Import the module to grade: a .py path, or a module name such as rag_from_scratch."""
-    spec = spec or os.environ.get("LAB_MODULE") or str(STARTER)
-    if spec.endswith(".py"):
-        path = Path(spec).expanduser()
-        if not path.is_file() and (ROOT / spec).is_file():
-            path = ROOT / spec
-        if not path.is_file():
-            raise FileNotFoundError(f"no file {spec} to grade: give a .py path or a module name")
-        module_spec = importlib.util.spec_from_file_location(f"graded_{path.stem}", path)
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-        return module
-    return importlib.import_module(spec)
+    spec = module_spec(spec)
+    if not spec.endswith(".py"):
+        return importlib.import_module(spec)
+    path = Path(spec)
+    module_spec_ = importlib.util.spec_from_file_location(f"graded_{path.stem}", path)
+    module = importlib.util.module_from_spec(module_spec_)
+    module_spec_.loader.exec_module(module)
+    return module
 
 
-def describe(module) -> str:
+def describe(spec: str) -> str:
     """The graded module as a learner would name it: a path relative to the repo, or its name."""
-    path = Path(getattr(module, "__file__", "") or module.__name__).resolve()
+    if not spec.endswith(".py"):
+        return spec
+    path = Path(spec).resolve()
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
@@ -366,38 +383,239 @@ def run_check(name: str, module) -> str | None:
                       f"it calls {origin}(), which is still a TODO: finish that first")
         except AssertionError as exc:
             reason = str(exc)
+        except SystemExit as exc:                    # sys.exit() would end the grader itself
+            reason = (f"it calls sys.exit({exc.code!r}), which ends the whole program: "
+                      f"return the result instead")
+        except MemoryError:
+            reason = ("it ran out of memory: does every loop move forward and stop? "
+                      "(print the loop variable for a small input)")
         except Exception as exc:                     # a crash is a FAIL with its message
             reason = f"it raised {type(exc).__name__}: {exc}"
     return f"{reason}\nhint: {HINTS[name]}"
 
 
-def main(argv=None) -> int:
-    """Grade each function; print PASS, or FAIL with the reason and a hint."""
-    p = argparse.ArgumentParser(description="Grade the lab functions (default: lab/starter.py).")
-    p.add_argument("--module", help="a .py file or a module name (default: $LAB_MODULE, "
-                                    "else lab/starter.py)")
-    args = p.parse_args(argv)
+# ---------------------------------------------------------------------------
+# Isolation: the graded code runs in a child process with a time and a memory limit, so an
+# exit, an endless loop, a runaway list or a crash is that function's FAIL, never the grader's.
+# The memory limit (RLIMIT_AS) is Linux only; on Windows and macOS only the time limit applies.
+# ---------------------------------------------------------------------------
+TIME_LIMIT_S = 10.0          # per graded function; the reference needs well under 1 s each
+MEMORY_LIMIT_MB = 1024       # on top of what the grader itself uses
+START_LIMIT_S = 120.0        # the child's own imports (NumPy, scikit-learn) on a busy laptop
+
+
+def limit_memory(megabytes: int) -> bool:
+    """Cap this process's address space at its current size plus `megabytes` (Linux only)."""
+    statm = Path("/proc/self/statm")
     try:
-        module = load_module(args.module)
-    except Exception as exc:                         # a typo in the file: say so in one line
-        print(f"error: cannot load the module to grade: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
+        import resource
+    except ImportError:                              # Windows: no resource module
+        return False
+    if not statm.exists():                           # macOS does not enforce RLIMIT_AS
+        return False
+    used = int(statm.read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = used + megabytes * 2**20
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return True
+
+
+def child(spec: str, names: list[str], memory_mb: int) -> int:
+    """Grade `names` in this (child) process, reporting each result as one JSON line."""
+    report = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)                # what the graded code prints goes to stderr, not the reports
+
+    def send(event: str, **fields) -> None:
+        report.write(json.dumps({"event": event, **fields}) + "\n")
+
+    try:                         # the grader's own imports come before the memory limit
+        import sklearn.feature_extraction.text  # noqa: F401
+        import sklearn.metrics.pairwise  # noqa: F401
+        tfidf_setup()
+    except Exception as exc:
+        send("broken", message=f"{type(exc).__name__}: {one_line(exc)}")
         return 1
-    print(f"grading {describe(module)}")
-    passed = 0
-    for name in FUNCTIONS:
-        problem = run_check(name, module)
-        if problem is None:
-            passed += 1
-            print(f"PASS  {name}")
-            continue
-        reason, hint = problem.split("\nhint: ")
-        print(f"FAIL  {name}: {reason}")
-        print(textwrap.fill(f"hint: {hint}", width=92, initial_indent="      ",
-                            subsequent_indent="            "))
+    limit_memory(memory_mb)
+    send("ready")
+    try:
+        module = load_module(spec)
+    except SystemExit as exc:
+        send("exit", code=repr(exc.code))
+        return 0
+    except Exception as exc:                         # a typo in the file: the parent says so
+        send("error", message=f"{type(exc).__name__}: {one_line(exc)}")
+        return 0
+    send("loaded")
+    for name in names:
+        send("start", name=name)
+        send("done", name=name, problem=run_check(name, module))
+    return 0
+
+
+def start_child(spec: str, names: list[str], memory_mb: int):
+    """A child process grading `names`, and a queue of its reports (None at its end)."""
+    import queue
+    import subprocess
+    import threading
+    command = [sys.executable, str(Path(__file__).resolve()), "--module", spec,
+               "--memory-mb", str(memory_mb), "--child", *names]
+    # its own process group: Ctrl-C reaches only the parent, which then ends the child
+    group = ({"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt"
+             else {"start_new_session": True})
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True, **group)
+    events = queue.Queue()
+
+    def read():                                  # a thread, since Windows pipes have no select
+        for line in proc.stdout:
+            with contextlib.suppress(ValueError):
+                events.put(json.loads(line))
+        events.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return proc, events
+
+
+def next_event(events, seconds: float):
+    """The child's next report, None when it ended, or "timeout" after `seconds`."""
+    import queue
+    try:
+        return events.get(timeout=seconds)
+    except queue.Empty:
+        return "timeout"
+
+
+def how_it_ended(proc) -> str:
+    """The child's exit status in words."""
+    code = proc.wait()
+    if code >= 0:
+        return f"exit status {code}"
+    import signal
+    with contextlib.suppress(ValueError):
+        return f"killed by {signal.Signals(-code).name}"
+    return f"killed by signal {-code}"
+
+
+def fail(name: str, reason: str) -> str:
+    """A FAIL for `name`: the reason, then its hint."""
+    return f"{reason}\nhint: {HINTS[name]}"
+
+
+def follow(proc, events, names: list[str], time_limit: float, report) -> None:
+    """Read one child's reports, calling report(name, problem) for each function it settles."""
+    ready = next_event(events, START_LIMIT_S)
+    if not isinstance(ready, dict) or ready["event"] != "ready":
+        detail = ready["message"] if isinstance(ready, dict) else how_it_ended(proc)
+        raise RuntimeError(f"the grader cannot start its checks ({detail}): "
+                           f"install numpy, scipy and scikit-learn")
+    problem = import_problem(proc, next_event(events, time_limit), time_limit)
+    if problem is not None:                          # nothing can run: every function fails
+        for name in names:
+            report(name, fail(name, problem))
+        return
+    for name in names:
+        if not follow_one(proc, events, name, time_limit, report):
+            return                                   # the caller starts a fresh child
+
+
+def import_problem(proc, loaded, time_limit: float) -> str | None:
+    """None if the module imported, else why importing it fails every function."""
+    if loaded == "timeout":
+        return (f"importing the module did not finish within {time_limit:g} s: is there an "
+                f"endless loop outside the functions?")
+    if loaded is None or loaded["event"] == "exit":
+        how = f"sys.exit({loaded['code']})" if loaded else how_it_ended(proc)
+        return (f"importing the module ends the program ({how}): remove sys.exit() or exit() "
+                f"from the top level of the file")
+    if loaded["event"] == "error":
+        raise ValueError(f"cannot load the module to grade: {loaded['message']}")
+    return None
+
+
+def follow_one(proc, events, name: str, time_limit: float, report) -> bool:
+    """Settle one function; False if the child is gone (or must go) before the next."""
+    next_event(events, START_LIMIT_S)                # "start": sent at once
+    done = next_event(events, time_limit)
+    if isinstance(done, dict):
+        report(name, done["problem"])
+        return True
+    if done == "timeout":
+        reason = (f"it did not finish within {time_limit:g} s: is there a loop that never "
+                  f"stops (a step of 0, a condition that stays true)?")
+    else:
+        reason = (f"the program ended while checking it ({how_it_ended(proc)}): a graded "
+                  f"function must return its result, never exit or crash the interpreter")
+    report(name, fail(name, reason))
+    return False
+
+
+def grade(spec: str, time_limit: float = TIME_LIMIT_S, memory_mb: int = MEMORY_LIMIT_MB,
+          report=None, names=FUNCTIONS) -> dict[str, str | None]:
+    """Grade each function in a child process; {name: None if it passes, else why + hint}."""
+    results = {}
+
+    def settle(name: str, problem: str | None) -> None:
+        results[name] = problem
+        if report:
+            report(name, problem)
+
+    while len(results) < len(names):                 # a child that died is replaced
+        remaining = [name for name in names if name not in results]
+        proc, events = start_child(spec, remaining, memory_mb)
+        try:
+            follow(proc, events, remaining, time_limit, settle)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    return results
+
+
+# ---------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------
+def print_result(name: str, problem: str | None) -> None:
+    """PASS, or FAIL with the reason and the hint wrapped below it."""
+    if problem is None:
+        print(f"PASS  {name}", flush=True)
+        return
+    reason, hint = problem.split("\nhint: ")
+    print(f"FAIL  {name}: {reason}")
+    print(textwrap.fill(f"hint: {hint}", width=92, initial_indent="      ",
+                        subsequent_indent="            "), flush=True)
+
+
+def grade_and_print(args) -> int:
+    """Grade the chosen module, print one line per function; return how many pass."""
+    if args.time_limit <= 0 or args.memory_mb <= 0:
+        raise ValueError("--time-limit and --memory-mb must be positive numbers")
+    spec = module_spec(args.module)
+    print(f"grading {describe(spec)}", flush=True)
+    results = grade(spec, args.time_limit, args.memory_mb, report=print_result)
+    passed = sum(problem is None for problem in results.values())
     print(f"{passed}/{len(FUNCTIONS)} functions pass"
           + ("" if passed == len(FUNCTIONS) else ": fix the first FAIL, then run this again"))
-    return 0 if passed == len(FUNCTIONS) else 1
+    return passed
+
+
+def main(argv=None) -> int:
+    """Grade each function; exit status 0 only when all five were graded and pass."""
+    p = OneLineParser(description="Grade the lab functions (default: lab/starter.py).")
+    p.add_argument("--module", help="a .py file or a module name (default: $LAB_MODULE, "
+                                    "else lab/starter.py)")
+    p.add_argument("--time-limit", type=float, default=TIME_LIMIT_S, metavar="S",
+                   help="seconds each function may take (default: %(default)g)")
+    p.add_argument("--memory-mb", type=int, default=MEMORY_LIMIT_MB, metavar="MB",
+                   help="memory each function may add, Linux only (default: %(default)d)")
+    p.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        return child(args.module, args.child, args.memory_mb)
+    outcome = {"passed": 0}
+    status = run_cli(lambda: outcome.update(passed=grade_and_print(args)))
+    return status or (0 if outcome["passed"] == len(FUNCTIONS) else 1)
 
 
 if __name__ == "__main__":

