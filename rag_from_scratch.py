@@ -525,10 +525,12 @@ def parse_args(argv=None):
     present = []
     for name in COMPANIONS:
         try:
-            present.append(importlib.import_module(name))
-            present[-1].add_arguments(p)
+            module = importlib.import_module(name)
         except ImportError:
-            pass
+            continue
+        if hasattr(module, "add_arguments"):       # a companion that adds flags to this CLI
+            module.add_arguments(p)
+            present.append(module)
     args, unknown = p.parse_known_args(argv)
     if unknown:
         missing = [f"{n}.py ({flags})" for n, flags in COMPANIONS.items()
