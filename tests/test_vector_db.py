@@ -247,17 +247,30 @@ def test_persistent_collection_from_another_corpus_is_rebuilt(tmp_path, capsys, 
             f"corpus {before}, now {after})") in lines
 
 
-def test_foreign_collection_without_fingerprint_is_rebuilt_not_used(tmp_path, capsys):
+def test_foreign_chroma_collection_is_refused_and_left_untouched(tmp_path, capsys):
     import chromadb
     db = str(tmp_path / "db")
     client = chromadb.PersistentClient(path=db)
-    foreign = client.create_collection("kestrelwood_policies", embedding_function=None)
+    foreign = client.create_collection("kestrelwood_policies", metadata={"team": "search"},
+                                       embedding_function=None)
     foreign.add(ids=["x"], embeddings=[[1.0, 0.0]], documents=["someone else's data"])
     code, lines, err = run_main(capsys, "--backend", "tfidf", "--persist", db)
-    assert code == 0, err
-    assert any(line.startswith("  (rebuilding collection kestrelwood_policies: it was built "
-                               "with a different backend unknown, now tfidf") for line in lines)
-    assert "  distance=0.693  similarity=0.307  IT-02#0" in lines
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith("error: Chroma collection 'kestrelwood_policies' in the Chroma "
+                          f"persistent client at {db} was not created by this kit; it will not "
+                          "replace or delete it")
+    kept = chromadb.PersistentClient(path=db).get_collection("kestrelwood_policies",
+                                                             embedding_function=None)
+    assert kept.get()["documents"] == ["someone else's data"]
+    assert kept.metadata == {"team": "search"}
+
+
+def test_new_chroma_collection_carries_the_mark(tmp_path, capsys):
+    import chromadb
+    db = str(tmp_path / "db")
+    assert run_main(capsys, "--backend", "tfidf", "--persist", db)[0] == 0
+    meta = chromadb.PersistentClient(path=db).get_collection("kestrelwood_policies").metadata
+    assert meta["created_by"] == "rag_from_scratch" and meta["backend"] == "tfidf"
 
 
 def test_a_collection_with_the_default_l2_space_is_rebuilt(tmp_path, capsys, monkeypatch):
@@ -266,6 +279,7 @@ def test_a_collection_with_the_default_l2_space_is_rebuilt(tmp_path, capsys, mon
     assert run_main(capsys, "--backend", "tfidf", "--persist", db)[0] == 0
     client = chromadb.PersistentClient(path=db)
     labelled = client.get_collection("kestrelwood_policies", embedding_function=None).metadata
+    labelled.pop("created_by")      # made before the mark existed: ours by its fingerprint keys
     client.delete_collection("kestrelwood_policies")     # same label, but Chroma's default metric
     l2 = client.create_collection("kestrelwood_policies", metadata=labelled, embedding_function=None)
     l2.add(ids=[str(i) for i in range(17)], embeddings=np.eye(17, 525).tolist())
@@ -344,6 +358,19 @@ def test_script_against_a_real_chroma_server(chroma_server, capsys, shared_minil
     assert chroma_lines(lines)[:5] == CHROMA_LINES
     assert lines[-1] == "Same ranking from NumPy, FAISS, Chroma: yes"
 
+    # A classmate's own collection on the shared server is refused, never deleted.
+    import chromadb
+    server = chromadb.HttpClient(host="127.0.0.1", port=chroma_server)
+    theirs = server.create_collection("their_notes", embedding_function=None)
+    theirs.add(ids=["n1"], embeddings=[[0.0, 1.0]], documents=["a classmate's note"])
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--host", "127.0.0.1",
+                                "--port", port, "--collection", "their_notes")
+    assert code == 1
+    assert err.splitlines()[-1] == (
+        f"error: Chroma collection 'their_notes' in the Chroma server at 127.0.0.1:{port} was "
+        f"not created by this kit; it will not replace or delete it: choose another name")
+    assert server.get_collection("their_notes").get()["documents"] == ["a classmate's note"]
+
 
 def test_persist_and_host_together_is_refused_in_one_line(capsys):
     with pytest.raises(SystemExit) as stop:
@@ -358,5 +385,30 @@ def test_no_server_listening_is_one_line_with_the_start_command(capsys):
     code, lines, err = run_main(capsys, "--backend", "tfidf", "--host", "127.0.0.1",
                                 "--port", str(port))
     assert code == 1 and lines == []                   # it checks the server before any work
-    assert err.startswith(f"error: no Chroma server answers at 127.0.0.1:{port}")
-    assert f"chroma run --host 127.0.0.1 --port {port}" in err and err.count("\n") == 1
+    waiting, error = err.splitlines()
+    assert waiting == f"waiting for the Chroma server at 127.0.0.1:{port} (up to 10 s) ..."
+    assert error.startswith(f"error: no Chroma server answers at 127.0.0.1:{port}")
+    assert f"chroma run --host 127.0.0.1 --port {port}" in error
+
+
+@pytest.fixture()
+def silent_server():
+    """A port on 127.0.0.1 that accepts connections (the kernel's backlog) and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    yield listener.getsockname()[1]
+    listener.close()
+
+
+def test_silent_chroma_server_gives_up_at_the_deadline(silent_server, capsys, monkeypatch):
+    monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
+    start = time.monotonic()
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--host", "127.0.0.1",
+                                "--port", str(silent_server))
+    elapsed = time.monotonic() - start
+    assert code == 1 and lines == [] and elapsed < 6        # without a deadline: 280 s
+    waiting, error = err.splitlines()
+    assert waiting == f"waiting for the Chroma server at 127.0.0.1:{silent_server} (up to 1.5 s) ..."
+    assert error.startswith(f"error: the Chroma server at 127.0.0.1:{silent_server} did not "
+                            f"answer within 1.5 s: is it a Chroma server? start one with")
