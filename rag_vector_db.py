@@ -368,9 +368,18 @@ def qdrant_client(target):
         raise RuntimeError("qdrant-client is not installed: pip install qdrant-client") from None
     target = str(target)
     if is_url(target):
-        client = QdrantClient(url=target, timeout=max(1, int(CONNECT_S)))
-        with_deadline(f"the Qdrant server at {target}", CONNECT_S, client.get_collections,
-                      "check the URL and that the server runs")
+        def reach():                             # the overall deadline below is the one that counts
+            client = QdrantClient(url=target, timeout=int(CONNECT_S) + 5, check_compatibility=False)
+            client.get_collections()
+            return client
+        try:
+            client = with_deadline(f"the Qdrant server at {target}", CONNECT_S, reach,
+                                   "check the URL and that the server runs")
+        except TimeoutError:
+            raise
+        except Exception as exc:                 # refused, unknown host, not Qdrant
+            raise RuntimeError(f"no Qdrant server answers at {target} ({one_line(exc)}): "
+                               f"check the URL and that the server runs") from None
         return client
     folder = claim_folder(target, "--qdrant")
     try:

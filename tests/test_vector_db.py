@@ -663,3 +663,20 @@ def test_foreign_qdrant_collection_is_refused_and_left_untouched(tmp_path, capsy
     assert client.get_collection("kestrelwood_policies").config.metadata["created_by"] == \
         "rag_from_scratch"
     client.close()
+
+
+def test_unreachable_or_silent_qdrant_server_is_one_line(silent_server, capsys, monkeypatch):
+    pytest.importorskip("qdrant_client", reason="qdrant-client is not installed")
+    monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
+    port = free_port()
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--qdrant", f"http://127.0.0.1:{port}")
+    assert code == 1 and lines == []
+    assert err.splitlines()[-1].startswith(f"error: no Qdrant server answers at "
+                                           f"http://127.0.0.1:{port} (")
+    start = time.monotonic()
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--qdrant",
+                                f"http://127.0.0.1:{silent_server}")
+    assert code == 1 and time.monotonic() - start < 6
+    assert err.splitlines()[-1] == (f"error: the Qdrant server at http://127.0.0.1:{silent_server}"
+                                    f" did not answer within 1.5 s: check the URL and that the "
+                                    f"server runs")
