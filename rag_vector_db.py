@@ -272,6 +272,13 @@ def ensure_vector(conn, label: str) -> None:
                            f"use --pgvector with no URL for the embedded Postgres") from None
 
 
+def check_table_name(table: str) -> None:
+    """Table names go into SQL text, so only plain identifiers are accepted."""
+    if not TABLE_NAME.match(table):
+        raise ValueError(f"--collection {table!r} cannot name a Postgres table here: use "
+                         f"lower-case letters, digits and _ (at most 63, not starting with a digit)")
+
+
 def pg_stored(conn, table: str):
     """(metadata from the table's comment, row count), or None if there is no such table."""
     row = conn.execute("SELECT to_regclass(%s) IS NOT NULL, obj_description(to_regclass(%s), "
@@ -294,9 +301,7 @@ def pg_open_table(conn, table: str, chunks: list[dict], vectors: np.ndarray, fp:
     the DROP, the CREATE, the COMMENT and the COPY are one transaction: all or nothing.
     """
     from psycopg import sql
-    if not TABLE_NAME.match(table):
-        raise ValueError(f"--collection {table!r} cannot name a Postgres table here: use "
-                         f"lower-case letters, digits and _ (at most 63, not starting with a digit)")
+    check_table_name(table)
     notes = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (table,))  # runs take turns
@@ -529,10 +534,8 @@ def run(args) -> None:
     if not args.only or unknown:
         raise ValueError(f"--only needs known document ids, got {unknown}: choose from "
                          f"{', '.join(d['doc_id'] for d in rag.CORPUS)}")
-    if args.pgvector is not None and not TABLE_NAME.match(args.collection):
-        raise ValueError(f"--collection {args.collection!r} cannot name a Postgres table here: "
-                         f"use lower-case letters, digits and _ (at most 63, not starting "
-                         f"with a digit)")
+    if args.pgvector is not None:
+        check_table_name(args.collection)
     skipped = {}                             # engine -> why it did not run
     with ExitStack() as stack:
         stores = connect(args, skipped, stack)
