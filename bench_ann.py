@@ -14,7 +14,7 @@ no two rows tie. The queries are CISI's 112 queries, encoded the same way.
 For each N, every method answers every query with its top 10; recall@10 is the share of
 NumPy's exact top 10 it returns (1.00: exactly the same rows), latency the median per query:
 
-    NumPy exact      scores = index @ q; top_k                 the core's search
+    NumPy exact      scores = index @ q; top_k                 the core's search, one thread
     pgvector exact   ORDER BY embedding <=> q LIMIT 10         no index: Postgres reads every row
     pgvector HNSW    the same SQL, with an HNSW index          approximate; ef_search = the list
                      (m=16, ef_construction=64)                 of candidates kept while searching
@@ -89,9 +89,19 @@ def timed(search, queries: np.ndarray) -> tuple[list[list[int]], list[float]]:
 
 
 def numpy_exact(index: np.ndarray, queries: np.ndarray, k: int):
-    """The core's exact search: every score, then the k best (column-major, as build_index keeps it)."""
+    """The core's exact search: every score, then the k best (column-major, as build_index keeps it).
+
+    One BLAS thread, like one Postgres backend per query: two threads on a busy 2-core
+    machine wait on each other and make single queries slower, not faster.
+    """
+    from contextlib import nullcontext
     index = np.asfortranarray(index)
-    return timed(lambda q: rag.top_k(index @ q, k), queries)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:                          # then NumPy uses its default threads
+        threadpool_limits = None
+    with threadpool_limits(1) if threadpool_limits else nullcontext():
+        return timed(lambda q: rag.top_k(index @ q, k), queries)
 
 
 def pg_load(conn, table: str, vectors: np.ndarray) -> float:
