@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import bench_ann
-import rag_collection
 import rag_from_scratch as rag
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,7 +16,7 @@ METHODS = ["NumPy exact (index @ q)", "pgvector exact (no index)", "pgvector HNS
 
 def cisi_folder() -> Path:
     """The repository's copy of CISI, else the shared one; skip if neither is here."""
-    for folder in (ROOT / "data" / "cisi", rag_collection.DEFAULT_COLLECTION):
+    for folder in (ROOT / "data" / "cisi", ROOT.parent / "shared" / "data" / "cisi"):
         if (folder / "CISI.ALL").is_file():
             return folder
     pytest.skip("the CISI collection (data/cisi) is not here")
