@@ -489,9 +489,10 @@ def answer_question(question: str, setup: dict, k: int) -> None:
     k = min(k, len(setup["chunks"]))
     retrieved = (setup.get("retrieve") or (lambda q, k: search(
         q, setup["index"], setup["chunks"], setup["embedder"], k=k)))(question, k)
-    prompt = setup.get("prompt_fn", build_prompt)(question, retrieved)
     print(f"\n== Your question (k={k}) ==\nQ: {question}")
     print_results(retrieved)
+    retrieved = [r for r in retrieved if round(r["score"], 3) != 0] or retrieved  # no shared word: out
+    prompt = setup.get("prompt_fn", build_prompt)(question, retrieved)
     print("\n-- the prompt a model would read --\n" + prompt)
     if not setup.get("llm_fn"):
         print("\n(no answer generated: add --generator extractive for an offline answer, "

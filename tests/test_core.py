@@ -424,3 +424,11 @@ def test_only_numpy_and_scikit_learn_are_needed_for_tfidf():
                              capture_output=True, text=True, cwd=ROOT, timeout=60)
         assert "k=1: hit_rate=0.90  recall=0.85" in out.stdout, out.stderr
     assert "[info] MiniLM unavailable (sentence-transformers is not installed" in out.stderr
+
+
+def test_question_leaves_chunks_that_share_no_word_out_of_the_prompt(capsys):
+    assert rag.main(["--backend", "tfidf", "--question", PASSWORD_Q]) == 0
+    out = capsys.readouterr().out
+    listed, prompt = out.split("-- the prompt a model would read --")
+    assert "2 more at score 0.000" in listed
+    assert prompt.count("\n[") == 1 and "[IT-01] Passwords and account security" in prompt
