@@ -44,3 +44,14 @@ def tfidf_setup(chunks):
     """A fresh TF-IDF embedder fitted on the tutorial chunks, with its index."""
     embedder = rag.Embedder("tfidf")
     return embedder, rag.build_index(chunks, embedder)
+
+
+@pytest.fixture()
+def silent_server():
+    """A port on 127.0.0.1 that accepts connections (the kernel's backlog) and never answers."""
+    import socket
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    yield listener.getsockname()[1]
+    listener.close()

@@ -197,19 +197,10 @@ def test_a_saved_index_is_updated_incrementally_and_equals_a_fresh_build(notes, 
 
 
 # --- 5. every network wait has a deadline --------------------------------------------------
-@pytest.fixture()
-def silent_port():
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    yield server.getsockname()[1]
-    server.close()
-
-
-def test_bedrock_against_a_server_that_never_answers_gives_up_at_its_deadline(silent_port, monkeypatch):
+def test_bedrock_against_a_server_that_never_answers_gives_up_at_its_deadline(silent_server, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "TEST-NOT-A-REAL-KEY")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
-    monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", f"http://127.0.0.1:{silent_port}")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", f"http://127.0.0.1:{silent_server}")
     llm = rag_bedrock.bedrock_generator("x", "us-east-1", deadline_s=1.5)
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="Amazon Bedrock in us-east-1 did not answer within 1.5 s"):

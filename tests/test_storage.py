@@ -82,16 +82,6 @@ def test_store_mark_accepts_ours_and_earlier_versions_only():
     assert not rag_storage.is_our_store(None, legacy)
 
 
-@pytest.fixture
-def silent_server():
-    """A socket on 127.0.0.1 that accepts connections and never answers."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    yield server.getsockname()[1]
-    server.close()
-
-
 def test_with_deadline_gives_up_on_time_and_names_what_it_waited_for(silent_server, capsys):
     def talk():
         with socket.create_connection(("127.0.0.1", silent_server)) as s:

@@ -396,16 +396,6 @@ def test_no_server_listening_is_one_line_with_the_start_command(capsys):
     assert f"chroma run --host 127.0.0.1 --port {port}" in error
 
 
-@pytest.fixture()
-def silent_server():
-    """A port on 127.0.0.1 that accepts connections (the kernel's backlog) and never answers."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    yield listener.getsockname()[1]
-    listener.close()
-
-
 def test_silent_chroma_server_gives_up_at_the_deadline(silent_server, capsys, monkeypatch):
     monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
     start = time.monotonic()
