@@ -32,6 +32,16 @@ def run_cli(*args, env=None, timeout=120):
                           capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT)
 
 
+def cli(capsys, *args):
+    """Run the CLI in this process, as main(argv); return (exit status, stdout, stderr)."""
+    try:
+        status = rag.main(list(args))
+    except SystemExit as exc:               # argparse rejects a flag by exiting
+        status = exc.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
 # --- Step 0 and Step 1 -------------------------------------------------------------------
 def test_hand_worked_cosine_matches_numpy_and_the_tutorial():
     q, d1, d2 = [1, 2, 2], [2, 1, 2], [0, 6, 0]
@@ -100,6 +110,7 @@ def test_minilm_matches_a_plain_sentence_transformers_call(minilm, minilm_index,
 
 
 def test_minilm_never_embeds_the_same_text_twice(minilm, chunks):
+    minilm.encode([c["text"] for c in chunks])
     before = minilm.texts_encoded
     minilm.encode([c["text"] for c in chunks])
     assert minilm.texts_encoded == before                 # all 17 already cached
@@ -252,10 +263,9 @@ def test_placeholder_model_id_is_refused_before_any_call():
 
 
 # --- the command line --------------------------------------------------------------------
-def test_cli_tfidf_prints_the_tutorials_steps():
-    out = run_cli("--backend", "tfidf")
-    assert out.returncode == 0, out.stderr
-    text = out.stdout
+def test_cli_tfidf_prints_the_tutorials_steps(capsys):
+    status, text, err = cli(capsys, "--backend", "tfidf")
+    assert status == 0, err
     for line in ["dot(q,d1)=8  dot(q,d2)=12", "cos(q,d1)=0.889  cos(q,d2)=0.667",
                  "10 documents -> 17 chunks (chunk_size=50 words, overlap=10)",
                  "backend=tfidf  index shape=(17, 525)  first row norm=1.000",
@@ -268,10 +278,10 @@ def test_cli_tfidf_prints_the_tutorials_steps():
         assert line in text.splitlines(), line
 
 
-def test_cli_minilm_prints_the_tutorials_steps():
-    out = run_cli("--backend", "minilm")
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+def test_cli_minilm_prints_the_tutorials_steps(capsys, minilm):
+    status, text, err = cli(capsys, "--backend", "minilm")
+    assert status == 0, err
+    lines = text.splitlines()
     for line in ["backend=minilm  index shape=(17, 384)  first row norm=1.000",
                  "  0.477  IT-01#0   Passwords and account security",
                  "  0.273  IT-02#0   Laptops and devices",
@@ -285,14 +295,14 @@ def test_cli_minilm_prints_the_tutorials_steps():
                  "k=1: hit_rate=1.00  recall=0.95  precision=1.00  mrr=1.00",
                  "k=3: hit_rate=1.00  recall=1.00  precision=0.53  mrr=1.00"]:
         assert line in lines, line
-    assert "Loading weights" not in out.stderr
+    assert "Loading weights" not in err
 
 
-def test_cli_answers_the_learners_own_question():
-    out = run_cli("--backend", "tfidf", "--question", "How many days can I work remotely?", "--k", "2")
-    assert out.returncode == 0, out.stderr
-    assert "Q: How many days can I work remotely?" in out.stdout
-    assert "[HR-03] Hybrid and remote work" in out.stdout.split("-- the prompt a model would read --")[1]
+def test_cli_answers_the_learners_own_question(capsys):
+    status, out, err = cli(capsys, "--backend", "tfidf", "--question", "How many days can I work remotely?", "--k", "2")
+    assert status == 0, err
+    assert "Q: How many days can I work remotely?" in out
+    assert "[HR-03] Hybrid and remote work" in out.split("-- the prompt a model would read --")[1]
 
 
 @pytest.mark.parametrize("args,message", [
@@ -308,12 +318,12 @@ def test_cli_answers_the_learners_own_question():
     (["--generate"], "needs a real --model-id"),
     (["--index", "somewhere"], "work with --docs"),
 ])
-def test_cli_bad_input_is_one_line_and_nonzero(args, message):
-    out = run_cli("--backend", "tfidf", *args) if "--backend" not in args else run_cli(*args)
-    assert out.returncode != 0
-    assert "Traceback" not in out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr
-    assert "== Step 2" not in out.stdout                  # rejected before any slow work
+def test_cli_bad_input_is_one_line_and_nonzero(capsys, args, message):
+    status, out, err = cli(capsys, *(args if "--backend" in args else ["--backend", "tfidf", *args]))
+    assert status != 0
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and message in err
+    assert "== Step 2" not in out                         # rejected before any slow work
 
 
 def test_cli_generate_without_credentials_says_what_to_set_up(tmp_path):
