@@ -198,10 +198,11 @@ class Embedder:
     backend="tfidf":  scikit-learn TF-IDF over the corpus vocabulary, matches words.
     backend="auto":   MiniLM if a local copy loads, else TF-IDF (with one line saying why).
     """
+    BACKENDS = ("auto", "minilm", "tfidf")
 
     def __init__(self, backend: str = "auto", model: str = "sentence-transformers/all-MiniLM-L6-v2",
                  cache: bool = True):
-        if backend not in ("auto", "minilm", "tfidf"):
+        if backend not in self.BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: choose auto, minilm or tfidf")
         self.backend, self.model_name, self.model = None, model, None
         self.texts_encoded = 0       # texts that went through the model (the cache skips repeats)
@@ -382,12 +383,9 @@ def generate_with_bedrock(prompt: str, system_prompt: str = None,
     if not model_id or model_id.startswith("<"):
         raise ValueError("the model id is still the placeholder: pass a Bedrock model id or "
                          "inference-profile id enabled in your account")
-    if client is None:
+    if client is None:               # the CLI passes one with bounded waits (rag_bedrock.py)
         import boto3
-        from botocore.config import Config
-        config = Config(connect_timeout=5, read_timeout=60,    # bounded waits and retries
-                        retries={"mode": "standard", "total_max_attempts": 3})
-        client = boto3.client("bedrock-runtime", region_name=region, config=config)
+        client = boto3.client("bedrock-runtime", region_name=region)
     response = client.converse(
         modelId=model_id,
         system=[{"text": system_prompt or SYSTEM_PROMPT}],
@@ -514,7 +512,7 @@ def parse_args(argv=None):
     d = {**defaults(Embedder.__init__), **defaults(build_chunks), **defaults(search),
          **defaults(generate_with_bedrock)}
     p = Parser(description="RAG from scratch: chunk, embed, search, prompt, evaluate, generate.")
-    p.add_argument("--backend", default=d["backend"], choices=["auto", "minilm", "tfidf"])
+    p.add_argument("--backend", default=d["backend"], choices=Embedder.BACKENDS)
     p.add_argument("--model", default=d["model"], help="MiniLM model name or local folder")
     p.add_argument("--question", help="answer your own question instead of running the demo")
     p.add_argument("--k", type=int, default=d["k"], help="chunks to retrieve (default: %(default)s)")

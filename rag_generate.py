@@ -655,7 +655,7 @@ def parse_args(argv=None):
     p = OneLineParser(description="Offline generators for RAG, scored against a gold file.")
     p.add_argument("--generators", help="comma-separated: " + ", ".join(GENERATORS)
                    + " (default: every one available)")
-    p.add_argument("--backend", default="tfidf", choices=["tfidf", "minilm"],
+    p.add_argument("--backend", default="tfidf", choices=rag.Embedder.BACKENDS[1:],
                    help="retrieval embeddings (default: %(default)s)")
     p.add_argument("--k", type=int, default=TOP_K, help="chunks per prompt (default: %(default)s)")
     p.add_argument("--gold", default=str(GOLD_FILE), help="gold file, JSON Lines (default: the tutorial's)")

@@ -613,7 +613,7 @@ def parse_args(argv=None):
     """Command-line flags; the defaults are the block at the top of this file and the core's."""
     p = OneLineParser(description="The same retrieval with NumPy, FAISS, Chroma (in memory, on "
                                   "disk or on a server), Postgres/pgvector and Qdrant.")
-    p.add_argument("--backend", default=BACKEND, choices=["auto", "minilm", "tfidf"],
+    p.add_argument("--backend", default=BACKEND, choices=rag.Embedder.BACKENDS,
                    help="embedding backend (default: %(default)s)")
     p.add_argument("--model", default=MODEL_NAME, help="sentence-transformers model or folder")
     p.add_argument("--question", default=QUESTION, help="the question to search for")

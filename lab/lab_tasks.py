@@ -224,7 +224,7 @@ def main(argv=None) -> int:
     """Run the chosen tasks; a bad setting becomes one line on stderr and exit status 1."""
     p = OneLineParser(description="The RAG lab: baseline, new document, regression, fixes.")
     p.add_argument("--task", type=int, choices=sorted(TASKS), help="run only this task")
-    p.add_argument("--backend", default=BACKEND, choices=["auto", "minilm", "tfidf"],
+    p.add_argument("--backend", default=BACKEND, choices=rag.Embedder.BACKENDS,
                    help="embedding backend (default: %(default)s)")
     p.add_argument("--model", default=MODEL_NAME, help="MiniLM model name or local folder")
     return run_cli(run_tasks, p.parse_args(argv))
