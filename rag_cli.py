@@ -41,14 +41,25 @@ def interrupted(signum=None, frame=None):
 
 
 def quiet_interrupts() -> None:
-    """Call first thing in a script run as a command, before its heavy imports."""
-    signal.signal(signal.SIGINT, interrupted)
+    """Call first thing in a script run as a command, before its heavy imports.
+
+    Ctrl-C is held until run_cli starts, then handled there. Threads that libraries start
+    meanwhile (BLAS, llama.cpp) inherit the hold, so Ctrl-C always reaches Python's main
+    thread, never a library's own handler (llama.cpp's can leave its start-up stuck).
+    Where threads cannot hold signals (Windows), Ctrl-C during the imports just exits.
+    """
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    else:
+        signal.signal(signal.SIGINT, interrupted)
 
 
 def run_cli(work, *args) -> int:
     """Run work(*args) for a command line and return its exit status (0, 1 or 130)."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)   # from here Ctrl-C is caught below
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        if hasattr(signal, "pthread_sigmask"):     # a Ctrl-C held since start-up arrives here
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         work(*args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

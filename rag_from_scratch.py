@@ -16,12 +16,11 @@ command line. Each function pastes into a notebook cell on its own. Companion fi
 (--docs, --generator, ...); this file runs without them. The company in the corpus is fictional.
 """
 
-import os
 import signal
 import sys
 
-if __name__ == "__main__":      # Ctrl-C while NumPy loads: one line, not a traceback
-    signal.signal(signal.SIGINT, lambda *_: os._exit(print("interrupted", file=sys.stderr) or 130))
+if __name__ == "__main__":      # Ctrl-C while NumPy loads: held until main() runs (rag_cli.py)
+    getattr(signal, "pthread_sigmask", lambda *_: None)(signal.SIG_BLOCK, {signal.SIGINT})
 
 import numpy as np  # noqa: E402
 
@@ -578,9 +577,12 @@ def main(argv=None) -> int:
     except ImportError:                            # this file alone: still no traceback
         def run_cli(work):
             try:
+                getattr(signal, "pthread_sigmask", lambda *_: None)(signal.SIG_UNBLOCK, {signal.SIGINT})
                 return work() or 0
             except (ValueError, RuntimeError, OSError) as exc:
                 return print(f"error: {exc}", file=sys.stderr) or 1
+            except KeyboardInterrupt:
+                return print("interrupted", file=sys.stderr) or 130
     return run_cli(lambda: run(parse_args(argv)))
 
 

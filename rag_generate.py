@@ -236,6 +236,9 @@ def runtime_versions() -> dict:
     return found
 
 
+SERVERS = []     # every llama.cpp server this process started; they end with the process
+
+
 def start_llama(threads: int = THREADS, port: int = 0, n_ctx: int = 2048):
     """Load SmolLM2 into an xllamacpp Server; it also listens on 127.0.0.1 (port 0: a free one)."""
     try:
@@ -249,16 +252,20 @@ def start_llama(threads: int = THREADS, port: int = 0, n_ctx: int = 2048):
     params.verbosity = -1               # llama.cpp logs every request otherwise
     params.cache_prompt = False         # the same prompt always gives the same text
     params.cache_ram_mib, params.port = 0, port
-    # Ctrl-C in the middle of llama.cpp starting its threads can leave it stuck: hold the signal
-    # until the server is up (well under a second), and keep it off llama.cpp's threads.
+    # llama.cpp's server installs its own Ctrl-C handler, which waits for its threads and can
+    # hang the process. Hold Ctrl-C while it starts (well under a second; its threads inherit
+    # the hold), then put Python's handler back, so Ctrl-C stays one line and exit 130.
     hold = getattr(signal, "pthread_sigmask", None)
+    python_handler = signal.getsignal(signal.SIGINT)
     if hold:
         hold(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        return xllamacpp.Server(params)
+        SERVERS.append(xllamacpp.Server(params))   # kept: freeing a server mid-Ctrl-C can hang
     finally:
+        signal.signal(signal.SIGINT, python_handler)
         if hold:
             hold(signal.SIG_UNBLOCK, {signal.SIGINT})
+    return SERVERS[-1]
 
 
 def chat_request(prompt: str, system_prompt: str, max_tokens: int) -> dict:
