@@ -55,12 +55,13 @@ def quiet_interrupts() -> None:
 
 
 def run_cli(work, *args) -> int:
-    """Run work(*args) for a command line and return its exit status (0, 1 or 130)."""
+    """Run work(*args) for a command line; return its exit status: what work returns if it
+    returns a number, else 0; 1 after an error (one line on stderr); 130 after Ctrl-C."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if hasattr(signal, "pthread_sigmask"):     # a Ctrl-C held since start-up arrives here
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        work(*args)
+        status = work(*args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -71,7 +72,7 @@ def run_cli(work, *args) -> int:
         return 0
     finally:
         sys.stdout.flush()
-    return 0
+    return status if isinstance(status, int) else 0
 
 
 def leave(status: int) -> None:

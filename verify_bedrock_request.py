@@ -22,6 +22,7 @@ import os
 from contextlib import contextmanager
 
 import rag_bedrock
+import rag_cli
 import rag_from_scratch as rag
 
 # The core's defaults, read from its function signatures (one source of truth).
@@ -114,6 +115,11 @@ def check_reasoning_block(prompt: str) -> str:
 
 def main(argv=None) -> int:
     """Run every check, print what each found, and return 0 only if all of them hold."""
+    return rag_cli.run_cli(verify)
+
+
+def verify() -> int:
+    """The checks behind main(): 0 if all hold, else 1."""
     try:
         import boto3
         from botocore.exceptions import BotoCoreError
