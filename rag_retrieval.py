@@ -275,7 +275,8 @@ def truncation(texts: list[str], tokenizer, limit: int) -> dict:
 
 def truncation_line(report: dict, what: str = "chunks") -> str:
     """One sentence: how many texts were cut at the model's limit and by how much."""
-    head = f"MiniLM reads {report['limit']} word pieces: {report['cut']} of {report['texts']} {what} are longer"
+    head = (f"MiniLM reads {report['limit']} word pieces: {report['cut']} of {report['texts']} {what} "
+            f"are longer")
     if not report["cut"]:
         return head + f" (longest {report['longest']})"
     return (head + f" and lose their end: {report['mean_lost']:.0f} pieces each on average, "
@@ -442,7 +443,8 @@ def print_variant(eval_set, retrieve, k: int, name: str) -> None:
     print(f"k={k}: hit_rate={m['hit_rate']:.2f}  recall={m['recall']:.2f}  precision={m['precision']:.2f}  "
           f"mrr={m['mrr']:.2f}  ndcg={m['ndcg']:.2f}  (hit@1 of this ranking: {m['hit1']:.2f})")
     if retrieve.timing["queries"]:
-        print(f"reranking added {1000 * retrieve.timing['seconds'] / retrieve.timing['queries']:.1f} ms per query")
+        ms = 1000 * retrieve.timing["seconds"] / retrieve.timing["queries"]
+        print(f"reranking added {ms:.1f} ms per query")
 
 
 def add_arguments(parser) -> None:

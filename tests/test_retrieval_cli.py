@@ -134,7 +134,8 @@ def test_rerank_with_no_reranker_is_one_line_that_says_how_to_get_one(capsys):
     status, out, err = run_main(capsys, "--backend", "tfidf", "--rerank", "example/no-such-reranker",
                                 "--question", FATHERS)
     assert status == 1 and "Your question" not in out
-    assert len(err) == 1 and err[0].startswith("error: no local copy of the reranker example/no-such-reranker")
+    assert len(err) == 1
+    assert err[0].startswith("error: no local copy of the reranker example/no-such-reranker")
     assert "hf download" in err[0] and "--rerank auto" in err[0]
 
 
@@ -156,7 +157,8 @@ def test_rerank_auto_goes_on_without_reranking(capsys):
 
 
 def test_rerank_in_the_cli_prints_the_time_it_adds(capsys, tiny_reranker):
-    status, out, err = run_main(capsys, "--backend", "tfidf", "--rerank", tiny_reranker, "--question", FATHERS)
+    status, out, err = run_main(capsys, "--backend", "tfidf", "--rerank", tiny_reranker,
+                                "--question", FATHERS)
     assert status == 0, err
     assert any(line.startswith("reranked 12 candidates in ") and line.endswith(" ms") for line in err)
     assert out.count("Q: " + FATHERS) == 1 and "== Your question (k=3) ==" in out
@@ -311,7 +313,8 @@ def test_importing_adds_no_heavy_module():
     import subprocess
     import sys
     code = ("import sys, rag_retrieval\n"
-            "print(sorted(m for m in ('torch', 'sklearn', 'sentence_transformers', 'scipy') if m in sys.modules))")
+            "heavy = ('torch', 'sklearn', 'sentence_transformers', 'scipy')\n"
+            "print(sorted(m for m in heavy if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
