@@ -218,6 +218,14 @@ def test_context_embeds_the_title_in_front_of_each_chunk(chunks, minilm, minilm_
     assert got[0]["text"] == chunks[best[0]]["text"]          # the prompt still gets the plain text
 
 
+def test_context_of_a_docs_chunk_is_file_and_heading(notes):
+    import rag_docs
+    chunks = rag.build_chunks(rag_docs.split_sections(rag_docs.load_documents(notes)))
+    assert rr.with_context(chunks)[0] == ("hr/leave.txt\nAnnual leave is 24 days. Apply in the portal; "
+                                          "restart requests after a rejection go to your manager.")
+    assert rr.with_context(chunks)[1].startswith("ops/db.md > Restart\n# Restart Restart the database")
+
+
 def test_context_with_tfidf_leaves_the_plain_index_usable(chunks, tfidf_setup):
     embedder, index = tfidf_setup
     before = rag.search(FATHERS, index, chunks, embedder, k=3)
@@ -246,6 +254,9 @@ def test_compare_with_minilm_and_the_tiny_reranker(chunks, minilm, minilm_index,
     plain = rag.evaluate_retrieval(rag.EVAL_SET, minilm_index, chunks, minilm, k=3)
     assert rows["plain"]["ndcg"] == pytest.approx(plain["ndcg"]) and rows["plain"]["hit_rate"] == 1.0
     assert rows["rerank"]["timing"]["queries"] == 10 and rows["plain"]["timing"]["queries"] == 0
+    # The README's MiniLM table: the title costs the ChatGPT question its first place.
+    assert rows["hybrid rrf"]["ndcg"] == rows["hybrid rrf"]["hit1"] == 1.0
+    assert (rows["context"]["hit1"], round(rows["context"]["ndcg"], 2)) == (0.9, 0.96)
     rr.print_comparison(rows, 3)
     out = capsys.readouterr().out
     assert out.splitlines()[-1].startswith("reranking added ")
