@@ -270,6 +270,17 @@ def test_a_variant_is_scored_beside_step_6_in_the_demo(capsys):
         "k=3: hit_rate=1.00  recall=1.00  precision=0.47  mrr=0.95  ndcg=0.96  (hit@1 of this ranking: 0.90)")
 
 
+def test_eval_with_docs_scores_the_variant_after_the_plain_search(capsys, notes, tmp_path):
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"question": "Who approves restart requests?", "relevant": ["hr/leave.txt"]}\n',
+                  encoding="utf-8")
+    status, out, err = run_main(capsys, "--backend", "tfidf", "--docs", str(notes), "--eval", str(qa),
+                                "--hybrid", "--k", "1")
+    assert status == 0, err
+    plain, variant = out.split("== Retrieval evaluation with hybrid rrf (1 question) ==\n")
+    assert "k=1: hit_rate=1.00" in plain and variant.startswith("k=1: hit_rate=1.00  recall=1.00")
+
+
 def test_compare_with_docs_needs_an_eval_file(capsys, notes):
     status, _, err = run_main(capsys, "--backend", "tfidf", "--docs", str(notes), "--compare")
     assert status == 1 and len(err) == 1 and "--compare with --docs needs --eval FILE" in err[0]
