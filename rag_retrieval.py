@@ -439,7 +439,8 @@ def print_comparison(rows: dict, k: int) -> None:
 def print_variant(eval_set, retrieve, k: int, name: str) -> None:
     """The Step 6 line for the chosen retrieval, so it reads beside the plain one."""
     m = evaluate_retriever(eval_set, retrieve, k)
-    print(f"\n== Retrieval evaluation with {name} ({len(eval_set)} question{"s" * (len(eval_set) != 1)}) ==")
+    plural = "s" if len(eval_set) != 1 else ""
+    print(f"\n== Retrieval evaluation with {name} ({len(eval_set)} question{plural}) ==")
     print(f"k={k}: hit_rate={m['hit_rate']:.2f}  recall={m['recall']:.2f}  precision={m['precision']:.2f}  "
           f"mrr={m['mrr']:.2f}  ndcg={m['ndcg']:.2f}  (hit@1 of this ranking: {m['hit1']:.2f})")
     if retrieve.timing["queries"]:
