@@ -410,7 +410,7 @@ def rag_answer(question: str, index, chunks: list[dict], embedder: "Embedder", k
 # add_arguments(parser), check_arguments(args), prepare(args) -> setup or None,
 # and setup(args, setup) -> setup.
 COMPANIONS = {"rag_docs": "--docs, --index, --eval", "rag_bedrock": "", "rag_generate": "--generator",
-              "rag_retrieval": "--hybrid, --rerank, --source, --tag, --context"}
+              "rag_retrieval": "--hybrid, --rerank, --source, --tag, --context, --compare"}
 VACATION_Q = "How many vacation days do I get each year?"
 
 

@@ -8,15 +8,25 @@ rag_retrieval.py: the retrieval maths the experiments and the test-collection sc
     fused = reciprocal_rank_fusion([keyword, dense])  # by rank alone
     q2 = rocchio(q, doc_vectors, q @ doc_vectors.T)   # pseudo-relevance feedback
 
-Every function takes and returns score matrices (one row per query, one column per document)
-or vectors, so a grid of settings costs matrix products, not new searches. Nothing here loads
-a model; scikit-learn and SciPy are imported inside the functions that need them.
+Sections 1-4 take and return score matrices (one row per query, one column per document) or
+vectors, so a grid of settings costs matrix products, not new searches. Sections 5-7 bring
+them to rag_from_scratch.py's command line, for the demo corpus and for --docs:
+
+    python rag_from_scratch.py --hybrid rrf --question "How much time off do new fathers get?"
+    python rag_from_scratch.py --docs notes/ --hybrid 0.3 --rerank auto --question "..."
+    python rag_from_scratch.py --docs notes/ --source ops/ --tag database --question "..."
+    python rag_from_scratch.py --context --compare     # plain, hybrid, rerank, context: one table
+
+Nothing here loads a model at import; scikit-learn, SciPy and the reranker are imported inside
+the functions that need them.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import sys
+import time
 
 import numpy as np
 
@@ -207,3 +217,346 @@ def paired_bootstrap(before, after, resamples: int = RESAMPLES,
     """Mean of after - before with a 95% interval; both settings see the same resampled questions."""
     diff = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
     return (float(diff.mean()), *bootstrap_ci(diff, resamples, seed))
+
+
+# ---------------------------------------------------------------------------
+# 5. Re-ranking with a cross-encoder, and what MiniLM leaves unread
+# ---------------------------------------------------------------------------
+RERANKER = "cross-encoder/ms-marco-MiniLM-L6-v2"
+RERANK_DEPTH = 4         # the reranker sees RERANK_DEPTH x k candidates and keeps k
+GET_RERANKER = (f"download it once where the network is open (`hf download {RERANKER}`) and "
+                f"it loads from the cache, or pass --rerank FOLDER (or --rerank auto to go on without)")
+
+
+def load_reranker(model: str = RERANKER):
+    """A sentence-transformers CrossEncoder from a local folder or a cached copy (no network);
+    the hub only if a bounded probe says it answers; RuntimeError if there is none."""
+    import importlib.util
+    import rag_from_scratch as rag
+    from rag_cli import hub_reachable
+    if importlib.util.find_spec("sentence_transformers") is None:
+        raise RuntimeError("reranking needs sentence-transformers: run `pip install -r requirements.txt`")
+    local = rag.find_local_model(model)
+    if local is None and (model.startswith((".", "/", "~")) or model.count("/") > 1):
+        raise FileNotFoundError(f"reranker folder not found: {model} (give a folder holding config.json)")
+    if local is None and not hub_reachable():
+        raise RuntimeError(f"no local copy of the reranker {model}: {GET_RERANKER}")
+    from sentence_transformers import CrossEncoder
+    from transformers.utils import logging as hf_logging
+    print(f"loading reranker {model.rstrip('/').split('/')[-1]} ...", file=sys.stderr, flush=True)
+    hf_logging.disable_progress_bar()
+    reranker = CrossEncoder(local or model, device="cpu", local_files_only=local is not None)
+    reranker.name = model
+    return reranker
+
+
+def rerank(question: str, candidates: list[dict], reranker, k: int, texts: list[str] | None = None):
+    """The k candidates the cross-encoder scores highest for the question, best first.
+
+    A cross-encoder reads question and passage together, so it sees how their words relate,
+    which two separate vectors cannot; it is too slow for every chunk, hence the candidates.
+    """
+    import torch
+    torch.set_num_threads(1)             # one query: two threads on a busy machine wait on each other
+    texts = texts or [c["text"] for c in candidates]
+    scores = np.asarray(reranker.predict([(question, t) for t in texts], show_progress_bar=False))
+    return [{**candidates[i], "score": float(scores[i])} for i in np.argsort(-scores, kind="stable")[:k]]
+
+
+def truncation(texts: list[str], tokenizer, limit: int) -> dict:
+    """How many texts a model that reads `limit` word pieces cuts, and how much they lose."""
+    lengths = np.array([len(ids) for ids in tokenizer(texts, verbose=False)["input_ids"]])
+    lost = np.maximum(lengths - limit, 0)                  # [CLS] and [SEP] count towards the limit
+    cut = lost > 0
+    return {"texts": len(texts), "cut": int(cut.sum()), "limit": limit, "longest": int(lengths.max()),
+            "mean_lost": float(lost[cut].mean()) if cut.any() else 0.0,
+            "share_lost": float(lost.sum() / lengths.sum())}
+
+
+def truncation_line(report: dict, what: str = "chunks") -> str:
+    """One sentence: how many texts were cut at the model's limit and by how much."""
+    head = (f"MiniLM reads {report['limit']} word pieces: {report['cut']} of {report['texts']} {what} "
+            f"are longer")
+    if not report["cut"]:
+        return head + f" (longest {report['longest']})"
+    return (head + f" and lose their end: {report['mean_lost']:.0f} pieces each on average, "
+            f"{report['share_lost']:.0%} of all pieces unread (longest {report['longest']})")
+
+
+# ---------------------------------------------------------------------------
+# 6. A retriever for the command line: filters, context, hybrid, rerank
+# ---------------------------------------------------------------------------
+def hybrid_setting(value: str):
+    """--hybrid's value: "rrf", or the BM25 share of a weighted sum as a float in [0, 1]."""
+    if value.strip().lower() == "rrf":
+        return "rrf"
+    try:
+        weight = float(value)
+    except ValueError:
+        weight = None
+    if weight is None or not 0 <= weight <= 1:
+        raise ValueError(f"--hybrid takes rrf or a BM25 weight between 0 and 1 (e.g. 0.3), got {value!r}")
+    return weight
+
+
+def with_context(chunks: list[dict]) -> list[str]:
+    """The text to embed for each chunk: its title ("file > heading") in front of its words."""
+    return [f"{c['title']}\n{c['text']}" for c in chunks]
+
+
+def passes(doc: dict, source: str | None, tag: str | None) -> bool:
+    """True if a document (or chunk) is under --source PREFIX and carries --tag TAG."""
+    prefix = (source or "").removeprefix("./")
+    tags = {t.casefold() for t in doc.get("tags") or ()}
+    return doc["doc_id"].startswith(prefix) and (tag is None or tag.casefold() in tags)
+
+
+def check_filters(docs: list[dict], source: str | None, tag: str | None) -> None:
+    """One sentence and ValueError if --source or --tag leaves no document to search."""
+    if tag is not None and not any(d.get("tags") for d in docs):
+        raise ValueError(f"--tag {tag}: no file has tags; add `tags: [a, b]` to the front matter "
+                         f"(a '---' block at the top of a .md file)")
+    if not any(passes(d, source, tag) for d in docs):
+        asked = " and ".join(f"--{f} {v}" for f, v in (("source", source), ("tag", tag)) if v is not None)
+        raise ValueError(f"{asked} matches no document (doc ids look like {docs[0]['doc_id']!r})")
+
+
+def first_stage(question: str, index, embedder, bm25=None, hybrid=None) -> np.ndarray:
+    """Every chunk's score: the cosine of Step 3, or its fusion with BM25."""
+    dense = np.asarray(index @ embedder.encode([question])[0]).ravel()
+    if hybrid is None:
+        return dense
+    keyword = bm25_scores([question], *bm25)[0]
+    if hybrid == "rrf":
+        return reciprocal_rank_fusion([keyword, dense])
+    return hybrid_scores(minmax(keyword), minmax(dense), hybrid)
+
+
+def context_index(chunks: list[dict], embedder):
+    """(index, embedder) over the chunks with their titles in front (TF-IDF relearns its words)."""
+    import rag_from_scratch as rag
+    if embedder.backend == "tfidf":
+        embedder = rag.Embedder("tfidf")
+    texts = with_context(chunks)
+    return rag.build_index([{**c, "text": t} for c, t in zip(chunks, texts)], embedder), embedder
+
+
+def make_retriever(chunks: list[dict], index, embedder, hybrid=None, reranker=None,
+                   context: bool = False, allowed=None, report: bool = False):
+    """fn(question, k) -> the k best chunks with their "score": filter, fuse, then rerank.
+
+    fn.timing counts the seconds reranking took and the queries it served.
+    """
+    texts = [c["text"] for c in chunks]
+    if context:
+        index, embedder = context_index(chunks, embedder)
+        texts = with_context(chunks)
+    bm25 = bm25_matrix(texts) if hybrid is not None else None
+    allowed = np.arange(len(chunks)) if allowed is None else np.asarray(allowed)
+    timing = {"seconds": 0.0, "queries": 0}
+
+    def retrieve(question: str, k: int) -> list[dict]:
+        scores = first_stage(question, index, embedder, bm25, hybrid)[allowed]   # filter first
+        best = rag.top_k(scores, min(RERANK_DEPTH * k if reranker else k, len(allowed)))
+        found = [{**chunks[allowed[p]], "score": float(scores[p])} for p in best]
+        if reranker is None:
+            return found
+        start = time.perf_counter()
+        found = rerank(question, found, reranker, k, [texts[allowed[p]] for p in best])
+        seconds = time.perf_counter() - start
+        timing["seconds"] += seconds
+        timing["queries"] += 1
+        if retrieve.report:
+            print(f"reranked {len(best)} candidates in {1000 * seconds:.1f} ms", file=sys.stderr)
+        return found
+
+    import rag_from_scratch as rag
+    retrieve.timing, retrieve.report = timing, report
+    return retrieve
+
+
+# ---------------------------------------------------------------------------
+# 7. Scoring the variants side by side, and the hooks for rag_from_scratch.py
+# ---------------------------------------------------------------------------
+def evaluate_retriever(eval_set: list[dict], retrieve, k: int) -> dict:
+    """The core's metrics at k for each question (plus hit@1 of the same ranking), averaged."""
+    import rag_from_scratch as rag
+    per_question = []
+    for item in eval_set:
+        ranked = [r["doc_id"] for r in retrieve(item["question"], k)]
+        m = rag.retrieval_metrics(ranked, item["relevant"], k)
+        per_question.append({**m, "hit1": rag.retrieval_metrics(ranked, item["relevant"], 1)["hit"]})
+    result = rag.average_metrics(per_question, k)
+    result["hit1"] = float(np.mean([m["hit1"] for m in per_question]))
+    return result
+
+
+def variant_name(hybrid=None, reranker=None, context: bool = False) -> str:
+    """A row label: "plain", "hybrid rrf", "hybrid 0.3 + rerank + context", ..."""
+    parts = ([f"hybrid {hybrid}"] if hybrid is not None else []) + (["rerank"] if reranker else []) \
+        + (["context"] if context else [])
+    return " + ".join(parts) or "plain"
+
+
+def compare_variants(eval_set, chunks, index, embedder, k, hybrid="rrf", reranker=None, allowed=None):
+    """{name: metrics} for plain, hybrid, rerank (if a reranker is given), context, and all."""
+    settings = [{}, {"hybrid": hybrid}] + ([{"reranker": reranker}] if reranker else []) \
+        + [{"context": True}, {"hybrid": hybrid, "reranker": reranker, "context": True}]
+    rows = {}
+    for chosen in settings:
+        retrieve = make_retriever(chunks, index, embedder, allowed=allowed, **chosen)
+        rows[variant_name(**chosen)] = {**evaluate_retriever(eval_set, retrieve, k),
+                                        "timing": retrieve.timing}
+    return rows
+
+
+def per_question(metrics: dict, key: str = "ndcg") -> list[float]:
+    """One metric's value for each question, in question order."""
+    return [m[key] for m in metrics["per_question"]]
+
+
+def print_comparison(rows: dict, k: int) -> None:
+    """One line per variant: hit@1, hit/recall/MRR/nDCG at k, nDCG's interval and its gain over plain."""
+    width = max(len(name) for name in rows) + 2
+    print(f"{'variant':<{width}}hit@1  hit@{k}  recall@{k}  mrr@{k}  ndcg@{k}  "
+          f"ndcg 95% CI    ndcg - plain [95% CI]")
+    plain = per_question(rows["plain"])
+    for name, m in rows.items():
+        low, high = bootstrap_ci(per_question(m))
+        line = (f"{name:<{width}}{m['hit1']:.2f}   {m['hit_rate']:.2f}   {m['recall']:.2f}      "
+                f"{m['mrr']:.2f}   {m['ndcg']:.2f}    [{low:.2f}, {high:.2f}]")
+        if name != "plain":
+            diff, low, high = paired_bootstrap(plain, per_question(m))
+            line += f"   {diff:+.2f} [{low:+.2f}, {high:+.2f}]"
+        print(line)
+    timed = [m["timing"] for m in rows.values() if m["timing"]["queries"]]
+    if timed:
+        ms = 1000 * timed[0]["seconds"] / timed[0]["queries"]
+        print(f"reranking added {ms:.1f} ms per query ({RERANK_DEPTH * k} candidates, 1 thread, "
+              f"this machine and this reranker)")
+
+
+def print_variant(eval_set, retrieve, k: int, name: str) -> None:
+    """The Step 6 line for the chosen retrieval, so it reads beside the plain one."""
+    m = evaluate_retriever(eval_set, retrieve, k)
+    plural = "s" if len(eval_set) != 1 else ""
+    print(f"\n== Retrieval evaluation with {name} ({len(eval_set)} question{plural}) ==")
+    print(f"k={k}: hit_rate={m['hit_rate']:.2f}  recall={m['recall']:.2f}  precision={m['precision']:.2f}  "
+          f"mrr={m['mrr']:.2f}  ndcg={m['ndcg']:.2f}  (hit@1 of this ranking: {m['hit1']:.2f})")
+    if retrieve.timing["queries"]:
+        ms = 1000 * retrieve.timing["seconds"] / retrieve.timing["queries"]
+        print(f"reranking added {ms:.1f} ms per query")
+
+
+def add_arguments(parser) -> None:
+    """--hybrid, --rerank, --source, --tag, --context and --compare."""
+    g = parser.add_argument_group("better retrieval (rag_retrieval.py)")
+    g.add_argument("--hybrid", nargs="?", const="rrf", metavar="rrf|WEIGHT",
+                   help="fuse BM25 with the vectors: by rank (rrf, the default) or WEIGHT x BM25 + "
+                        "(1 - WEIGHT) x cosine, both rescaled to 0..1")
+    g.add_argument("--rerank", nargs="?", const=RERANKER, metavar="MODEL|FOLDER|auto",
+                   help=f"re-order {RERANK_DEPTH} x k candidates with a cross-encoder (default {RERANKER}; "
+                        f"auto: go on without one if none is installed)")
+    g.add_argument("--source", metavar="PREFIX", help="search only files whose path starts with PREFIX")
+    g.add_argument("--tag", help="search only files whose front matter lists this tag")
+    g.add_argument("--context", action="store_true",
+                   help='embed each chunk with its title ("file > heading") in front')
+    g.add_argument("--compare", action="store_true",
+                   help="score plain, hybrid, rerank and context side by side (the demo's questions, "
+                        "or --eval FILE with --docs)")
+
+
+def corpus_documents(args) -> list[dict]:
+    """The documents the run will search: the demo corpus or --docs (its [skip] lines come later)."""
+    import contextlib
+    import io
+    import rag_from_scratch as rag
+    if not getattr(args, "docs", None):
+        return rag.CORPUS
+    import rag_docs
+    with contextlib.redirect_stderr(io.StringIO()):    # prepare() names skipped files once
+        return rag_docs.load_documents(args.docs)
+
+
+def reranker_for(value: str, without: str = "--rerank auto: going on without reranking"):
+    """The reranker --rerank asks for; with auto, None (and one line) when none can be had."""
+    if value != "auto":
+        return load_reranker(value)
+    try:
+        return load_reranker(RERANKER)
+    except (RuntimeError, OSError) as exc:
+        why = str(exc).split(" (or --rerank auto")[0]
+        print(f"[info] {without} ({why})", file=sys.stderr)
+        return None
+
+
+def check_arguments(args) -> None:
+    """Check the values, the filters against the files and load the reranker, before slow work."""
+    args.fusion = hybrid_setting(args.hybrid) if args.hybrid is not None else None
+    for flag in ("source", "tag", "rerank"):
+        if getattr(args, flag) is not None and not getattr(args, flag).strip():
+            raise ValueError(f"--{flag} needs a value, got an empty string")
+    if args.compare and getattr(args, "docs", None) and not getattr(args, "eval", None):
+        raise ValueError("--compare with --docs needs --eval FILE: questions labelled with the files "
+                         "that answer them")
+    if args.source is not None or args.tag is not None:
+        check_filters(corpus_documents(args), args.source, args.tag)
+    args.reranker = reranker_for(args.rerank) if args.rerank else None
+
+
+def prepare(args):
+    """Retrieval builds no index of its own: the demo's or --docs' is used."""
+    return None
+
+
+def allowed_rows(args, setup: dict):
+    """Indices of the chunks the filters keep (tags read from the files now), or None without filters."""
+    if args.source is None and args.tag is None:
+        return None
+    tags_of = {d["doc_id"]: d.get("tags") for d in setup.get("docs") or ()}
+    chunks = setup["chunks"]
+    rows = [i for i, c in enumerate(chunks)
+            if passes({**c, "tags": tags_of.get(c["doc_id"], c.get("tags"))}, args.source, args.tag)]
+    if not rows:
+        check_filters([], args.source, args.tag)
+    print(f"searching {len(rows)} of {len(chunks)} chunks (" + " ".join(
+        f"--{f} {v}" for f, v in (("source", args.source), ("tag", args.tag)) if v is not None) + ")")
+    return np.array(rows)
+
+
+def eval_questions(args):
+    """The labelled questions for this run: the demo's, or --eval FILE with --docs."""
+    import rag_from_scratch as rag
+    if not getattr(args, "docs", None):
+        return rag.EVAL_SET
+    if getattr(args, "eval", None):
+        import rag_docs
+        return rag_docs.load_eval_file(args.eval)
+    return None
+
+
+def setup(args, setup: dict) -> dict:
+    """Count what MiniLM cuts, put the chosen retriever in place and score it if asked."""
+    chunks, embedder = setup["chunks"], setup["embedder"]
+    if embedder.backend == "minilm":
+        texts = with_context(chunks) if args.context else [c["text"] for c in chunks]
+        model = embedder.model
+        print(truncation_line(truncation(texts, model.tokenizer, model.max_seq_length)), file=sys.stderr)
+    allowed = allowed_rows(args, setup)
+    chosen = {"hybrid": args.fusion, "reranker": args.reranker, "context": args.context}
+    k = min(args.k, len(chunks) if allowed is None else len(allowed))
+    eval_set = eval_questions(args)
+    if any(chosen.values()) or allowed is not None:
+        setup["retrieve"] = make_retriever(chunks, setup["index"], embedder, **chosen, allowed=allowed)
+        if eval_set and not args.question:
+            print_variant(eval_set, setup["retrieve"], k, variant_name(**chosen))
+        setup["retrieve"].report = True
+    if args.compare:
+        reranker = args.reranker or (None if args.rerank else reranker_for(
+            "auto", "--compare: no rerank rows without a reranker"))
+        print(f"\n== Retrieval variants side by side ({len(eval_set)} questions, k={k}, "
+              f"backend={embedder.backend}) ==")
+        rows = compare_variants(eval_set, chunks, setup["index"], embedder, k,
+                                args.fusion if args.fusion is not None else "rrf", reranker, allowed)
+        print_comparison(rows, k)
+    return setup
