@@ -55,3 +55,10 @@ def silent_server():
     listener.listen(8)
     yield listener.getsockname()[1]
     listener.close()
+
+
+def like_a_terminal():
+    """Popen(preexec_fn=...): Ctrl-C reaches the child as it would from a terminal, even when
+    the test run itself was started in the background (where SIGINT is ignored and inherited)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

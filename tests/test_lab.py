@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import like_a_terminal
+
 import rag_from_scratch as rag
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -372,7 +374,8 @@ def test_check_ctrl_c_says_interrupted_exits_130_and_ends_the_child(tmp_path):
     body = "def chunk_text(text, chunk_size=50, overlap=10):\n    while True:\n        pass\n"
     grader = subprocess.Popen([sys.executable, "lab/check.py", "--module",
                                student_file(tmp_path, body, head), "--time-limit", "60"],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=like_a_terminal)
     deadline = time.monotonic() + 60
     while not pid_file.exists() or not pid_file.read_text():
         assert time.monotonic() < deadline and grader.poll() is None, "the child never started"

@@ -15,7 +15,7 @@ import rag_bedrock
 import rag_docs
 import rag_from_scratch as rag
 import rag_storage
-from conftest import ROOT
+from conftest import ROOT, like_a_terminal
 
 NOTE = "# Backups\n\nNightly backups are kept for 35 days in the cold-storage bucket.\n"
 
@@ -225,7 +225,7 @@ def test_ctrl_c_while_a_script_starts_is_one_line_and_exit_130(script, delay):
     args = {"rag_from_scratch.py": ["--backend", "tfidf", "--question", "new fathers?",
                                     "--generator", "local"],
             "rag_generate.py": ["--backend", "tfidf"], "verify_bedrock_request.py": []}[script]
-    proc = subprocess.Popen([sys.executable, str(ROOT / script), *args],
+    proc = subprocess.Popen([sys.executable, str(ROOT / script), *args], preexec_fn=like_a_terminal,
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
