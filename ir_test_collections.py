@@ -582,7 +582,9 @@ def query_metrics(scores: np.ndarray, doc_ids: list[str], relevant: list[dict],
 def fold_of_each_query(n: int, folds: int = FOLDS, seed: int = CV_SEED) -> np.ndarray:
     """Fold number of each query: a seeded shuffle dealt out in turn, so fold sizes differ by <= 1."""
     if not 2 <= folds <= n:
-        raise ValueError(f"cross-validation needs 2 to {n} folds for {n} judged queries, "
+        raise ValueError(f"cross-validation needs at least 2 judged queries, the collection "
+                         f"has {n}" if n < 2 else
+                         f"cross-validation needs 2 to {n} folds for {n} judged queries, "
                          f"got {folds}")
     return np.random.default_rng(seed).permutation(n) % folds
 
@@ -891,16 +893,22 @@ def print_collection(results: dict, collection: dict | None = None, k: int = CUT
 
 
 def run_collection(path: str, as_json: bool = False, cache_folder=CACHE_DIR,
-                   minilm=None, grades: str = "auto") -> dict:
-    """Load a test collection, score every method, and print a table (or one JSON object)."""
+                   minilm=None, grades: str = "auto", before_model=None) -> dict:
+    """Load a test collection, score every method, and print a table (or one JSON object).
+
+    before_model: called once the flags and files are checked, before MiniLM loads (the CLI
+    imports the model's libraries there)."""
     import rag_from_scratch as rag
     from rag_storage import check_writable
     cache = EmbeddingCache(cache_folder)           # a folder that is not ours: refused now
     check_writable(cache.folder, "--cache")
     collection = load_collection(path, grades)
+    fold_of_each_query(collection["counts"]["judged_queries"])   # enough queries? say so now
     if not as_json:                                # the header now, the table after the work
         print_header(collection)
     if minilm is None:
+        if before_model:
+            before_model()
         try:
             minilm = rag.Embedder("minilm")
         except RuntimeError as exc:
@@ -937,6 +945,23 @@ def describe(col: dict) -> None:
         print(f"relevant: {', '.join(list(grades)[:10])}{' ...' if len(grades) > 10 else ''}")
 
 
+def import_model_libraries() -> None:
+    """For command lines: import sentence-transformers and PyTorch now, saying so, with Ctrl-C
+    ending the process at once. An interrupt raised inside Python's import machinery can be
+    swallowed (the run would go on); a bare exit mid-import is safe, nothing is written yet."""
+    import importlib.util
+    import signal
+    from rag_cli import interrupted
+    if "sentence_transformers" in sys.modules or not importlib.util.find_spec("sentence_transformers"):
+        return                                     # loaded already, or the model cannot load
+    print("importing sentence-transformers and PyTorch ...", file=sys.stderr, flush=True)
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        import sentence_transformers  # noqa: F401
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def parse_args(argv=None):
     """Command-line flags: a collection folder, --embed and its --cache folder."""
     from rag_cli import OneLineParser
@@ -964,6 +989,7 @@ def run(args) -> None:
     describe(col)
     if args.embed:
         import rag_from_scratch as rag
+        import_model_libraries()
         embedder = rag.Embedder("minilm")
         start = time.perf_counter()
         vectors = cache.encode(embedder, [d["text"] for d in col["docs"]], "documents")

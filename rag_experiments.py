@@ -732,12 +732,17 @@ def check_flags(args) -> None:
 
 def run(args) -> None:
     """The experiments, or the test collection if --collection was given."""
+    from ir_test_collections import import_model_libraries
     check_flags(args)
     if args.collection:
         from ir_test_collections import CACHE_DIR, run_collection
-        run_collection(args.collection, args.json, args.cache or CACHE_DIR, grades=args.grades)
+        run_collection(args.collection, args.json, args.cache or CACHE_DIR, grades=args.grades,
+                       before_model=import_model_libraries)
         return
-    run_experiments(parse_letters(args.only or EXPERIMENTS), plot_dir=args.plot)
+    letters = parse_letters(args.only or EXPERIMENTS)
+    if set(letters) - NO_EMBEDDINGS:
+        import_model_libraries()
+    run_experiments(letters, plot_dir=args.plot)
 
 
 def main(argv=None) -> int:

@@ -415,17 +415,19 @@ def load_gold(path=GOLD_FILE) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"gold file not found: {path}")
-    gold, bad = [], 0
+    gold, bad = [], []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
             gold.append(gold_item(json.loads(line)))
         except ValueError as exc:
-            bad += 1
-            print(f"{path} line {n}: {rag_cli_line(exc)}", file=sys.stderr)
+            bad.append(f"{path} line {n}: {rag_cli_line(exc)}")
+    if len(bad) == 1:                      # one bad line: the error itself names it
+        raise ValueError(bad[0])
     if bad:
-        raise ValueError(f"{path}: {bad} bad line(s), named above; fix them and run again")
+        print("\n".join(bad), file=sys.stderr)
+        raise ValueError(f"{path}: {len(bad)} bad line(s), named above; fix them and run again")
     if not gold:
         raise ValueError(f"{path} has no questions")
     return gold
@@ -686,6 +688,8 @@ def run(args) -> None:
         raise ValueError("--max-tokens, --threads and --k must be at least 1")
     if args.serve:
         return serve(args.port, args.threads)
+    if args.port:
+        raise ValueError("--port goes with --serve (the port the server listens on)")
     if args.docs and args.gold == str(GOLD_FILE):
         raise ValueError("--docs needs --gold FILE: the tutorial's gold file is about Kestrelwood")
     gold = load_gold(args.gold)
