@@ -4,6 +4,7 @@ ir_test_collections.py: load a classic IR test collection and score retrieval me
     python ir_test_collections.py data/cisi            # counts, files, grades, what was fixed up
     python ir_test_collections.py data/cisi --embed    # MiniLM vectors of every document,
                                                        # cached in .rag_cache/ (run it twice)
+    python ir_test_collections.py data/cisi --embed --cache /tmp/vectors   # another cache folder
     python rag_experiments.py --collection data/cisi   # every method scored, cross-validated
 
     from ir_test_collections import load_collection, evaluate_collection, EmbeddingCache
