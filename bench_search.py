@@ -34,7 +34,6 @@ if __name__ == "__main__":      # Ctrl-C while the imports below load: one line,
     import rag_cli
     rag_cli.quiet_interrupts()
 
-import argparse
 import json
 import os
 import time
@@ -312,7 +311,8 @@ def print_report(report: dict) -> None:
 # ---------------------------------------------------------------------------
 def parse_args(argv=None):
     """Command-line flags; defaults come from the block at the top of this file."""
-    p = argparse.ArgumentParser(description="Exact-search latency against the memory bound, "
+    from rag_cli import OneLineParser
+    p = OneLineParser(description="Exact-search latency against the memory bound, "
                                             "TF-IDF memory at scale, MiniLM throughput.")
     p.add_argument("--sizes", type=int, nargs="*", default=SIZES,
                    help="index sizes N (default: %(default)s); none skips the search test")

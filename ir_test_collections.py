@@ -4,6 +4,7 @@ ir_test_collections.py: load a classic IR test collection and score retrieval me
     python ir_test_collections.py data/cisi            # counts, files, grades, what was fixed up
     python ir_test_collections.py data/cisi --embed    # MiniLM vectors of every document,
                                                        # cached in .rag_cache/ (run it twice)
+    python ir_test_collections.py data/cisi --embed --cache /tmp/vectors   # another cache folder
     python rag_experiments.py --collection data/cisi   # every method scored, cross-validated
 
     from ir_test_collections import load_collection, evaluate_collection, EmbeddingCache
@@ -40,14 +41,18 @@ are read by the same functions but were checked only on small samples written by
 
 from __future__ import annotations
 
-import argparse
+import sys
+
+if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
+    import rag_cli
+    rag_cli.quiet_interrupts()
+
 import fnmatch
 import hashlib
 import json
 import math
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -74,6 +79,9 @@ FILE_PATTERNS = {
 # ---------------------------------------------------------------------------
 def find_files(folder) -> dict:
     """Return {"documents": [paths], "queries": [paths], "relevance": [paths]} found in folder."""
+    if not str(folder).strip():
+        raise ValueError("the collection path is an empty string: give the folder that holds "
+                         "the documents, queries and relevance files")
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise ValueError(f"collection folder not found: {folder} (give the folder that holds "
@@ -369,6 +377,7 @@ def load_collection(path, grades: str = "auto") -> dict:
     empty = sum(not d["text"] for d in docs)
     if empty:
         notes.append(f"{empty} documents have neither a title nor an abstract")
+    notes += repeated_texts(docs)
     queries = []
     for r in read_records(files["queries"]):     # the question is .W; .T only if there is no .W
         title = r["fields"].get("T", "")
@@ -406,6 +415,21 @@ def load_collection(path, grades: str = "auto") -> dict:
             "files": names, "notes": notes, "grades": reading}
 
 
+def repeated_texts(docs: list[dict]) -> list[str]:
+    """A note naming documents whose text repeats an earlier document's word for word."""
+    first, repeats = {}, []
+    for d in docs:
+        if d["text"] in first:
+            repeats.append(f"{d['doc_id']} = {first[d['text']]}")
+        elif d["text"]:
+            first[d["text"]] = d["doc_id"]
+    if not repeats:
+        return []
+    shown = ", ".join(repeats[:5]) + (", ..." if len(repeats) > 5 else "")
+    return [f"{len(repeats)} documents repeat an earlier document's text word for word "
+            f"({shown}): {len(first):,} distinct texts, so a repeat gets the same vector and score"]
+
+
 # ---------------------------------------------------------------------------
 # 5. Document vectors cached on disk
 # ---------------------------------------------------------------------------
@@ -414,18 +438,39 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+# The files EmbeddingCache writes ("<model>-<hash>.npz"; before the folder mark, also
+# "<name>.<pid>.tmp"): a folder holding only these is a cache of an earlier version, so ours.
+CACHE_FILE = re.compile(r"[A-Za-z0-9-]+-[0-9a-f]{8}\.npz(\.\d+\.tmp)?")
+ENCODE_PIECE = 16        # texts per call to the model: the bar moves every second or two, and
+                         # short pieces pad less (256 CISI abstracts: 20.6 s in 16s, 23.7 s in 64s)
+
+
 class EmbeddingCache:
     """Document vectors on disk, keyed by model name and text: a second run reads, not encodes.
 
     One file per model, `<folder>/<model>-<hash>.npz`, holding `keys` (one SHA-256 per text)
-    and `vectors` (float32 rows). It is written to a temporary file and renamed into place,
-    so a run that is interrupted never leaves a half-written cache. Pickle is never used.
+    and `vectors` (float32 rows). The folder carries the kit's mark (rag_storage): a folder
+    holding anything else is refused, never written to. Files are written whole or not at
+    all, under the folder's lock; a damaged file (cut short, a flipped byte) is ignored with
+    one line and rebuilt. Pickle is never used.
     """
 
     def __init__(self, folder=CACHE_DIR):
-        self.folder = Path(folder)
+        from rag_storage import MARK_FILE, refuse_foreign_folder
+        self.folder = Path(folder).expanduser()
+        if not (self.folder / MARK_FILE).is_file() and not self.from_an_earlier_version():
+            refuse_foreign_folder(self.folder, "--cache")    # now, before any slow work
         self.hits = 0        # texts read from disk
-        self.misses = 0      # texts that had to go through the model
+        self.misses = 0      # distinct texts that had to go through the model
+        self.repeats = 0     # new texts equal to another new text: encoded once for both
+
+    def from_an_earlier_version(self) -> bool:
+        """True if the folder holds only cache files, as versions before the mark wrote them."""
+        try:
+            names = [p.name for p in self.folder.iterdir()]
+        except OSError:
+            return False
+        return bool(names) and all(CACHE_FILE.fullmatch(name) for name in names)
 
     def path_for(self, embedder) -> Path:
         """The cache file of this embedder's model."""
@@ -433,7 +478,7 @@ class EmbeddingCache:
         readable = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")[-60:]
         return self.folder / f"{readable}-{text_key(name)[:8]}.npz"
 
-    def encode(self, embedder, texts: list[str]) -> np.ndarray:
+    def encode(self, embedder, texts: list[str], what: str = "texts") -> np.ndarray:
         """Vectors of `texts` in order, encoding with `embedder` only those not on disk."""
         if embedder.backend == "tfidf":
             raise ValueError("TF-IDF vectors depend on the corpus the vectorizer was fitted on, "
@@ -446,10 +491,12 @@ class EmbeddingCache:
         for key, text in zip(wanted, texts):
             if key not in row:
                 new.setdefault(key, text)
+        needed = sum(key in new for key in wanted)
         self.misses += len(new)
-        self.hits += len(texts) - sum(key in new for key in wanted)
+        self.repeats += needed - len(new)
+        self.hits += len(texts) - needed
         if new:
-            fresh = np.asarray(embedder.encode(list(new.values())), dtype=np.float32)
+            fresh = self._encode_new(embedder, list(new.values()), what, len(texts) - needed)
             if vectors is not None and vectors.shape[1] != fresh.shape[1]:
                 keys, vectors = keys[:0], None         # the model changed size: start over
             keys = np.concatenate([keys, np.array(list(new), dtype="<U64")])
@@ -460,6 +507,22 @@ class EmbeddingCache:
             return np.zeros((0, 0 if vectors is None else vectors.shape[1]), dtype=np.float32)
         return vectors[[row[key] for key in wanted]]
 
+    @staticmethod
+    def _encode_new(embedder, texts: list[str], what: str, cached: int) -> np.ndarray:
+        """Encode in pieces of ENCODE_PIECE; more than one piece shows a progress bar on stderr."""
+        if len(texts) <= ENCODE_PIECE:
+            return np.asarray(embedder.encode(texts), dtype=np.float32)
+        from tqdm import tqdm                          # plain text bar: no widget warning in Jupyter
+        print(f"encoding {len(texts):,} {what} with {embedder.model_name.split('/')[-1]} "
+              f"({cached:,} read from the cache) ...", file=sys.stderr, flush=True)
+        pieces = []
+        with tqdm(total=len(texts), unit=" " + what, file=sys.stderr, leave=False) as bar:
+            for i in range(0, len(texts), ENCODE_PIECE):
+                pieces.append(np.asarray(embedder.encode(texts[i:i + ENCODE_PIECE]),
+                                         dtype=np.float32))
+                bar.update(len(pieces[-1]))
+        return np.concatenate(pieces)
+
     def _load(self, path: Path):
         """(keys, vectors) from disk, or empty if there is no readable cache file yet."""
         empty = np.zeros(0, dtype="<U64"), None
@@ -468,24 +531,27 @@ class EmbeddingCache:
         try:
             with np.load(path, allow_pickle=False) as saved:
                 keys, vectors = saved["keys"], saved["vectors"]
-            if vectors.ndim != 2 or len(keys) != len(vectors):
-                raise ValueError("keys and vectors disagree")
+            if (keys.ndim != 1 or keys.dtype.kind != "U" or vectors.ndim != 2
+                    or vectors.dtype.kind != "f" or len(keys) != len(vectors)):
+                raise ValueError("its keys and vectors do not fit together")
             return keys, vectors
-        except (OSError, ValueError, KeyError) as exc:
-            print(f"[info] ignoring unreadable cache {path} ({exc}); rebuilding it.",
+        except Exception as exc:   # cut short, a flipped byte, not a zip: whatever it is, rebuild
+            from rag_cli import one_line
+            print(f"[info] ignoring unreadable cache {path} ({one_line(exc)}); rebuilding it",
                   file=sys.stderr)
             return empty
 
     def _save(self, path: Path, keys: np.ndarray, vectors: np.ndarray) -> None:
-        """Write to a temporary file in the same folder, then rename it over the old one."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        try:
-            with open(temporary, "wb") as f:
-                np.savez(f, keys=keys, vectors=vectors, allow_pickle=False)
-            os.replace(temporary, path)               # atomic: readers see old or new, never half
-        finally:
-            temporary.unlink(missing_ok=True)
+        """Claim the folder (mark first), then write the file whole under the folder's lock."""
+        import io
+        from rag_storage import MARK_FILE, OWNER, claim_folder, folder_lock, write_atomic
+        if not (self.folder / MARK_FILE).is_file() and self.from_an_earlier_version():
+            write_atomic(self.folder / MARK_FILE,
+                         f"created by {OWNER}; safe to delete with the folder\n".encode())
+        buffer = io.BytesIO()
+        np.savez(buffer, keys=keys, vectors=vectors, allow_pickle=False)
+        with folder_lock(claim_folder(self.folder, "--cache")):
+            write_atomic(path, buffer.getvalue())
 
 
 # ---------------------------------------------------------------------------
@@ -517,7 +583,9 @@ def query_metrics(scores: np.ndarray, doc_ids: list[str], relevant: list[dict],
 def fold_of_each_query(n: int, folds: int = FOLDS, seed: int = CV_SEED) -> np.ndarray:
     """Fold number of each query: a seeded shuffle dealt out in turn, so fold sizes differ by <= 1."""
     if not 2 <= folds <= n:
-        raise ValueError(f"cross-validation needs 2 to {n} folds for {n} judged queries, "
+        raise ValueError(f"cross-validation needs at least 2 judged queries, the collection "
+                         f"has {n}" if n < 2 else
+                         f"cross-validation needs 2 to {n} folds for {n} judged queries, "
                          f"got {folds}")
     return np.random.default_rng(seed).permutation(n) % folds
 
@@ -561,11 +629,12 @@ def score_inputs(collection: dict, minilm=None, cache=None) -> dict:
     except RuntimeError as exc:                       # snowballstemmer is not installed
         print(f"[info] {exc}: the stemmed BM25 rows are left out", file=sys.stderr)
     if minilm:
-        encode = (lambda texts: cache.encode(minilm, texts)) if cache else minilm.encode
-        vectors, whole = encode(inputs["texts"]), encode(inputs["questions"])
+        encode = (lambda texts, what: cache.encode(minilm, texts, what)) if cache else \
+            (lambda texts, what: minilm.encode(texts))
+        vectors, whole = encode(inputs["texts"], "documents"), encode(inputs["questions"], "queries")
         # A long question read whole and sentence by sentence: the mean of the two unit vectors.
         sentences = [split_sentences(q) or [q] for q in inputs["questions"]]
-        encoded = iter(encode([s for group in sentences for s in group]))
+        encoded = iter(encode([s for group in sentences for s in group], "query sentences"))
         by_sentence = unit_rows(np.array([np.mean([next(encoded) for _ in group], axis=0)
                                           for group in sentences]))
         inputs["minilm"] = {"docs": np.asarray(vectors, dtype=np.float64), "whole": whole,
@@ -649,6 +718,18 @@ def grids(inputs: dict):
                                      f"w={w}"), hybrid_scores(fed_keyword, fed_dense, w)
 
 
+def grid_size(inputs: dict) -> int:
+    """How many settings grids(inputs) yields (for the progress bar; a test checks it)."""
+    feedback = 1 + (len(FEEDBACK_BS) - 1) * len(FEEDBACK_MS)        # b = 0 has one m
+    dense, counts = "minilm" in inputs, "counts" in inputs
+    n = feedback * (2 if dense else 1)
+    if counts:
+        n += len(K1S) * len(BS) * (1 + feedback - 1 + (len(WEIGHTS) if dense else 0))
+    if counts and dense:
+        n += len(RRF_KS) + 2 * 2 * 2 * len(FEEDBACK_MS) * 3 * 2 * 4   # fused feedback's loops
+    return n
+
+
 def fixed_methods(inputs: dict):
     """Yield (name, scores) of the methods with no tuned setting (defaults, fixed fusions)."""
     import rag_from_scratch as rag
@@ -717,12 +798,16 @@ def evaluate_collection(collection: dict, minilm=None, cache=None, k: int = CUTO
     scored with the setting that did best on the other folds. The best single setting on all
     queries is reported too, labelled as the in-sample curiosity it is.
     """
+    from tqdm import tqdm                        # plain text bar on stderr, never in the table
     start = time.perf_counter()
+    print(f"counting the words of {len(collection['docs']):,} documents (TF-IDF, stemmed BM25)"
+          f"{' and encoding them with MiniLM' if minilm else ''} ...", file=sys.stderr, flush=True)
     inputs = score_inputs(collection, minilm, cache)
     print(f"[info] encoded and counted in {time.perf_counter() - start:.1f} s; every row "
           f"shares that, its seconds are the scoring alone", file=sys.stderr)
     score = lambda s: query_metrics(s, inputs["doc_ids"], inputs["relevant"], k)
     results = {}
+    print("scoring the fixed methods and the peer libraries ...", file=sys.stderr, flush=True)
     for group in (fixed_methods, peer_methods):
         start = time.perf_counter()
         for name, s in group(inputs):
@@ -731,7 +816,9 @@ def evaluate_collection(collection: dict, minilm=None, cache=None, k: int = CUTO
             start = time.perf_counter()
     per_method, seconds = {}, {}
     start = time.perf_counter()
-    for method, setting, s in grids(inputs):
+    for method, setting, s in tqdm(grids(inputs), total=grid_size(inputs), unit=" settings",
+                                   desc="scoring every setting for cross-validation",
+                                   file=sys.stderr, leave=False):
         per_method.setdefault(method, {})[setting] = score(s)
         seconds[method] = seconds.get(method, 0.0) + time.perf_counter() - start
         start = time.perf_counter()
@@ -764,14 +851,22 @@ def best_ratio(results: dict, k: int = CUTOFF) -> tuple[str, str, float] | None:
     return cv, peer, results[cv][f"ndcg@{k}"] / results[peer][f"ndcg@{k}"]
 
 
+def print_header(collection: dict) -> None:
+    """The collection's counts, its grade reading and its notes, before the table."""
+    c = collection["counts"]
+    print(f"{c['docs']:,} documents, {c['judged_queries']} judged queries of "
+          f"{c['queries']}, {c['pairs']:,} relevance judgements")
+    print(f"grades: {collection['grades']} ({GRADE_READINGS[collection['grades']]})")
+    for note in collection["notes"]:
+        print(f"note: {note}")
+    sys.stdout.flush()
+
+
 def print_collection(results: dict, collection: dict | None = None, k: int = CUTOFF) -> None:
     """One aligned line per method, the settings each fold chose, and the best against the peers."""
     from rag_retrieval import paired_bootstrap
     if collection:
-        c = collection["counts"]
-        print(f"{c['docs']:,} documents, {c['judged_queries']} judged queries of "
-              f"{c['queries']}, {c['pairs']:,} relevance judgements")
-        print(f"grades: {collection['grades']} ({GRADE_READINGS[collection['grades']]})")
+        print_header(collection)
     width = max(map(len, results)) + 2
     print(f"{'method':<{width}}hit@1  recall@{k}  mrr@{k}  ndcg@{k}  [95% interval]  seconds")
     for name, r in results.items():
@@ -799,24 +894,35 @@ def print_collection(results: dict, collection: dict | None = None, k: int = CUT
 
 
 def run_collection(path: str, as_json: bool = False, cache_folder=CACHE_DIR,
-                   minilm=None, grades: str = "auto") -> dict:
-    """Load a test collection, score every method, and print a table (or one JSON object)."""
+                   minilm=None, grades: str = "auto", before_model=None) -> dict:
+    """Load a test collection, score every method, and print a table (or one JSON object).
+
+    before_model: called once the flags and files are checked, before MiniLM loads (the CLI
+    imports the model's libraries there)."""
     import rag_from_scratch as rag
+    from rag_storage import check_writable
+    cache = EmbeddingCache(cache_folder)           # a folder that is not ours: refused now
+    check_writable(cache.folder, "--cache")
     collection = load_collection(path, grades)
+    fold_of_each_query(collection["counts"]["judged_queries"])   # enough queries? say so now
+    if not as_json:                                # the header now, the table after the work
+        print_header(collection)
     if minilm is None:
+        if before_model:
+            before_model()
         try:
             minilm = rag.Embedder("minilm")
         except RuntimeError as exc:
             print(f"[info] MiniLM could not be loaded ({exc}): keyword methods only",
                   file=sys.stderr)
-    results = evaluate_collection(collection, minilm, EmbeddingCache(cache_folder))
+    results = evaluate_collection(collection, minilm, cache)
     if as_json:
         rounded = lambda v: round(v, 4) if isinstance(v, float) else (
             [rounded(x) for x in v] if isinstance(v, (list, tuple)) else v)
         print(json.dumps({name: {key: rounded(value) for key, value in r.items()
                                  if key != "per_query_ndcg"} for name, r in results.items()}))
     else:
-        print_collection(results, collection)
+        print_collection(results)
     return results
 
 
@@ -840,31 +946,65 @@ def describe(col: dict) -> None:
         print(f"relevant: {', '.join(list(grades)[:10])}{' ...' if len(grades) > 10 else ''}")
 
 
-def main(argv=None) -> int:
-    """Describe a collection (and cache its MiniLM vectors with --embed); errors are one line."""
-    p = argparse.ArgumentParser(description="Load a classic IR test collection (SMART format).")
+def import_model_libraries() -> None:
+    """For command lines: import sentence-transformers and PyTorch now, saying so, with Ctrl-C
+    ending the process at once. An interrupt raised inside Python's import machinery can be
+    swallowed (the run would go on); a bare exit mid-import is safe, nothing is written yet."""
+    import importlib.util
+    import signal
+    from rag_cli import interrupted
+    if "sentence_transformers" in sys.modules or not importlib.util.find_spec("sentence_transformers"):
+        return                                     # loaded already, or the model cannot load
+    print("importing sentence-transformers and PyTorch ...", file=sys.stderr, flush=True)
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        import sentence_transformers  # noqa: F401
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def parse_args(argv=None):
+    """Command-line flags: a collection folder, --embed and its --cache folder."""
+    from rag_cli import OneLineParser
+    p = OneLineParser(description="Load a classic IR test collection (SMART format).")
     p.add_argument("path", nargs="?", default=str(DEFAULT_COLLECTION),
                    help="folder with the documents, queries and relevance files "
                         "(default: %(default)s)")
     p.add_argument("--embed", action="store_true",
-                   help=f"encode every document with MiniLM, cached in {CACHE_DIR}")
-    args = p.parse_args(argv)
-    try:
-        col = load_collection(args.path)
-        describe(col)
-        if args.embed:
-            import rag_from_scratch as rag
-            cache = EmbeddingCache()
-            embedder = rag.Embedder("minilm")
-            start = time.perf_counter()
-            vectors = cache.encode(embedder, [d["text"] for d in col["docs"]])
-            print(f"\nMiniLM vectors {vectors.shape} in {time.perf_counter() - start:.2f} s: "
-                  f"{cache.misses} encoded, {cache.hits} read from {cache.path_for(embedder)}")
-    except (ValueError, RuntimeError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+                   help="encode every document with MiniLM, cached in --cache")
+    p.add_argument("--cache", help=f"with --embed: folder for the vectors (default: {CACHE_DIR})")
+    return p.parse_args(argv)
+
+
+def run(args) -> None:
+    """Describe the collection; with --embed, encode its documents through the cache."""
+    if args.cache is not None and not args.embed:
+        raise ValueError("--cache goes with --embed")
+    if args.embed:
+        from rag_storage import check_writable
+        if args.cache is not None and not args.cache.strip():
+            raise ValueError("--cache needs a folder, got an empty string")
+        cache = EmbeddingCache(args.cache or CACHE_DIR)     # a folder not ours: refused now
+        check_writable(cache.folder, "--cache")
+    col = load_collection(args.path)
+    describe(col)
+    if args.embed:
+        import rag_from_scratch as rag
+        import_model_libraries()
+        embedder = rag.Embedder("minilm")
+        start = time.perf_counter()
+        vectors = cache.encode(embedder, [d["text"] for d in col["docs"]], "documents")
+        repeats = f", {cache.repeats} repeats share a vector" if cache.repeats else ""
+        print(f"\nMiniLM vectors {vectors.shape} in {time.perf_counter() - start:.2f} s: "
+              f"{cache.misses:,} encoded{repeats}, {cache.hits:,} read from "
+              f"{cache.path_for(embedder)}")
+
+
+def main(argv=None) -> int:
+    """Describe a collection (and cache its MiniLM vectors with --embed); errors are one line."""
+    from rag_cli import run_cli
+    return run_cli(run, parse_args(argv))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rag_cli.leave(main())

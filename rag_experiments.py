@@ -24,10 +24,14 @@ parts still run, and the output says which experiments were skipped and why.
 
 from __future__ import annotations
 
-import argparse
+import sys
+
+if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
+    import rag_cli
+    rag_cli.quiet_interrupts()
+
 import math
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -249,14 +253,15 @@ def experiment_b(minilm) -> dict:
     print_difference("hit@1, size=50 overlap=10 minus size=12 overlap=0",
                      result["50/10 - 12/0 hit@1"])
     # A finer sweep for the chart: no overlap, and a quarter of the chunk repeated.
-    sweep = {}
-    for overlap_share in (0.0, 0.25):
-        hits = []
-        for size in B_SWEEP:
-            chunks = rag.build_chunks(rag.CORPUS, size, int(size * overlap_share))
-            embedder, index = setup("minilm", chunks, minilm)
-            hits.append(rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=1)["hit_rate"])
-        sweep[overlap_share] = hits
+    from tqdm import tqdm                           # on stderr: the printed figures stay clean
+    sweep = {0.0: [], 0.25: []}
+    for share, size in tqdm([(share, size) for share in sweep for size in B_SWEEP],
+                            desc="chunking and encoding the sweep", unit=" sizes",
+                            file=sys.stderr, leave=False):
+        chunks = rag.build_chunks(rag.CORPUS, size, int(size * share))
+        embedder, index = setup("minilm", chunks, minilm)
+        sweep[share].append(rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder,
+                                                   k=1)["hit_rate"])
     print("  hit@1 by chunk size   " + " ".join(f"{s:>4}" for s in B_SWEEP))
     for share, hits in sweep.items():
         print(f"  overlap {share:>4.0%} of size  " + " ".join(f"{h:4.2f}" for h in hits))
@@ -597,8 +602,7 @@ def write_plots(results: dict, folder: str) -> list[str]:
     except ImportError:
         raise RuntimeError("matplotlib is not installed: run `pip install matplotlib` "
                            "(needed only for --plot)") from None
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
+    out = plot_folder(folder, claim=True)
     paths = []
     if "B" in results:
         sweep = results["B"]["sweep"]
@@ -648,6 +652,27 @@ def write_plots(results: dict, folder: str) -> list[str]:
     return paths
 
 
+CHART_NAMES = ("b_chunk_size.png", "d_top_k.png", "h_refusal_scores.png")
+
+
+def plot_folder(folder: str, claim: bool = False) -> Path:
+    """The --plot folder if the kit may write there (new, empty, ours, or holding only our
+    charts, as versions before the folder mark left it); claim=True creates and marks it."""
+    from rag_storage import MARK_FILE, OWNER, check_writable, claim_folder, refuse_foreign_folder, \
+        write_atomic
+    out = Path(folder).expanduser()
+    earlier = out.is_dir() and not (out / MARK_FILE).exists() and any(out.iterdir()) and \
+        all(p.name in CHART_NAMES for p in out.iterdir())
+    if not earlier:
+        refuse_foreign_folder(out, "--plot")
+    if not claim:
+        check_writable(out, "--plot")
+        return out
+    if earlier:
+        write_atomic(out / MARK_FILE, f"created by {OWNER}; safe to delete with the folder\n".encode())
+    return claim_folder(out, "--plot")
+
+
 def save(fig, path: Path) -> str:
     """Write one figure as PNG and free its memory."""
     fig.tight_layout()
@@ -663,10 +688,11 @@ def save(fig, path: Path) -> str:
 def parse_args(argv=None):
     """Command-line flags; every default comes from the block at the top of the file."""
     from ir_test_collections import CACHE_DIR, GRADE_READINGS
-    p = argparse.ArgumentParser(description="Measure what each RAG setting does to retrieval: "
+    from rag_cli import OneLineParser
+    p = OneLineParser(description="Measure what each RAG setting does to retrieval: "
                                             "the tutorial's experiments A-J, or a test collection.")
-    p.add_argument("--only", default=EXPERIMENTS,
-                   help="experiments to run, e.g. B or A,B,E (default: all of %(default)s)")
+    p.add_argument("--only", default=None,
+                   help=f"experiments to run, e.g. B or A,B,E (default: all of {EXPERIMENTS})")
     p.add_argument("--plot", metavar="DIR", help="also write PNG charts into DIR (needs matplotlib)")
     p.add_argument("--collection", metavar="PATH",
                    help="score TF-IDF, BM25, MiniLM, hybrids and feedback on a SMART test "
@@ -676,20 +702,47 @@ def parse_args(argv=None):
                    help=f"with --collection: how to read relevance grades: auto (by the "
                         f"relevance file's layout) or one of {', '.join(GRADE_READINGS)} "
                         f"(default: %(default)s)")
-    p.add_argument("--cache", default=str(CACHE_DIR),
-                   help="folder for cached document vectors (default: %(default)s)")
+    p.add_argument("--cache", default=None,
+                   help=f"with --collection: folder for cached document vectors "
+                        f"(default: {CACHE_DIR})")
     return p.parse_args(argv)
+
+
+def check_flags(args) -> None:
+    """Every flag checked before any slow work: a bad one is one line, nothing written."""
+    for flag, value in [("--plot", args.plot), ("--cache", args.cache),
+                        ("--collection", args.collection)]:
+        if value is not None and not value.strip():
+            raise ValueError(f"{flag} needs a path, got an empty string")
+    if args.collection is None:
+        for flag, value in [("--json", args.json or None), ("--cache", args.cache),
+                            ("--grades", None if args.grades == "auto" else args.grades)]:
+            if value is not None:
+                raise ValueError(f"{flag} goes with --collection PATH")
+    else:
+        for flag, value in [("--only", args.only), ("--plot", args.plot)]:
+            if value is not None:
+                raise ValueError(f"{flag} is for the experiments A-J; it does not go with "
+                                 f"--collection")
+    if args.only is not None:
+        parse_letters(args.only)
+    if args.plot is not None:
+        plot_folder(args.plot)
 
 
 def run(args) -> None:
     """The experiments, or the test collection if --collection was given."""
+    from ir_test_collections import import_model_libraries
+    check_flags(args)
     if args.collection:
-        from ir_test_collections import run_collection
-        run_collection(args.collection, args.json, args.cache, grades=args.grades)
+        from ir_test_collections import CACHE_DIR, run_collection
+        run_collection(args.collection, args.json, args.cache or CACHE_DIR, grades=args.grades,
+                       before_model=import_model_libraries)
         return
-    if args.json:
-        raise ValueError("--json goes with --collection PATH")
-    run_experiments(parse_letters(args.only), plot_dir=args.plot)
+    letters = parse_letters(args.only or EXPERIMENTS)
+    if set(letters) - NO_EMBEDDINGS:
+        import_model_libraries()
+    run_experiments(letters, plot_dir=args.plot)
 
 
 def main(argv=None) -> int:
@@ -698,4 +751,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rag_cli.leave(main())

@@ -35,6 +35,7 @@ import rag_from_scratch as rag
 
 BEDROCK = rag.defaults(rag.generate_with_bedrock)   # the placeholder model id and the region
 TOP_K = rag.defaults(rag.search)["k"]
+BACKENDS = rag.Embedder.BACKENDS          # "auto", "minilm", "tfidf"
 MAX_TOKENS = 128          # longest answer the local and OpenAI-compatible generators may write
 THREADS = 1               # llama.cpp threads: 2 on a busy 2-core machine wait on each other
 LLM_TIMEOUT_S = 60.0      # one answer from an OpenAI-compatible server, connection included
@@ -422,17 +423,19 @@ def load_gold(path=GOLD_FILE) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"gold file not found: {path}")
-    gold, bad = [], 0
+    gold, bad = [], []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
             gold.append(gold_item(json.loads(line)))
         except ValueError as exc:
-            bad += 1
-            print(f"{path} line {n}: {rag_cli_line(exc)}", file=sys.stderr)
+            bad.append(f"{path} line {n}: {rag_cli_line(exc)}")
+    if len(bad) == 1:                      # one bad line: the error itself names it
+        raise ValueError(bad[0])
     if bad:
-        raise ValueError(f"{path}: {bad} bad line(s), named above; fix them and run again")
+        print("\n".join(bad), file=sys.stderr)
+        raise ValueError(f"{path}: {len(bad)} bad line(s), named above; fix them and run again")
     if not gold:
         raise ValueError(f"{path} has no questions")
     return gold
@@ -662,7 +665,7 @@ def parse_args(argv=None):
     p = OneLineParser(description="Offline generators for RAG, scored against a gold file.")
     p.add_argument("--generators", help="comma-separated: " + ", ".join(GENERATORS)
                    + " (default: every one available)")
-    p.add_argument("--backend", default="tfidf", choices=rag.Embedder.BACKENDS[1:],
+    p.add_argument("--backend", default="tfidf", choices=BACKENDS[1:],
                    help="retrieval embeddings (default: %(default)s)")
     p.add_argument("--k", type=int, default=TOP_K, help="chunks per prompt (default: %(default)s)")
     p.add_argument("--gold", default=str(GOLD_FILE), help="gold file, JSON Lines (default: the tutorial's)")
@@ -693,6 +696,8 @@ def run(args) -> None:
         raise ValueError("--max-tokens, --threads and --k must be at least 1")
     if args.serve:
         return serve(args.port, args.threads)
+    if args.port:
+        raise ValueError("--port goes with --serve (the port the server listens on)")
     if args.docs and args.gold == str(GOLD_FILE):
         raise ValueError("--docs needs --gold FILE: the tutorial's gold file is about Kestrelwood")
     gold = load_gold(args.gold)

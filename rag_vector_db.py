@@ -34,6 +34,7 @@ from rag_cli import OneLineParser, one_line, run_cli, with_deadline
 from rag_storage import OWNER, claim_folder, is_our_store, refuse_foreign
 
 # The core's defaults, read from its function signatures (one source of truth).
+BACKENDS = rag.Embedder.BACKENDS          # "auto", "minilm", "tfidf"
 CHUNK_SIZE = rag.defaults(rag.build_chunks)["chunk_size"]   # the tutorial's 50 words
 OVERLAP = rag.defaults(rag.build_chunks)["overlap"]         # and 10 shared
 TOP_K = rag.defaults(rag.search)["k"]
@@ -132,6 +133,8 @@ def chroma_client(persist: str | None = None, host: str | None = None, port: int
             raise RuntimeError(f"no Chroma server answers at {host}:{port} "
                                f"({type(exc).__name__}): {start}") from None
     if persist:
+        if not (Path(persist) / "chroma.sqlite3").is_file():   # a Chroma database is left as is
+            claim_folder(persist, "--persist")             # else: new, empty, or ours only
         try:
             return chromadb.PersistentClient(path=persist, settings=settings)
         except Exception as exc:          # a file in the way, no permission, a missing parent
@@ -613,7 +616,7 @@ def parse_args(argv=None):
     """Command-line flags; the defaults are the block at the top of this file and the core's."""
     p = OneLineParser(description="The same retrieval with NumPy, FAISS, Chroma (in memory, on "
                                   "disk or on a server), Postgres/pgvector and Qdrant.")
-    p.add_argument("--backend", default=BACKEND, choices=rag.Embedder.BACKENDS,
+    p.add_argument("--backend", default=BACKEND, choices=BACKENDS,
                    help="embedding backend (default: %(default)s)")
     p.add_argument("--model", default=MODEL_NAME, help="sentence-transformers model or folder")
     p.add_argument("--question", default=QUESTION, help="the question to search for")

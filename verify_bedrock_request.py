@@ -115,6 +115,9 @@ def check_reasoning_block(prompt: str) -> str:
 
 def main(argv=None) -> int:
     """Run every check, print what each found, and return 0 only if all of them hold."""
+    from rag_cli import OneLineParser
+    OneLineParser(description="Check the Bedrock request offline, against botocore's "
+                              "service model (takes no flags).").parse_args(argv)
     return rag_cli.run_cli(verify)
 
 

@@ -613,6 +613,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.child:
         return child(args.module, args.child, args.memory_mb)
+    if args.module is not None and not args.module.strip():
+        p.error("--module needs a file or a module name, got an empty string")
     outcome = {"passed": 0}
     status = run_cli(lambda: outcome.update(passed=grade_and_print(args)))
     return status or (0 if outcome["passed"] == len(FUNCTIONS) else 1)

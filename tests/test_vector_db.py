@@ -179,7 +179,7 @@ def test_with_neither_package_numpy_still_answers(monkeypatch, capsys):
     (["--k", "18"], "--k must be between 1 and the number of chunks (17), got 18"),
     (["--only", "FIN-01,XX-9"], "--only needs known document ids, got ['XX-9']"),
     (["--only", ","], "--only needs known document ids, got []"),
-    (["--persist", "/dev/null/db"], "cannot keep a Chroma database in /dev/null/db"),
+    (["--persist", "/dev/null/db"], "cannot write to --persist /dev/null/db"),
     (["--collection", "k"], "Chroma failed: Validation error: name"),
     (["--question", "  "], "the question is empty"),
     (["--overlap", "50"], "overlap must be at least 0 and smaller than the chunk size"),

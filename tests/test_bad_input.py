@@ -1,0 +1,307 @@
+"""Bad input at every entry point: one line on stderr, a non-zero exit, no traceback, and
+nothing under the paths it was given touched. Then Ctrl-C at the collection and experiment
+scripts, and the embedding cache's folder and damaged files."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ir_test_collections as rc
+import rag_experiments as rx
+import rag_from_scratch as rag
+import rag_storage
+from conftest import ROOT
+
+# (script, arguments, a phrase the one error line must hold). In the arguments:
+# {missing} a path that does not exist, {foreign} a folder of the user's own files,
+# {file} a file of the user's, {docs} a folder of two notes, {cisi} the shipped collection,
+# {broken} a collection folder whose relevance file has a grade of inf, {tiny} a collection
+# with one judged query (too few for 5-fold cross-validation).
+ROWS = [
+    # rag_from_scratch.py: the core's demo and --docs
+    ("rag_from_scratch.py", "--backend tfidf --bogus", "unrecognized arguments"),
+    ("rag_from_scratch.py", "--backend tfidf --k abc", "invalid int value"),
+    ("rag_from_scratch.py", "--backend tfidf --k 0", "--k must be at least 1"),
+    ("rag_from_scratch.py", "--backend tfidf --chunk-size 10 --overlap 10", "overlap must be"),
+    ("rag_from_scratch.py", "--backend nope", "invalid choice"),
+    ("rag_from_scratch.py", "--backend tfidf --question ''", "question is empty"),
+    ("rag_from_scratch.py", "--backend tfidf --docs {missing}", "not found"),
+    ("rag_from_scratch.py", "--backend tfidf --docs ''", "empty string"),
+    ("rag_from_scratch.py", "--backend tfidf --docs {docs} --index {foreign}", "did not create"),
+    ("rag_from_scratch.py", "--backend tfidf --docs {docs} --index {file}", "not a folder"),
+    ("rag_from_scratch.py", "--backend tfidf --docs {docs} --eval {missing}", "not found"),
+    ("rag_from_scratch.py", "--backend tfidf --index {missing}", "work with --docs"),
+    ("rag_from_scratch.py", "--backend minilm --model {missing}", "model folder not found"),
+    # rag_vector_db.py
+    ("rag_vector_db.py", "--backend tfidf --bogus", "unrecognized arguments"),
+    ("rag_vector_db.py", "--backend tfidf --k 0", "--k must be between 1"),
+    ("rag_vector_db.py", "--backend tfidf --chunk-size 5 --overlap 5", "overlap must be"),
+    ("rag_vector_db.py", "--backend tfidf --question ''", "question is empty"),
+    ("rag_vector_db.py", "--backend tfidf --persist {missing} --host localhost", "not allowed with"),
+    ("rag_vector_db.py", "--backend tfidf --persist {foreign}", "did not create"),
+    ("rag_vector_db.py", "--backend tfidf --persist {file}", "{file}"),
+    ("rag_vector_db.py", "--backend tfidf --only NOPE", "known document ids"),
+    ("rag_vector_db.py", "--backend tfidf --port abc", "invalid int value"),
+    # rag_experiments.py
+    ("rag_experiments.py", "--bogus", "unrecognized arguments"),
+    ("rag_experiments.py", "--only Z", "unknown experiment Z"),
+    ("rag_experiments.py", "--only ''", "unknown experiment"),
+    ("rag_experiments.py", "--only B --plot {file}", "not a folder"),
+    ("rag_experiments.py", "--only B --plot {foreign}", "did not create"),
+    ("rag_experiments.py", "--only B --plot /proc/rag-plots", "cannot write to --plot"),
+    ("rag_experiments.py", "--only B --plot ''", "empty string"),
+    ("rag_experiments.py", "--json", "--json goes with --collection"),
+    ("rag_experiments.py", "--cache {missing}", "--cache goes with --collection"),
+    ("rag_experiments.py", "--collection {missing}", "collection folder not found"),
+    ("rag_experiments.py", "--collection ''", "empty string"),
+    ("rag_experiments.py", "--collection {cisi} --only A", "does not go with --collection"),
+    ("rag_experiments.py", "--collection {cisi} --plot {missing}", "does not go with --collection"),
+    ("rag_experiments.py", "--collection {cisi} --cache {foreign}", "did not create"),
+    ("rag_experiments.py", "--collection {cisi} --cache {file}", "not a folder"),
+    ("rag_experiments.py", "--collection {cisi} --cache /proc/rag-cache", "cannot write to --cache"),
+    ("rag_experiments.py", "--collection {cisi} --grades sideways", "unknown grade reading"),
+    ("rag_experiments.py", "--collection {broken}", "not a finite number"),
+    ("rag_experiments.py", "--collection {tiny}", "needs at least 2 judged queries"),
+    # ir_test_collections.py
+    ("ir_test_collections.py", "{missing}", "collection folder not found"),
+    ("ir_test_collections.py", "''", "empty string"),
+    ("ir_test_collections.py", "{foreign}", "no documents file"),
+    ("ir_test_collections.py", "{broken}", "not a finite number"),
+    ("ir_test_collections.py", "{cisi} --bogus", "unrecognized arguments"),
+    ("ir_test_collections.py", "{cisi} --cache {missing}", "--cache goes with --embed"),
+    ("ir_test_collections.py", "{cisi} --embed --cache {foreign}", "did not create"),
+    ("ir_test_collections.py", "{cisi} --embed --cache {file}", "not a folder"),
+    ("ir_test_collections.py", "{cisi} --embed --cache ''", "empty string"),
+    # bench_search.py
+    ("bench_search.py", "--bogus", "unrecognized arguments"),
+    ("bench_search.py", "--k abc", "invalid int value"),
+    ("bench_search.py", "--k 0 --sizes 1000 --tfidf-chunks 0 --minilm-chunks 0", "at least 1"),
+    ("bench_search.py", "--sizes -5 --tfidf-chunks 0 --minilm-chunks 0", "must be larger than k"),
+    ("bench_search.py", "--collection {missing} --sizes --minilm-chunks 0", "not found"),
+    # rag_generate.py
+    ("rag_generate.py", "--bogus", "unrecognized arguments"),
+    ("rag_generate.py", "--generators nope", "unknown generator 'nope'"),
+    ("rag_generate.py", "--k 0 --generators extractive", "at least 1"),
+    ("rag_generate.py", "--max-tokens abc", "invalid int value"),
+    ("rag_generate.py", "--gold {missing} --generators extractive", "gold file not found"),
+    ("rag_generate.py", "--gold {file} --generators extractive", "line 1"),
+    ("rag_generate.py", "--docs {docs} --generators extractive", "--docs needs --gold"),
+    ("rag_generate.py", "--port 5 --generators extractive", "--port goes with --serve"),
+    # lab/check.py and lab/lab_tasks.py
+    ("lab/check.py", "--bogus", "unrecognized arguments"),
+    ("lab/check.py", "--module {missing}", "to grade"),
+    ("lab/check.py", "--module ''", "empty"),
+    ("lab/check.py", "--time-limit -1", "positive"),
+    ("lab/check.py", "--memory-mb abc", "invalid int value"),
+    ("lab/lab_tasks.py", "--task 9", "invalid choice"),
+    ("lab/lab_tasks.py", "--backend nope", "invalid choice"),
+    ("lab/lab_tasks.py", "--bogus", "unrecognized arguments"),
+    ("lab/lab_tasks.py", "--backend minilm --model {missing}", "model folder not found"),
+    # verify_bedrock_request.py takes no flags
+    ("verify_bedrock_request.py", "--bogus", "unrecognized arguments"),
+]
+
+
+def params():
+    """ROWS as pytest params, named by script and arguments."""
+    for script, args, expected in ROWS:
+        yield pytest.param(script, args, expected, id=f"{script} {args}")
+
+
+@pytest.fixture()
+def places(tmp_path):
+    """The paths rows may name, made fresh for each row."""
+    foreign, docs = tmp_path / "mine", tmp_path / "docs"
+    broken, tiny = tmp_path / "broken", tmp_path / "tiny"
+    for folder in (foreign, docs, broken, tiny):
+        folder.mkdir()
+    (foreign / "notes.txt").write_text("my own notes\n")
+    (tmp_path / "file.txt").write_text("my own file\n")
+    (docs / "a.md").write_text("# Backups\n\nNightly backups are kept for 35 days.\n")
+    (docs / "b.md").write_text("# Printers\n\nThe printer is on the second floor.\n")
+    for folder, rel in [(broken, "1 1 1\n1 2 inf\n"), (tiny, "1 1\n1 2\n")]:
+        (folder / "T.ALL").write_text(".I 1\n.W\nSolar panels make power.\n"
+                                      ".I 2\n.W\nWind turbines turn moving air.\n")
+        (folder / "T.QRY").write_text(".I 1\n.W\nsolar power\n")
+        (folder / "T.REL").write_text(rel)
+    return {"missing": tmp_path / "missing", "foreign": foreign, "file": tmp_path / "file.txt",
+            "docs": docs, "broken": broken, "tiny": tiny, "cisi": rc.DEFAULT_COLLECTION}
+
+
+def snapshot(folder: Path) -> dict:
+    """Every file and folder under `folder` with its bytes (None for a folder)."""
+    return {str(p.relative_to(folder)): (None if p.is_dir() else p.read_bytes())
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("script, args, expected", list(params()))
+def test_bad_input_is_one_line_a_nonzero_exit_and_nothing_touched(script, args, expected,
+                                                                  places, tmp_path):
+    import shlex
+    named = {key: shlex.quote(str(path)) for key, path in places.items()}
+    argv = shlex.split(args.format(**named))
+    before = snapshot(tmp_path)
+    done = subprocess.run([sys.executable, str(ROOT / script), *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("waiting for")]
+    assert done.returncode != 0, done.stdout[-500:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert len(lines) == 1, done.stderr
+    assert expected.format(**{k: str(p) for k, p in places.items()}) in lines[0], lines[0]
+    assert snapshot(tmp_path) == before          # nothing created, changed or deleted
+
+
+def test_the_table_covers_every_entry_point_with_40_rows_or_more():
+    scripts = {script for script, _, _ in ROWS}
+    assert scripts == {"rag_from_scratch.py", "rag_vector_db.py", "rag_experiments.py",
+                       "ir_test_collections.py", "bench_search.py", "rag_generate.py",
+                       "lab/check.py", "lab/lab_tasks.py", "verify_bedrock_request.py"}
+    assert len(ROWS) >= 40 and len({(s, a) for s, a, _ in ROWS}) == len(ROWS)
+
+
+# ---------------------------------------------------------------------------
+# Checks come before slow work
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("args, expected", [
+    (["--only", "B", "--plot", "/proc/rag-plots"], "cannot write to --plot"),
+    (["--only", "B,Q"], "unknown experiment Q"),
+    (["--collection", str(rc.DEFAULT_COLLECTION), "--cache", "/proc/rag-cache"],
+     "cannot write to --cache"),
+])
+def test_experiments_report_a_bad_flag_before_loading_any_model(monkeypatch, capsys, args,
+                                                                expected):
+    def no_model(*a, **k):
+        raise AssertionError("a model was loaded before the flags were checked")
+    monkeypatch.setattr(rag, "Embedder", no_model)
+    assert rx.main(args) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("error: ")
+    assert expected in captured.err and captured.err.count("\n") == 1
+
+
+def test_plots_go_into_a_folder_the_kit_marks_and_a_rerun_reuses_it(tmp_path):
+    folder = tmp_path / "plots"
+    assert rx.plot_folder(str(folder), claim=True) == folder
+    (folder / "b_chunk_size.png").write_bytes(b"a chart")
+    assert rx.plot_folder(str(folder)) == folder                # ours: accepted again
+    earlier = tmp_path / "old-plots"                             # charts of a version before the mark
+    earlier.mkdir()
+    (earlier / "d_top_k.png").write_bytes(b"a chart")
+    rx.plot_folder(str(earlier), claim=True)
+    assert (earlier / rag_storage.MARK_FILE).is_file()
+
+
+# ---------------------------------------------------------------------------
+# Ctrl-C while the collection and experiment scripts start or work
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("delay", [0.08, 0.4, 1.5])
+@pytest.mark.parametrize("script, args", [
+    ("rag_experiments.py", ["--only", "A"]),
+    ("ir_test_collections.py", ["--embed"]),
+])
+def test_ctrl_c_while_a_script_starts_is_one_line_and_exit_130(script, args, delay, tmp_path):
+    if "--embed" in args:
+        args = args + ["--cache", str(tmp_path / "cache")]
+    proc = subprocess.Popen([sys.executable, str(ROOT / script), *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip(f"{script} finished within {delay} s, before the interrupt")
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted", err
+    assert "Traceback" not in err
+
+
+def test_ctrl_c_while_embed_encodes_leaves_no_partial_cache_file(tmp_path):
+    cache = tmp_path / "cache"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "ir_test_collections.py"), "--embed",
+                             "--cache", str(cache)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:                 # wait until it says it is encoding
+        line = proc.stderr.readline()
+        if line.startswith("encoding ") or not line:
+            break
+    assert line.startswith("encoding 1,458 documents with all-MiniLM-L6-v2"), line
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.replace("\r", "\n").strip().splitlines()[-1] == \
+        "interrupted", err
+    assert "Traceback" not in err
+    assert not list(cache.glob("*.npz")) and not list(cache.glob("*.partial"))
+
+
+# ---------------------------------------------------------------------------
+# The embedding cache: its folder, and damaged files
+# ---------------------------------------------------------------------------
+TEXTS = ["Solar panels turn light into electricity.", "Wind turbines turn moving air.",
+         "Heat pumps move heat indoors."]
+
+
+def damage_by_truncating(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def damage_by_flipping_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF                       # inside the vectors' bytes
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", [damage_by_truncating, damage_by_flipping_a_byte])
+def test_a_damaged_cache_file_is_ignored_with_one_line_and_rebuilt(minilm, tmp_path, capsys,
+                                                                   damage):
+    fresh = rc.EmbeddingCache(tmp_path).encode(minilm, TEXTS)
+    path = rc.EmbeddingCache(tmp_path).path_for(minilm)
+    damage(path)
+    capsys.readouterr()
+    cache = rc.EmbeddingCache(tmp_path)
+    again = cache.encode(minilm, TEXTS)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"[info] ignoring unreadable cache {path}")
+    assert err.rstrip().endswith("rebuilding it") and "Traceback" not in err
+    assert (cache.misses, cache.hits) == (3, 0)
+    np.testing.assert_allclose(again, fresh, atol=1e-6)
+    third = rc.EmbeddingCache(tmp_path)                # the rebuilt file reads cleanly
+    np.testing.assert_array_equal(third.encode(minilm, TEXTS), again)
+    assert (third.hits, third.misses) == (3, 0) and capsys.readouterr().err == ""
+
+
+def test_the_cache_refuses_a_folder_of_someone_elses_files(tmp_path):
+    (tmp_path / "thesis.txt").write_text("mine")
+    with pytest.raises(ValueError, match="did not create"):
+        rc.EmbeddingCache(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["thesis.txt"]
+
+
+def test_a_cache_folder_of_an_earlier_version_is_ours_and_gets_the_mark(minilm, tmp_path):
+    cache = rc.EmbeddingCache(tmp_path)
+    cache.encode(minilm, TEXTS[:1])
+    (tmp_path / rag_storage.MARK_FILE).unlink()         # as versions before the mark left it
+    (tmp_path / rag_storage.LOCK_FILE).unlink()
+    again = rc.EmbeddingCache(tmp_path)
+    again.encode(minilm, TEXTS)
+    assert (again.hits, again.misses) == (1, 2)
+    assert (tmp_path / rag_storage.MARK_FILE).is_file()
+
+
+def test_repeated_texts_are_encoded_once_and_counted(minilm, tmp_path):
+    cache = rc.EmbeddingCache(tmp_path)
+    vectors = cache.encode(minilm, TEXTS + TEXTS[:1])
+    assert (cache.misses, cache.repeats, cache.hits) == (3, 1, 0)
+    np.testing.assert_array_equal(vectors[0], vectors[3])
+
+
+def test_the_progress_bar_counts_every_setting_the_grids_yield(minilm):
+    from test_collection import TINY
+    inputs = rc.score_inputs(TINY, minilm)
+    assert rc.grid_size(inputs) == sum(1 for _ in rc.grids(inputs))
+    del inputs["minilm"]
+    assert rc.grid_size(inputs) == sum(1 for _ in rc.grids(inputs))

@@ -1,0 +1,38 @@
+"""Figures the README quotes in prose, pinned to what the code measures."""
+import contextlib
+import importlib.util
+import io
+from pathlib import Path
+
+import rag_experiments as rx
+
+ROOT = Path(__file__).resolve().parent.parent
+README = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+
+
+def lab_tasks():
+    """lab/lab_tasks.py by path (lab/ is a folder of scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location("lab_tasks_figures", ROOT / "lab" / "lab_tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_k2_grows_the_prompt_1_56_times_not_twice(minilm):
+    with contextlib.redirect_stdout(io.StringIO()):
+        words = lab_tasks().task3(minilm)["prompt_words"]
+    assert [round(words[k]) for k in (1, 2)] == [68, 106]
+    assert round(words[2] / words[1], 2) == 1.56
+    assert "the average prompt grows from 68 to 106 words, 1.56x" in README
+    assert "twice the context" not in README
+
+
+def test_experiment_i_trims_19_percent_at_12_4_as_the_readme_says(minilm):
+    with contextlib.redirect_stdout(io.StringIO()):
+        i = rx.experiment_i(minilm)
+    small, large = i["size=12 overlap=4 k=5"], i["size=50 overlap=10 k=3"]
+    assert (small["words_before"], small["words_after"]) == (925, 753)
+    assert f"{(753 - 925) / 925:+.0%}" == "-19%"
+    assert "by 19% at 12/4 and k=5 (925 -> 753)" in README
+    assert (large["words_before"], large["words_after"]) == (1475, 1376)
+    assert "trims it by 7% at 50/10 and k=3 (1475 -> 1376 words" in README
