@@ -62,6 +62,7 @@ LAB_DOC, LAB_QUESTION = HR05_DOC, HR05_QUESTION
 # Defaults: the one place they live (the CLI reads them from here; the retrieval maths'
 # own defaults, BM25_K1, BM25_B, HYBRID_WEIGHT, RRF_K, ROCCHIO_*, live in rag_retrieval.py)
 # ---------------------------------------------------------------------------
+SIZE, OVERLAP = rag.defaults(rag.build_chunks).values()   # the tutorial's 50 words, 10 shared
 EXPERIMENTS = "ABCDEFGHIJ"
 
 FATHERS = "How much time off do new fathers get?"     # the question Experiments E and F follow
@@ -208,8 +209,8 @@ def merge_overlapping(retrieved: list[dict]) -> list[dict]:
 # ---------------------------------------------------------------------------
 def experiment_a(minilm=None) -> dict:
     """A: TF-IDF against MiniLM on the tutorial's 50-word chunks."""
-    print("== Experiment A: embedding backend (chunk_size=50, overlap=10) ==")
-    chunks = rag.build_chunks(rag.CORPUS, 50, 10)
+    print(f"== Experiment A: embedding backend (chunk_size={SIZE}, overlap={OVERLAP}) ==")
+    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
     rows = {}
     for backend in ["tfidf"] + (["minilm"] if minilm else []):
         embedder, index = setup(backend, chunks, minilm)
@@ -229,7 +230,7 @@ def experiment_a(minilm=None) -> dict:
     return result
 
 
-B_SETTINGS = [(12, 0), (12, 4), (50, 10), (500, 0)]
+B_SETTINGS = [(12, 0), (12, 4), (SIZE, OVERLAP), (500, 0)]
 B_SWEEP = [6, 8, 12, 16, 20, 30, 40, 50, 80]       # chunk sizes for the chart
 
 
@@ -249,8 +250,8 @@ def experiment_b(minilm) -> dict:
     print_more(rows)
     result = {"settings": rows}
     result["50/10 - 12/0 hit@1"] = paired_bootstrap(rows["size=12 overlap=0"]["hits@1"],
-                                                    rows["size=50 overlap=10"]["hits@1"])
-    print_difference("hit@1, size=50 overlap=10 minus size=12 overlap=0",
+                                                    rows[f"size={SIZE} overlap={OVERLAP}"]["hits@1"])
+    print_difference(f"hit@1, size={SIZE} overlap={OVERLAP} minus size=12 overlap=0",
                      result["50/10 - 12/0 hit@1"])
     # A finer sweep for the chart: no overlap, and a quarter of the chunk repeated.
     from tqdm import tqdm                           # on stderr: the printed figures stay clean
@@ -283,8 +284,8 @@ D_KS = [1, 3, 5, 10]
 
 def experiment_d(minilm) -> dict:
     """D: more chunks in the prompt: precision falls and the prompt grows."""
-    print("== Experiment D: stuffing more chunks into the prompt (MiniLM, size=50, overlap=10) ==")
-    chunks = rag.build_chunks(rag.CORPUS, 50, 10)
+    print(f"== Experiment D: stuffing more chunks into the prompt (MiniLM, size={SIZE}, overlap={OVERLAP}) ==")
+    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
     embedder, index = setup("minilm", chunks, minilm)
     first = rag.EVAL_SET[0]["question"]
     rows = {}
@@ -318,7 +319,7 @@ def experiment_e(minilm) -> dict:
     return result
 
 
-F_SETTINGS = [("words", 12, 0), ("words", 12, 4), ("words", 50, 10),
+F_SETTINGS = [("words", 12, 0), ("words", 12, 4), ("words", SIZE, OVERLAP),
               ("sentences", 12, 0), ("sentences", 25, 0), ("sentences", 50, 0)]
 
 
@@ -394,14 +395,14 @@ def method_scores(questions: list[str], chunks: list[dict], minilm=None) -> dict
 
 def experiment_g(minilm=None) -> dict:
     """G: BM25, the weighted hybrid and rank fusion, on the tutorial corpus and the lab's."""
-    print("== Experiment G: BM25 and hybrid retrieval (size=50, overlap=10) ==")
-    chunks = rag.build_chunks(rag.CORPUS, 50, 10)
+    print(f"== Experiment G: BM25 and hybrid retrieval (size={SIZE}, overlap={OVERLAP}) ==")
+    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
     result = {"worked_example": bm25_worked_example(chunks, FATHERS, "fathers", "HR-04#0")}
     corpora = {"tutorial": (rag.CORPUS, rag.EVAL_SET),
                "lab": (rag.CORPUS + [LAB_DOC], rag.EVAL_SET + [LAB_QUESTION])}
     tables = {}
     for name, (corpus, eval_set) in corpora.items():
-        chunks = rag.build_chunks(corpus, 50, 10)
+        chunks = rag.build_chunks(corpus, SIZE, OVERLAP)
         questions = [item["question"] for item in eval_set]
         tables[name] = {}
         for method, scores in method_scores(questions, chunks, minilm).items():
@@ -453,8 +454,8 @@ def best_threshold(answerable: list[float], unanswerable: list[float]) -> dict:
 
 def experiment_h(minilm=None) -> dict:
     """H: can a threshold on the top score tell answerable from unanswerable questions?"""
-    print("== Experiment H: refusing questions the documents cannot answer (size=50, overlap=10) ==")
-    chunks = rag.build_chunks(rag.CORPUS, 50, 10)
+    print(f"== Experiment H: refusing questions the documents cannot answer (size={SIZE}, overlap={OVERLAP}) ==")
+    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
     answerable = [item["question"] for item in rag.EVAL_SET]
     all_scores = method_scores(answerable + UNANSWERABLE, chunks, minilm)
     result = {}
@@ -483,7 +484,7 @@ def experiment_i(minilm) -> dict:
     result = {}
     print(f"{'setting':<24}prompt words, 10 questions  shorter  answer phrase in prompt  "
           f"chunk text kept")
-    for size, overlap, k in [(50, 10, 3), (12, 4, 5)]:
+    for size, overlap, k in [(SIZE, OVERLAP, 3), (12, 4, 5)]:
         chunks = rag.build_chunks(rag.CORPUS, size, overlap)
         embedder, index = setup("minilm", chunks, minilm)
         before = after = shorter = facts_before = facts_after = kept = 0
@@ -509,8 +510,8 @@ def experiment_i(minilm) -> dict:
 def experiment_j(minilm=None) -> dict:
     """J: Rocchio pseudo-relevance feedback: move each question toward its top chunks, search again."""
     print(f"== Experiment J: Rocchio feedback, q' = {ROCCHIO_A:g} q + {ROCCHIO_B:g} * mean of the "
-          f"top {ROCCHIO_M} chunks (size=50, overlap=10) ==")
-    chunks = rag.build_chunks(rag.CORPUS, 50, 10)
+          f"top {ROCCHIO_M} chunks (size={SIZE}, overlap={OVERLAP}) ==")
+    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
     questions = [item["question"] for item in rag.EVAL_SET]
     rows = {}
     for backend in ["tfidf"] + (["minilm"] if minilm else []):
