@@ -115,7 +115,7 @@ def throttled_http(client):
 # verify_bedrock_request.py
 # ---------------------------------------------------------------------------
 def test_verify_script_prints_tutorial_lines_and_passes(dummy_aws, capsys):
-    assert vbr.main() == 0
+    assert vbr.main([]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[:3] == [
         "Request parameters valid for Converse: ['inferenceConfig', 'messages', 'modelId', 'system']",
@@ -129,7 +129,7 @@ def test_verify_script_prints_tutorial_lines_and_passes(dummy_aws, capsys):
 
 
 def test_verify_script_needs_no_credentials_and_restores_environment(no_aws, capsys):
-    assert vbr.main() == 0
+    assert vbr.main([]) == 0
     assert "AWS_ACCESS_KEY_ID" not in os.environ     # its dummy key does not leak out
     assert os.environ["AWS_EC2_METADATA_DISABLED"] == "true"
 
@@ -158,7 +158,7 @@ def test_verify_script_fails_if_reasoning_text_leaks_into_the_answer(dummy_aws, 
         return block.get("text") or block["reasoningContent"]["reasoningText"]["text"]
 
     monkeypatch.setattr(rag, "generate_with_bedrock", first_block_only)
-    assert vbr.main() == 1
+    assert vbr.main([]) == 1
     out = capsys.readouterr().out
     assert "FAILED: with a reasoning block the function returned 'FAKE STUB REASONING" in out
 
@@ -173,7 +173,7 @@ def test_verify_script_fails_on_an_unexpected_request_parameter(dummy_aws, capsy
         return "".join(b["text"] for b in response["output"]["message"]["content"] if "text" in b)
 
     monkeypatch.setattr(rag, "generate_with_bedrock", extra_parameter)
-    assert vbr.main() == 1
+    assert vbr.main([]) == 1
     assert "FAILED: request parameters ['inferenceConfig', 'messages', 'modelId', " \
            "'requestMetadata', 'system']" in capsys.readouterr().out
 
@@ -184,7 +184,7 @@ def test_verify_script_reports_a_reply_botocore_does_not_know_in_one_line(dummy_
                      "stopReason": "end_turn", "metrics": {"latencyMs": 0},
                      "usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}}
     monkeypatch.setattr(vbr, "fake_converse_response", lambda blocks: unknown_block)
-    assert vbr.main() == 1
+    assert vbr.main([]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: the stubbed call failed (Parameter validation failed: "
                           'Unknown parameter in output.message.content[0]: "thought"')
