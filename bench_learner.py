@@ -143,7 +143,7 @@ def main(argv=None) -> int:
             print(f"== One file edited in {u['files']:,}: MiniLM index update (wall seconds) ==")
             print(f"  full rebuild   {u['full_s']:7.2f}")
             print(f"  update         {u['update_s']:7.2f}   {u['speedup']:.1f}x faster ({u['said']})")
-            print("  (each run loads the model, as a learner's command does)")
+            print("  (in one process: the libraries are imported once, each run loads the weights)")
     return run_cli(run, args)
 
 
