@@ -62,3 +62,22 @@ def like_a_terminal():
     the test run itself was started in the background (where SIGINT is ignored and inherited)."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def run_alone(folder, *args, timeout=120):
+    """Run rag_from_scratch.py copied alone into `folder`, as in an empty folder on a machine
+    where none of the companion files exists (not even installed with `pip install -e .`)."""
+    import shutil
+    import subprocess
+    shutil.copy(ROOT / "rag_from_scratch.py", folder)
+    others = sorted(p.stem for p in ROOT.glob("*.py") if p.stem != "rag_from_scratch")
+    code = ("import runpy, sys\n"
+            "class NotHere:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            f"        if name.split('.')[0] in {others!r}:\n"
+            "            raise ImportError(f'No module named {name!r}')\n"
+            "sys.meta_path.insert(0, NotHere())\n"
+            "sys.argv = ['rag_from_scratch.py'] + sys.argv[1:]\n"
+            "runpy.run_path('rag_from_scratch.py', run_name='__main__')\n")
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          cwd=folder, timeout=timeout)

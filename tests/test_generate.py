@@ -343,9 +343,8 @@ def test_the_core_cli_answers_with_the_extractive_generator_offline(capsys, back
 def test_the_core_cli_names_the_companion_a_generator_needs():
     """rag_from_scratch.py copied alone: --generator says which file it needs, in one line."""
     import tempfile
+    from conftest import run_alone
     with tempfile.TemporaryDirectory() as folder:
-        shutil.copy(os.path.join(ROOT, "rag_from_scratch.py"), folder)
-        out = subprocess.run([sys.executable, "rag_from_scratch.py", "--generator", "extractive"],
-                             capture_output=True, text=True, cwd=folder, timeout=60)
+        out = run_alone(folder, "--generator", "extractive", timeout=60)
     assert out.returncode == 2 and out.stdout == ""
     assert "rag_generate.py (--generator)" in out.stderr and "Traceback" not in out.stderr

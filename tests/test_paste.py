@@ -1,15 +1,12 @@
 """The core is the lesson: its functions paste into notebook cells, and the file runs alone."""
 import ast
-import shutil
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
 import rag_from_scratch as rag
-from conftest import ROOT
+from conftest import ROOT, run_alone
 
 SOURCE = (ROOT / "rag_from_scratch.py").read_text(encoding="utf-8")
 TREE = ast.parse(SOURCE)
@@ -71,23 +68,16 @@ def test_the_core_stays_short_enough_to_read():
     assert len(SOURCE.splitlines()) <= 600
 
 
-def copy_alone(tmp_path):
-    shutil.copy(ROOT / "rag_from_scratch.py", tmp_path)
-    return tmp_path
-
-
 @pytest.mark.parametrize("backend, line", [
     ("tfidf", "k=1: hit_rate=0.90  recall=0.85"), ("minilm", "k=1: hit_rate=1.00  recall=0.95")])
 def test_copied_alone_into_an_empty_folder_the_file_prints_the_tutorials_figures(tmp_path, backend, line):
-    out = subprocess.run([sys.executable, "rag_from_scratch.py", "--backend", backend],
-                         capture_output=True, text=True, cwd=copy_alone(tmp_path), timeout=120)
+    out = run_alone(tmp_path, "--backend", backend)
     assert out.returncode == 0, out.stderr
     assert "10 documents -> 17 chunks" in out.stdout and line in out.stdout
 
 
 def test_copied_alone_a_companion_flag_names_the_file_it_needs(tmp_path):
-    out = subprocess.run([sys.executable, "rag_from_scratch.py", "--docs", "notes/"],
-                         capture_output=True, text=True, cwd=copy_alone(tmp_path), timeout=60)
+    out = run_alone(tmp_path, "--docs", "notes/")
     assert out.returncode == 2 and out.stdout == ""
     assert len(out.stderr.splitlines()) == 1 and "rag_docs.py (--docs, --index, --eval)" in out.stderr
 
