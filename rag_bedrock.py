@@ -93,8 +93,8 @@ def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
                       deadline_s: float = DEADLINE_S):
     """llm_fn(prompt, system_prompt) -> str for Bedrock, bounded in time, with advice on errors."""
     if not model_id or model_id.startswith("<"):
-        raise ValueError("--generate needs a real --model-id (a Bedrock model or "
-                         "inference-profile id enabled in your account), not the placeholder")
+        raise ValueError("Amazon Bedrock needs a real --model-id (a model or inference-profile "
+                         "id enabled in your account), not the placeholder")
     client = client or bedrock_client(region)
     attempts = (client.meta.config.retries or {}).get("total_max_attempts", ATTEMPTS)
 
@@ -116,6 +116,9 @@ def add_arguments(parser) -> None:
 
 def check_arguments(args) -> None:
     """With --generate: a real model id, boto3 and credentials, before any slow work."""
+    if args.generate and getattr(args, "generator", None):
+        raise ValueError("choose one: --generate (Amazon Bedrock, as in the tutorial) or "
+                         "--generator NAME")
     if args.generate:
         args.bedrock = bedrock_generator(args.model_id, args.region)
 

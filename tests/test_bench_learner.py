@@ -6,7 +6,7 @@ def test_the_update_benchmark_embeds_only_the_edited_file(capsys):
     assert bench_learner.main(["--part", "update", "--files", "20"]) == 0
     out = capsys.readouterr().out
     assert "== One file edited in 20: MiniLM index update (wall seconds) ==" in out
-    assert "(updated the index: 1 files changed or removed, 1 chunks embedded, 19 reused)" in out
+    assert "(updated the index: 1 file(s) changed or removed, 1 chunks embedded, 19 reused)" in out
 
 
 def test_bad_numbers_are_one_line(capsys):

@@ -312,3 +312,8 @@ def test_a_huge_file_is_skipped_with_one_line(notes, monkeypatch, capsys):
     docs = rag_docs.load_documents(notes)
     assert "dump.txt" not in [d["doc_id"] for d in docs]
     assert "[skip] dump.txt: 0.0 MB is over the" in capsys.readouterr().err
+
+
+def test_a_longer_fence_is_not_closed_by_a_shorter_one_inside_it():
+    text = "# A\n\n````md\n```\n# not a heading\n```\n````\n\n## B\nbody\n"
+    assert [h for h, _ in rag_docs.split_markdown(text)] == ["A", "A > B"]

@@ -348,3 +348,11 @@ def test_the_core_cli_names_the_companion_a_generator_needs():
         out = run_alone(folder, "--generator", "extractive", timeout=60)
     assert out.returncode == 2 and out.stdout == ""
     assert "rag_generate.py (--generator)" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_generate_and_generator_together_are_refused_in_one_line(capsys):
+    code = rag.main(["--backend", "tfidf", "--question", "q?", "--generate", "--model-id", "x",
+                     "--generator", "extractive"])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == ""
+    assert err == "error: choose one: --generate (Amazon Bedrock, as in the tutorial) or --generator NAME\n"

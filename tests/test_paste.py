@@ -51,6 +51,19 @@ def test_pasted_in_file_order_into_a_fresh_kernel_they_reproduce_the_tfidf_figur
     assert prompt.startswith("Context:\n[HR-01] Annual leave policy\n")
 
 
+def test_pasted_in_file_order_the_minilm_path_reproduces_the_tutorial(minilm):
+    kernel = {"np": np}
+    for node in PIPELINE:
+        exec(compile(cell(node), f"<cell {getattr(node, 'name', 'data')}>", "exec"), kernel)
+    chunks = kernel["build_chunks"](kernel["CORPUS"])
+    embedder = kernel["Embedder"]("minilm")
+    index = kernel["build_index"](chunks, embedder)
+    top = kernel["search"]("I forgot my password. How do I reset it?", index, chunks, embedder)
+    assert index.shape == (17, 384)
+    assert [(round(r["score"], 3), r["chunk_id"]) for r in top] == [
+        (0.477, "IT-01#0"), (0.273, "IT-02#0"), (0.236, "IT-02#1")]
+
+
 @pytest.mark.parametrize("node", FUNCTIONS, ids=lambda n: n.name)
 def test_each_function_pasted_alone_defines(node):
     exec(compile(cell(node), node.name, "exec"), {"np": np})
@@ -74,6 +87,12 @@ def test_copied_alone_into_an_empty_folder_the_file_prints_the_tutorials_figures
     out = run_alone(tmp_path, "--backend", backend)
     assert out.returncode == 0, out.stderr
     assert "10 documents -> 17 chunks" in out.stdout and line in out.stdout
+
+
+def test_copied_alone_generate_with_the_placeholder_stops_before_any_work(tmp_path):
+    out = run_alone(tmp_path, "--generate", "--backend", "tfidf")
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr == "error: --generate needs a real --model-id, not the placeholder\n"
 
 
 def test_copied_alone_a_companion_flag_names_the_file_it_needs(tmp_path):

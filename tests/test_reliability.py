@@ -178,7 +178,7 @@ def test_a_saved_index_is_updated_incrementally_and_equals_a_fresh_build(notes, 
     capsys.readouterr()
     assert rag.main(base) == 0
     out = capsys.readouterr().out
-    assert "updated the index: 3 files changed or removed, 2 chunks embedded, 1 reused" in out
+    assert "updated the index: 3 file(s) changed or removed, 2 chunks embedded, 1 reused" in out
     updated = np.load(index_dir / "vectors.npy")
     fresh_dir = tmp_path / "fresh"
     assert rag.main(["--docs", str(notes), "--backend", "minilm", "--index", str(fresh_dir)]) == 0
