@@ -536,7 +536,8 @@ def parse_args(argv=None):
         missing = [f"{n}.py ({flags})" for n, flags in COMPANIONS.items()
                    if flags and n not in {m.__name__ for m in present}]
         print(f"error: unrecognized arguments: {' '.join(unknown)}" + (   # one line, even alone
-            f"; flags beyond the tutorial come from {', '.join(missing)}" if missing else ""), file=sys.stderr)
+            f"; flags beyond the tutorial come from {', '.join(missing)}" if missing else "")
+            + " (see --help)", file=sys.stderr)
         raise SystemExit(2)
     args.companions = present
     return args

@@ -318,7 +318,10 @@ def check_filters(docs: list[dict], source: str | None, tag: str | None) -> None
                          f"(a '---' block at the top of a .md file)")
     if not any(passes(d, source, tag) for d in docs):
         asked = " and ".join(f"--{f} {v}" for f, v in (("source", source), ("tag", tag)) if v is not None)
-        raise ValueError(f"{asked} matches no document (doc ids look like {docs[0]['doc_id']!r})")
+        tags = sorted({t for d in docs for t in d.get("tags") or ()})
+        hint = f"tags in these files: {', '.join(tags[:8])}" if tag is not None else \
+            f"doc ids look like {docs[0]['doc_id']!r}"
+        raise ValueError(f"{asked} matches no document ({hint})")
 
 
 def first_stage(question: str, index, embedder, bm25=None, hybrid=None) -> np.ndarray:

@@ -458,6 +458,14 @@ def where_label(args) -> str:
     return "in-memory client"
 
 
+def print_filtered(ids: list[str], distances) -> None:
+    """The filtered result; if no chunk in it shares a word with the question (TF-IDF), say so."""
+    print(f"   {ids}")
+    if len(distances) and all(round(1 - float(d), 3) == 0 for d in distances):
+        print("   (similarity 0.000: none of these shares a word with the question, so this order "
+              "means nothing)")
+
+
 def filter_k(chunks: list[dict], only: list[str]) -> int:
     """Results for the filtered query: FILTER_K, or fewer if the filter leaves fewer chunks."""
     return min(FILTER_K, sum(c["doc_id"] in only for c in chunks))
@@ -477,9 +485,8 @@ def show_chroma(args, client, chunks, vectors, q, fp) -> list[str]:
         for cid, dist in zip(ids, distances):
             print(f"  distance={dist:.3f}  similarity={1 - dist:.3f}  {cid}")
         print(f"== Chroma with a metadata filter (only {', '.join(args.only)}) ==")
-        only, _ = chroma_search(collection, q, filter_k(chunks, args.only),
-                                where={"doc_id": {"$in": list(args.only)}})
-        print(f"   {only}")
+        print_filtered(*chroma_search(collection, q, filter_k(chunks, args.only),
+                                      where={"doc_id": {"$in": list(args.only)}}))
     except ChromaError as exc:
         raise RuntimeError(f"Chroma failed: {exc}") from None
     return ids
@@ -498,7 +505,7 @@ def show_pgvector(args, conn, chunks, vectors, q, fp) -> list[str]:
     print(f"== pgvector with a metadata filter (only {', '.join(args.only)}) ==")
     k = filter_k(chunks, args.only)
     print(f"  SQL: {pg_shown(pg_sql(args.collection, args.only), k, args.only)}")
-    print(f"   {pg_search(conn, args.collection, q, k, args.only)[0]}")
+    print_filtered(*pg_search(conn, args.collection, q, k, args.only))
     return ids
 
 
@@ -512,7 +519,8 @@ def show_qdrant(args, client, chunks, vectors, q, fp) -> list[str]:
     for cid, score in zip(ids, scores):
         print(f"  {score:.3f}  {cid}")
     print(f"== Qdrant with a payload filter (only {', '.join(args.only)}) ==")
-    print(f"   {qdrant_search(client, args.collection, q, filter_k(chunks, args.only), args.only)[0]}")
+    only, similarities = qdrant_search(client, args.collection, q, filter_k(chunks, args.only), args.only)
+    print_filtered(only, [1 - s for s in similarities])   # Qdrant gives similarities, not distances
     return ids
 
 

@@ -201,6 +201,12 @@ def test_a_filter_that_matches_nothing_is_one_line(capsys, notes, flags, message
     assert len(err) == 1 and err[0].startswith("error: " + message)
 
 
+def test_a_tag_that_matches_nothing_names_the_tags_there_are(capsys, notes):
+    status, _, err = run_main(capsys, "--backend", "tfidf", "--docs", str(notes), "--tag", "payroll",
+                              "--question", "x")
+    assert status == 1 and "(tags in these files: " in err[0]
+
+
 def test_source_works_on_the_demo_corpus(capsys):
     status, out, _ = run_main(capsys, "--backend", "tfidf", "--source", "IT-", "--question", FATHERS)
     assert status == 0 and "searching 3 of 17 chunks (--source IT-)" in out

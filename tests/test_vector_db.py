@@ -134,6 +134,9 @@ def test_tfidf_backend_needs_no_model(monkeypatch, capsys):
     assert lines[lines.index("== NumPy (from scratch) ==") + 1] == "  0.307  IT-02#0"
     assert "  distance=0.693  similarity=0.307  IT-02#0" in lines
     assert lines[-1].startswith("Same ranking from NumPy, FAISS, Chroma: yes")
+    # No FIN chunk shares a word with the laptop question: the filtered order is said to mean nothing.
+    filtered = lines.index("== Chroma with a metadata filter (only FIN-01, FIN-02) ==")
+    assert lines[filtered + 2].startswith("   (similarity 0.000: none of these shares a word")
 
 
 def test_cli_runs_as_a_command_with_tfidf():
