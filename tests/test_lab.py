@@ -513,8 +513,9 @@ def test_starter_keeps_the_core_names_and_signatures():
 
 
 def test_quiz_has_17_questions_and_a_key_with_explanations():
-    quiz = (LAB / "QUIZ.md").read_text()
-    questions, key = quiz.split("## Answer key")
+    questions = (LAB / "QUIZ.md").read_text()
+    key = (LAB / "QUIZ_KEY.md").read_text()
+    assert "## Answer key" not in questions and "QUIZ_KEY.md" in questions   # students get no key
     numbers = re.findall(r"^\*\*Q(\d+)\.", questions, flags=re.M)
     assert numbers == [str(i) for i in range(1, 18)]
     assert len(re.findall(r"^- [A-D]\) ", questions, flags=re.M)) == 17 * 4
@@ -526,7 +527,7 @@ def test_quiz_has_17_questions_and_a_key_with_explanations():
 
 def test_quiz_numbers_match_what_the_code_measures():
     """The figures the quiz relies on, recomputed here with the core module."""
-    quiz = (LAB / "QUIZ.md").read_text()
+    quiz = (LAB / "QUIZ.md").read_text() + (LAB / "QUIZ_KEY.md").read_text()
     assert len(rag.build_chunks(rag.CORPUS)) == 17 and "documents become 17 chunks" in quiz
     assert len(rag.build_chunks(tasks.extended_corpus())) == 18 and "in Task 2 gives 18" in quiz
     assert rag.chunk_text(" ".join(map(str, range(200))), 50, 10)[2].split()[0] == "80"
