@@ -12,6 +12,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")       # the model comes from a loca
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parent.parent
+# How late a busy laptop may be past a deadline under test. Without their deadlines, the
+# waits these tests bound last minutes or for ever, so the check still means something.
+LATE_S = 15
 sys.path.insert(0, str(ROOT))
 
 import rag_from_scratch as rag  # noqa: E402
@@ -81,3 +84,65 @@ def run_alone(folder, *args, timeout=120):
             "runpy.run_path('rag_from_scratch.py', run_name='__main__')\n")
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                           cwd=folder, timeout=timeout)
+
+
+def press_ctrl_c(argv, at=None, may_finish=False, timeout=180, cwd=ROOT):
+    """Run `python *argv` as a terminal would and press Ctrl-C at a defined point, never
+    after a guessed sleep, so the test means the same on an idle and a busy machine.
+
+    at=None: at the very first instant. SIGINT is held from before the interpreter starts,
+    so the press waits, pending, until the script lets it in.
+    at="text": the moment the child has printed a line holding `text` (stdout or stderr).
+    The child is stopped there before the press, so it lands right after that line.
+    may_finish: the child may finish in the instant between printing the line and being
+    stopped (the line is near its end). Exit 0, or death by SIGINT while the interpreter
+    shuts down (a shell shows 130), then count as a run the press came too late for.
+    Returns the exit status and everything the child printed.
+    """
+    import queue
+    import signal
+    import subprocess
+    import threading
+
+    def as_from_a_terminal():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)   # background test runs ignore SIGINT
+        if at is None:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+    proc = subprocess.Popen([sys.executable, *argv], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=as_from_a_terminal,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout] + [lines.put(None)],
+                              daemon=True)
+    reader.start()
+    seen = []
+    try:
+        if at is None:
+            proc.send_signal(signal.SIGINT)
+        while at is not None:
+            line = lines.get(timeout=timeout)
+            if line is None:
+                break
+            seen.append(line)
+            if at in line:
+                proc.send_signal(signal.SIGSTOP)
+                proc.send_signal(signal.SIGINT)
+                proc.send_signal(signal.SIGCONT)
+                break
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(timeout=30)
+    while (line := lines.get_nowait() if not lines.empty() else None) is not None:
+        seen.append(line)
+    output = "".join(seen)
+    if at is not None:
+        assert any(at in line for line in seen), f"the child never printed {at!r}:\n{output}"
+    assert "Traceback" not in output, output
+    if proc.returncode in (0, -signal.SIGINT) and may_finish:
+        return 0, output
+    assert proc.returncode == 130, f"exit {proc.returncode}:\n{output}"
+    assert output.replace("\r", "\n").strip().splitlines()[-1] == "interrupted", output
+    return proc.returncode, output

@@ -15,7 +15,7 @@ import rag_bedrock
 import rag_docs
 import rag_from_scratch as rag
 import rag_storage
-from conftest import ROOT, like_a_terminal
+from conftest import LATE_S, ROOT, like_a_terminal, press_ctrl_c
 
 NOTE = "# Backups\n\nNightly backups are kept for 35 days in the cold-storage bucket.\n"
 
@@ -196,7 +196,7 @@ def test_bedrock_against_a_server_that_never_answers_gives_up_at_its_deadline(si
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="Amazon Bedrock in us-east-1 did not answer within 1.5 s"):
         llm("prompt", rag.SYSTEM_PROMPT)
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 1.5 + LATE_S          # without the deadline: 185 s
 
 
 def can_unshare() -> bool:
@@ -213,26 +213,26 @@ def test_the_hub_probe_ends_within_its_deadline_when_dns_packets_vanish():
     out = subprocess.run(["unshare", "-n", "sh", "-c", script], capture_output=True, text=True,
                          cwd=ROOT, timeout=60, env=env)
     reachable, seconds = out.stdout.split()
-    assert reachable == "False" and float(seconds) < 4.5, out.stderr
+    assert reachable == "False" and float(seconds) < 3 + LATE_S, out.stderr   # without: endless
     assert "waiting for the model hub at https://huggingface.co (up to 3 s)" in out.stderr
 
 
 # --- 6. Ctrl-C at any moment: one line, exit 130 ---------------------------------------------
-@pytest.mark.parametrize("script, delay", [
-    (script, delay) for script in ("rag_from_scratch.py", "rag_generate.py", "verify_bedrock_request.py")
-    for delay in (0.08, 0.3, 0.8, 2.5) if (script, delay) != ("verify_bedrock_request.py", 2.5)])
-def test_ctrl_c_while_a_script_starts_is_one_line_and_exit_130(script, delay):
-    args = {"rag_from_scratch.py": ["--backend", "tfidf", "--question", "new fathers?",
-                                    "--generator", "local"],
-            "rag_generate.py": ["--backend", "tfidf"], "verify_bedrock_request.py": []}[script]
-    proc = subprocess.Popen([sys.executable, str(ROOT / script), *args], preexec_fn=like_a_terminal,
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(delay)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert "Traceback" not in err
-    if proc.returncode != 0:                 # else it had finished before the interrupt came
-        assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted", err
+CTRL_C_RUNS = {        # a script, its flags, and the lines after which Ctrl-C is pressed
+    "rag_from_scratch.py": (["--backend", "tfidf", "--question", "new fathers?", "--generator", "local"],
+                            ["loaded xllamacpp", "== Step 7"]),      # model loaded; generating
+    "rag_generate.py": (["--backend", "tfidf"], ["loaded xllamacpp", "[local]"]),
+    "verify_bedrock_request.py": ([], ["Request parameters valid"]),
+}
+
+
+@pytest.mark.parametrize("script, at", [(script, at) for script, (_, points) in CTRL_C_RUNS.items()
+                                        for at in [None, *points]])
+def test_ctrl_c_at_start_or_mid_run_is_one_line_and_exit_130(script, at):
+    """at=None: Ctrl-C pressed before the interpreter even starts; else right after that line."""
+    args = CTRL_C_RUNS[script][0]
+    press_ctrl_c([str(ROOT / script), *args], at=at,
+                 may_finish=(script == "verify_bedrock_request.py"))   # its last steps take ms
 
 
 # --- 2. prompt injection through a file or heading name ---------------------------------------

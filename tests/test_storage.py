@@ -3,11 +3,13 @@ import json
 import multiprocessing
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
 import rag_cli
 import rag_storage
+from conftest import LATE_S
 
 
 def test_claim_folder_marks_a_new_folder_before_anything_else(tmp_path):
@@ -43,35 +45,37 @@ def test_write_atomic_returns_the_hash_of_the_bytes_written_and_leaves_no_tempor
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
 
 
-def _hold_lock(folder, seconds, started):
+def _hold_lock(folder, started, release, note=None):
     with rag_storage.folder_lock(folder):
         started.set()
-        time.sleep(seconds)
+        release.wait(60)
+        if note:
+            Path(note).write_text("written while holding the lock")
 
 
 def test_folder_lock_makes_a_second_saver_wait_and_dies_with_its_process(tmp_path):
-    started = multiprocessing.Event()
-    holder = multiprocessing.Process(target=_hold_lock, args=(tmp_path, 60, started))
+    started, never = multiprocessing.Event(), multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold_lock, args=(tmp_path, started, never))
     holder.start()
-    assert started.wait(10)
+    assert started.wait(60)
     holder.kill()                       # like kill -9: the OS releases the lock
     holder.join()
     t0 = time.monotonic()
     with rag_storage.folder_lock(tmp_path):
         pass
-    assert time.monotonic() - t0 < 2
+    assert time.monotonic() - t0 < LATE_S     # the holder would have held it for 60 s
 
 
 def test_folder_lock_serialises_two_savers(tmp_path):
-    started = multiprocessing.Event()
-    holder = multiprocessing.Process(target=_hold_lock, args=(tmp_path, 1.0, started))
+    started, release = multiprocessing.Event(), multiprocessing.Event()
+    note = tmp_path / "note.txt"
+    holder = multiprocessing.Process(target=_hold_lock, args=(tmp_path, started, release, note))
     holder.start()
-    assert started.wait(10)
-    t0 = time.monotonic()
+    assert started.wait(60)
+    release.set()                       # the holder writes its note, then lets go
     with rag_storage.folder_lock(tmp_path):
-        waited = time.monotonic() - t0
+        assert note.read_text() == "written while holding the lock"   # we waited for it
     holder.join()
-    assert waited > 0.5
 
 
 def test_store_mark_accepts_ours_and_earlier_versions_only():
@@ -89,7 +93,7 @@ def test_with_deadline_gives_up_on_time_and_names_what_it_waited_for(silent_serv
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="the test server did not answer within 0.5 s: check it"):
         rag_cli.with_deadline("the test server", 0.5, talk, "check it")
-    assert time.monotonic() - t0 < 1.5
+    assert time.monotonic() - t0 < 0.5 + LATE_S
     assert "waiting for the test server (up to 0.5 s)" in capsys.readouterr().err
 
 
@@ -98,7 +102,7 @@ def test_hub_probe_against_a_silent_hub_ends_within_its_deadline(silent_server, 
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent_server}")
     t0 = time.monotonic()
     assert rag_cli.hub_reachable(timeout=0.5) is False
-    assert time.monotonic() - t0 < 1.5
+    assert time.monotonic() - t0 < 0.5 + LATE_S
 
 
 def test_run_cli_turns_errors_into_one_line_and_exit_codes(capsys):
