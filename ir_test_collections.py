@@ -51,7 +51,6 @@ import fnmatch
 import hashlib
 import json
 import math
-import os
 import re
 import time
 from pathlib import Path
@@ -438,9 +437,6 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-# The files EmbeddingCache writes ("<model>-<hash>.npz"; before the folder mark, also
-# "<name>.<pid>.tmp"): a folder holding only these is a cache of an earlier version, so ours.
-CACHE_FILE = re.compile(r"[A-Za-z0-9-]+-[0-9a-f]{8}\.npz(\.\d+\.tmp)?")
 ENCODE_PIECE = 16        # texts per call to the model: the bar moves every second or two, and
                          # short pieces pad less (256 CISI abstracts: 20.6 s in 16s, 23.7 s in 64s)
 
@@ -456,21 +452,11 @@ class EmbeddingCache:
     """
 
     def __init__(self, folder=CACHE_DIR):
-        from rag_storage import MARK_FILE, refuse_foreign_folder
-        self.folder = Path(folder).expanduser()
-        if not (self.folder / MARK_FILE).is_file() and not self.from_an_earlier_version():
-            refuse_foreign_folder(self.folder, "--cache")    # now, before any slow work
+        from rag_storage import refuse_foreign_folder
+        self.folder = refuse_foreign_folder(folder, "--cache")    # now, before any slow work
         self.hits = 0        # texts read from disk
         self.misses = 0      # distinct texts that had to go through the model
         self.repeats = 0     # new texts equal to another new text: encoded once for both
-
-    def from_an_earlier_version(self) -> bool:
-        """True if the folder holds only cache files, as versions before the mark wrote them."""
-        try:
-            names = [p.name for p in self.folder.iterdir()]
-        except OSError:
-            return False
-        return bool(names) and all(CACHE_FILE.fullmatch(name) for name in names)
 
     def path_for(self, embedder) -> Path:
         """The cache file of this embedder's model."""
@@ -544,10 +530,7 @@ class EmbeddingCache:
     def _save(self, path: Path, keys: np.ndarray, vectors: np.ndarray) -> None:
         """Claim the folder (mark first), then write the file whole under the folder's lock."""
         import io
-        from rag_storage import MARK_FILE, OWNER, claim_folder, folder_lock, write_atomic
-        if not (self.folder / MARK_FILE).is_file() and self.from_an_earlier_version():
-            write_atomic(self.folder / MARK_FILE,
-                         f"created by {OWNER}; safe to delete with the folder\n".encode())
+        from rag_storage import claim_folder, folder_lock, write_atomic
         buffer = io.BytesIO()
         np.savez(buffer, keys=keys, vectors=vectors, allow_pickle=False)
         with folder_lock(claim_folder(self.folder, "--cache")):
@@ -572,12 +555,10 @@ NEIGHBOURS = 10          # neighbours of a document for neighbour_smoothed
 def query_metrics(scores: np.ndarray, doc_ids: list[str], relevant: list[dict],
                   k: int = CUTOFF) -> np.ndarray:
     """(queries x 4) array of hit@1, recall@k, reciprocal rank and nDCG@k, by the core's metrics."""
-    import rag_from_scratch as rag
-    rows = []
-    for row, gains in zip(scores, relevant):
-        m = rag.retrieval_metrics([doc_ids[i] for i in rag.top_k(row, k)], gains, k)
-        rows.append((float(m["rr"] == 1.0), m["recall"], m["rr"], m["ndcg"]))   # rr 1: hit@1
-    return np.array(rows)
+    from rag_retrieval import evaluate_scores
+    m = evaluate_scores(scores, [{"doc_id": d} for d in doc_ids],
+                        [{"relevant": gains} for gains in relevant], k)
+    return np.array([(q["hit1"], q["recall"], q["rr"], q["ndcg"]) for q in m["per_question"]])
 
 
 def fold_of_each_query(n: int, folds: int = FOLDS, seed: int = CV_SEED) -> np.ndarray:

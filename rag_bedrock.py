@@ -106,30 +106,5 @@ def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
                                  f"check your network and that {region} is the right --region")
         except Exception as exc:
             raise explain(exc, model_id, region, attempts) from None
+    llm_fn.runtime, llm_fn.truncated = "Amazon Bedrock, billed", False
     return llm_fn
-
-
-# == Hooks for rag_from_scratch.py's command line (the flags themselves are the core's) ===
-def add_arguments(parser) -> None:
-    """--generate, --model-id and --region are the tutorial's: the core declares them."""
-
-
-def check_arguments(args) -> None:
-    """With --generate: a real model id, boto3 and credentials, before any slow work."""
-    if args.generate and getattr(args, "generator", None):
-        raise ValueError("choose one: --generate (Amazon Bedrock, as in the tutorial) or "
-                         "--generator NAME")
-    if args.generate:
-        args.bedrock = bedrock_generator(args.model_id, args.region)
-
-
-def prepare(args):
-    """Bedrock indexes nothing."""
-    return None
-
-
-def setup(args, setup: dict) -> dict:
-    """Answer with the bounded, advised Bedrock call instead of the bare one."""
-    if args.generate:
-        setup.update(llm_fn=args.bedrock, llm_name="Amazon Bedrock, billed")
-    return setup

@@ -1,12 +1,16 @@
 """
-rag_cli.py: command-line plumbing shared by every script of the kit.
+rag_cli.py: the command line of rag_from_scratch.py, and the plumbing every script shares.
 
+  main            `python rag_from_scratch.py [flags]`: every flag of the kit is declared in
+                  parse_args; run() calls the companion file a flag needs, with a plain import
+                  inside a plain `if`, and the core's functions for the rest
   OneLineParser   a bad flag gives one line, not a usage block
   run_cli         the one error path: an error is one line on stderr and exit status 1;
                   Ctrl-C is "interrupted" and exit status 130; never a traceback
   with_deadline   the one way to wait on the network: say what we wait for and for how
                   long, then give up with one line that names what to check
-  hub_reachable   a bounded probe of the model hub (name lookup included)
+  read_jsonl      the one JSON Lines reader (--eval, --gold): each bad line named by file
+                  and line
 
 Nothing here is needed to understand RAG; it keeps the scripts kind to bad input.
 """
@@ -19,7 +23,6 @@ import threading
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
-HUB_TIMEOUT_S = 3.0          # a probe of the model hub: answer within this or count it as blocked
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -110,23 +113,129 @@ def with_deadline(what: str, seconds: float, work, check: str):
     return box.get("value")
 
 
-def hub_reachable(timeout: float = HUB_TIMEOUT_S) -> bool:
-    """True if the model hub answers an HTTP request within `timeout` seconds, lookup included."""
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
-        return False
-    import urllib.error
-    import urllib.request
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-
-    def probe():
+def read_jsonl(path, parse, what: str) -> list:
+    """[parse(record) for each line of a JSON Lines file]. parse raises ValueError on a bad
+    record; every bad line is named (file and line) on stderr, then one error is raised.
+    A UTF-8 byte-order mark (as some editors save) is accepted."""
+    import json
+    from pathlib import Path
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    items, bad = [], []
+    for n, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
+        if not line.strip():
+            continue
         try:
-            urllib.request.urlopen(f"{endpoint}/api/models", timeout=timeout).close()
-        except urllib.error.HTTPError:
-            pass                     # it answered, even if with an error code
-        return True
+            record = json.loads(line)
+        except (ValueError, RecursionError) as exc:        # RecursionError: nested too deep
+            bad.append(f"{path} line {n}: not JSON ({one_line(exc)})")
+            continue
+        try:
+            items.append(parse(record))
+        except ValueError as exc:
+            bad.append(f"{path} line {n}: {one_line(exc)}")
+    if len(bad) == 1:                      # one bad line: the error itself names it
+        raise ValueError(bad[0])
+    if bad:
+        print("\n".join(bad), file=sys.stderr)
+        raise ValueError(f"{path}: {len(bad)} bad line(s), named above; fix them and run again")
+    if not items:
+        raise ValueError(f"{path} has no questions")
+    return items
 
-    try:
-        return with_deadline(f"the model hub at {endpoint}", timeout, probe,
-                             "no network; install the model locally")
-    except (OSError, ValueError):    # refused, unreachable, timed out or a bad address
-        return False
+
+# == rag_from_scratch.py's command line ===================================================
+def parse_args(argv=None):
+    """The tutorial's flags (the core's own parser), then the kit's, each group naming the
+    file that does its work."""
+    import rag_from_scratch as rag
+    import rag_generate
+    p = rag.tutorial_parser()
+    g = p.add_argument_group("answers (rag_generate.py)")
+    g.add_argument("--generator", choices=rag_generate.GENERATORS,
+                   help="write the answer: extractive (no model), local (SmolLM2), openai "
+                        "(--llm-url), bedrock (Amazon Bedrock, BILLED; --generate says the same)")
+    rag_generate.add_model_arguments(g)   # --llm-url, --llm-model, --api-key-env, --max-tokens, --threads
+    g = p.add_argument_group("your own files (rag_docs.py)")
+    g.add_argument("--docs", metavar="FOLDER", help="use your own .md/.txt files instead of the sample")
+    g.add_argument("--index", metavar="DIR", help="with --docs: save the index here and reuse it")
+    g.add_argument("--eval", metavar="FILE", help='with --docs: JSON Lines of {"question": ..., '
+                                                  '"relevant": [file, ...]} to score retrieval')
+    g = p.add_argument_group("better retrieval (rag_retrieval.py)")
+    g.add_argument("--hybrid", nargs="?", const="rrf", metavar="rrf|WEIGHT",
+                   help="fuse BM25 with the vectors: by rank (rrf, the default) or WEIGHT x BM25 + "
+                        "(1 - WEIGHT) x cosine, both rescaled to 0..1")
+    g.add_argument("--rerank", nargs="?", const="cross-encoder/ms-marco-MiniLM-L6-v2",
+                   metavar="MODEL|FOLDER|auto", help="re-order 4 x k candidates with a cross-encoder "
+                                                     "(auto: go on without one if none is installed)")
+    g.add_argument("--source", metavar="PREFIX", help="search only files whose path starts with PREFIX")
+    g.add_argument("--tag", help="search only files whose front matter lists this tag")
+    g.add_argument("--context", action="store_true",
+                   help='embed each chunk with its title ("file > heading") in front')
+    g.add_argument("--compare", action="store_true",
+                   help="score plain, hybrid, rerank and context side by side (the demo's questions, "
+                        "or --eval FILE with --docs)")
+    args = p.parse_args(argv)
+    if args.generate and args.generator not in (None, "bedrock"):
+        raise ValueError("choose one: --generate (Amazon Bedrock, as in the tutorial) or --generator NAME")
+    args.generator = "bedrock" if args.generate else args.generator
+    return args
+
+
+def better_retrieval(args) -> bool:
+    """True if any flag of rag_retrieval.py is given."""
+    return any(v not in (None, False) for v in (args.hybrid, args.rerank, args.source, args.tag,
+                                                 args.context, args.compare))
+
+
+def check_args(args) -> None:
+    """Every flag's value, before any slow work: nothing is loaded, started or built here."""
+    import rag_from_scratch as rag
+    rag.check_args(args)
+    if args.docs is not None or args.index is not None or args.eval is not None:
+        import rag_docs
+        rag_docs.check_args(args)
+    if args.generator is not None:
+        import rag_generate
+        rag_generate.check_args(args)
+    if better_retrieval(args):
+        import rag_retrieval
+        rag_retrieval.check_args(args)
+
+
+def run(args) -> None:
+    """The demo or your own files; then the question, answered if a generator is chosen."""
+    import rag_from_scratch as rag
+    check_args(args)
+    llm = None
+    if args.generator:                    # built first, so a missing model or key fails early
+        import rag_generate
+        llm = rag_generate.make_generator(args.generator, args)
+    prompt_fn, system_prompt, eval_set = rag.build_prompt, rag.SYSTEM_PROMPT, rag.EVAL_SET
+    if args.docs:                         # your own folder instead of the sample
+        import rag_docs
+        chunks, index, embedder = rag_docs.index_folder(args)
+        prompt_fn, system_prompt = rag_docs.build_fenced_prompt, rag_docs.DOCS_SYSTEM_PROMPT
+        eval_set = rag_docs.load_eval_file(args.eval, {c["doc_id"] for c in chunks}) if args.eval else None
+        if eval_set:
+            print(f"\n== Retrieval evaluation ({args.eval}) ==")
+            rag.print_evaluation(eval_set, index, chunks, embedder, args.k)
+        elif not args.question:
+            print('next: add --question "..." to ask about these files')
+    elif args.question or llm:
+        chunks, index, embedder = rag.index_sample(args)
+    else:
+        chunks, index, embedder = rag.run_demo(args)
+    retrieve = None
+    if better_retrieval(args):            # hybrid, rerank, filters, context, --compare
+        import rag_retrieval
+        retrieve = rag_retrieval.retriever_for(args, chunks, index, embedder, eval_set)
+    if args.question or llm:
+        rag.answer_question(args.question or rag.VACATION_Q, chunks, index, embedder, args.k, llm,
+                            retrieve, prompt_fn, system_prompt)
+
+
+def main(argv=None) -> int:
+    """`python rag_from_scratch.py --help` lists every flag; errors are one line on stderr."""
+    return run_cli(lambda: run(parse_args(argv)))

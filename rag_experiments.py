@@ -39,8 +39,9 @@ import numpy as np
 import rag_from_scratch as rag
 from rag_cli import run_cli
 from rag_retrieval import (BM25_B, BM25_K1, ROCCHIO_A, ROCCHIO_B, ROCCHIO_M, SEED, bm25_matrix,
-                           bm25_scores, bootstrap_ci, hybrid_scores, paired_bootstrap,
-                           reciprocal_rank_fusion, rocchio, split_sentences)
+                           bm25_scores, bootstrap_ci, evaluate_scores, hybrid_scores,
+                           paired_bootstrap, per_question, reciprocal_rank_fusion, rocchio,
+                           split_sentences)
 
 # The lab's new holiday policy and its question (tutorial, hands-on lab, task 2): with it,
 # MiniLM sends "How many vacation days do I get each year?" to holidays, not annual leave.
@@ -111,25 +112,11 @@ def score_matrix(questions: list[str], index, embedder: rag.Embedder) -> np.ndar
     return scores.toarray() if hasattr(scores, "toarray") else np.asarray(scores)
 
 
-def evaluate_scores(scores: np.ndarray, chunks: list[dict], eval_set: list[dict], k: int) -> dict:
-    """Metrics of rankings given as scores (one row per question), from the core's retrieval_metrics."""
-    per_question = []
-    for row, item in zip(scores, eval_set):
-        ranked = [chunks[i]["doc_id"] for i in rag.top_k(row, k)]
-        per_question.append(rag.retrieval_metrics(ranked, item["relevant"], k))
-    return rag.average_metrics(per_question, k)
-
-
-def per_question(metrics: dict, key: str = "hit") -> list[float]:
-    """One metric's value for each question, in question order."""
-    return [m[key] for m in metrics["per_question"]]
-
-
 def row(m1: dict, m3: dict) -> dict:
     """The numbers one setting reports: tutorial metrics, then MRR, nDCG and an interval on hit@1."""
     return {"hit@1": m1["hit_rate"], "recall@1": m1["recall"], "hit@3": m3["hit_rate"],
             "recall@3": m3["recall"], "mrr@3": m3["mrr"], "ndcg@3": m3["ndcg"],
-            "hit@1_ci": bootstrap_ci(per_question(m1)), "hits@1": per_question(m1)}
+            "hit@1_ci": bootstrap_ci(per_question(m1, "hit")), "hits@1": per_question(m1, "hit")}
 
 
 def print_more(rows: dict[str, dict]) -> None:
@@ -653,24 +640,14 @@ def write_plots(results: dict, folder: str) -> list[str]:
     return paths
 
 
-CHART_NAMES = ("b_chunk_size.png", "d_top_k.png", "h_refusal_scores.png")
-
-
 def plot_folder(folder: str, claim: bool = False) -> Path:
-    """The --plot folder if the kit may write there (new, empty, ours, or holding only our
-    charts, as versions before the folder mark left it); claim=True creates and marks it."""
-    from rag_storage import MARK_FILE, OWNER, check_writable, claim_folder, refuse_foreign_folder, \
-        write_atomic
-    out = Path(folder).expanduser()
-    earlier = out.is_dir() and not (out / MARK_FILE).exists() and any(out.iterdir()) and \
-        all(p.name in CHART_NAMES for p in out.iterdir())
-    if not earlier:
-        refuse_foreign_folder(out, "--plot")
+    """The --plot folder if the kit may write there (new, empty or marked as ours);
+    claim=True creates and marks it."""
+    from rag_storage import check_writable, claim_folder, refuse_foreign_folder
+    out = refuse_foreign_folder(folder, "--plot")
     if not claim:
         check_writable(out, "--plot")
         return out
-    if earlier:
-        write_atomic(out / MARK_FILE, f"created by {OWNER}; safe to delete with the folder\n".encode())
     return claim_folder(out, "--plot")
 
 

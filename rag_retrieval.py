@@ -72,12 +72,19 @@ def word_analyzer(stem: bool = False):
     words = CountVectorizer(stop_words="english").build_analyzer()   # words of 2+ letters
     if not stem:
         return words
+    stem = stemmer()
+    return lambda text: [stem(word) for word in words(text)]
+
+
+@functools.lru_cache(maxsize=1)
+def stemmer():
+    """Porter2 (snowball) for English: stemmer()("retrieving") -> "retriev"; each distinct
+    word is stemmed once."""
     try:
         import snowballstemmer
     except ImportError:
         raise RuntimeError("stemming needs snowballstemmer: run `pip install snowballstemmer`") from None
-    stem = functools.lru_cache(maxsize=None)(snowballstemmer.stemmer("english").stemWord)
-    return lambda text: [stem(word) for word in words(text)]   # each distinct word stemmed once
+    return functools.lru_cache(maxsize=None)(snowballstemmer.stemmer("english").stemWord)
 
 
 def bm25_weights(counts, k1: float = BM25_K1, b: float = BM25_B, idf: str = "lucene"):
@@ -220,7 +227,7 @@ def paired_bootstrap(before, after, resamples: int = RESAMPLES,
 
 
 # ---------------------------------------------------------------------------
-# 5. Re-ranking with a cross-encoder, and what MiniLM leaves unread
+# 5. Re-ranking with a cross-encoder
 # ---------------------------------------------------------------------------
 RERANKER = "cross-encoder/ms-marco-MiniLM-L6-v2"
 RERANK_DEPTH = 4         # the reranker sees RERANK_DEPTH x k candidates and keeps k
@@ -229,23 +236,14 @@ GET_RERANKER = (f"download it once where the network is open (`hf download {RERA
 
 
 def load_reranker(model: str = RERANKER):
-    """A sentence-transformers CrossEncoder from a local folder or a cached copy (no network);
-    the hub only if a bounded probe says it answers; RuntimeError if there is none."""
-    import importlib.util
+    """A sentence-transformers CrossEncoder from a local copy, through the core's one loader."""
     import rag_from_scratch as rag
-    from rag_cli import hub_reachable
-    if importlib.util.find_spec("sentence_transformers") is None:
-        raise RuntimeError("reranking needs sentence-transformers: run `pip install -r requirements.txt`")
-    local = rag.find_local_model(model)
-    if local is None and (model.startswith((".", "/", "~")) or model.count("/") > 1):
-        raise FileNotFoundError(f"reranker folder not found: {model} (give a folder holding config.json)")
-    if local is None and not hub_reachable():
-        raise RuntimeError(f"no local copy of the reranker {model}: {GET_RERANKER}")
-    from sentence_transformers import CrossEncoder
-    from transformers.utils import logging as hf_logging
-    print(f"loading reranker {model.rstrip('/').split('/')[-1]} ...", file=sys.stderr, flush=True)
-    hf_logging.disable_progress_bar()
-    reranker = CrossEncoder(local or model, device="cpu", local_files_only=local is not None)
+    try:
+        reranker = rag.load_minilm(model, kind="CrossEncoder")
+    except RuntimeError as exc:
+        if "no local copy" not in str(exc):
+            raise
+        raise RuntimeError(f"no local copy of the reranker {model}: {GET_RERANKER}") from None
     reranker.name = model
     return reranker
 
@@ -261,26 +259,6 @@ def rerank(question: str, candidates: list[dict], reranker, k: int, texts: list[
     texts = texts or [c["text"] for c in candidates]
     scores = np.asarray(reranker.predict([(question, t) for t in texts], show_progress_bar=False))
     return [{**candidates[i], "score": float(scores[i])} for i in np.argsort(-scores, kind="stable")[:k]]
-
-
-def truncation(texts: list[str], tokenizer, limit: int) -> dict:
-    """How many texts a model that reads `limit` word pieces cuts, and how much they lose."""
-    lengths = np.array([len(ids) for ids in tokenizer(texts, verbose=False)["input_ids"]])
-    lost = np.maximum(lengths - limit, 0)                  # [CLS] and [SEP] count towards the limit
-    cut = lost > 0
-    return {"texts": len(texts), "cut": int(cut.sum()), "limit": limit, "longest": int(lengths.max()),
-            "mean_lost": float(lost[cut].mean()) if cut.any() else 0.0,
-            "share_lost": float(lost.sum() / lengths.sum())}
-
-
-def truncation_line(report: dict, what: str = "chunks") -> str:
-    """One sentence: how many texts were cut at the model's limit and by how much."""
-    head = (f"MiniLM reads {report['limit']} word pieces: {report['cut']} of {report['texts']} {what} "
-            f"are longer")
-    if not report["cut"]:
-        return head + f" (longest {report['longest']})"
-    return (head + f" and lose their end: {report['mean_lost']:.0f} pieces each on average, "
-            f"{report['share_lost']:.0%} of all pieces unread (longest {report['longest']})")
 
 
 # ---------------------------------------------------------------------------
@@ -379,19 +357,12 @@ def make_retriever(chunks: list[dict], index, embedder, hybrid=None, reranker=No
 
 
 # ---------------------------------------------------------------------------
-# 7. Scoring the variants side by side, and the hooks for rag_from_scratch.py
+# 7. Scoring the variants side by side; the retriever the command line asks for
 # ---------------------------------------------------------------------------
-def evaluate_retriever(eval_set: list[dict], retrieve, k: int) -> dict:
-    """The core's metrics at k for each question (plus hit@1 of the same ranking), averaged."""
+def evaluate(eval_set: list[dict], retrieve, k: int) -> dict:
+    """The core's Step 6 metrics at k for any retriever (hit@1 of the same ranking included)."""
     import rag_from_scratch as rag
-    per_question = []
-    for item in eval_set:
-        ranked = [r["doc_id"] for r in retrieve(item["question"], k)]
-        m = rag.retrieval_metrics(ranked, item["relevant"], k)
-        per_question.append({**m, "hit1": rag.retrieval_metrics(ranked, item["relevant"], 1)["hit"]})
-    result = rag.average_metrics(per_question, k)
-    result["hit1"] = float(np.mean([m["hit1"] for m in per_question]))
-    return result
+    return rag.evaluate_retrieval(eval_set, None, None, None, k=k, retrieve=retrieve)
 
 
 def variant_name(hybrid=None, reranker=None, context: bool = False) -> str:
@@ -408,14 +379,23 @@ def compare_variants(eval_set, chunks, index, embedder, k, hybrid="rrf", reranke
     rows = {}
     for chosen in settings:
         retrieve = make_retriever(chunks, index, embedder, allowed=allowed, **chosen)
-        rows[variant_name(**chosen)] = {**evaluate_retriever(eval_set, retrieve, k),
-                                        "timing": retrieve.timing}
+        rows[variant_name(**chosen)] = {**evaluate(eval_set, retrieve, k), "timing": retrieve.timing}
     return rows
 
 
-def per_question(metrics: dict, key: str = "ndcg") -> list[float]:
-    """One metric's value for each question, in question order."""
+def per_question(metrics: dict, key: str) -> list[float]:
+    """One metric's value for each question ("hit", "ndcg", ...), in question order."""
     return [m[key] for m in metrics["per_question"]]
+
+
+def evaluate_scores(scores: np.ndarray, chunks: list[dict], eval_set: list[dict], k: int) -> dict:
+    """The core's Step 6 metrics for rankings given as scores (row i: question i's score for
+    every chunk), so a grid of settings costs matrix products, not new searches."""
+    import rag_from_scratch as rag
+    row_of = {id(item): row for item, row in zip(eval_set, scores)}
+    questions = [{**item, "question": id(item)} for item in eval_set]   # keyed by row, not text
+    return rag.evaluate_retrieval(questions, None, chunks, None, k=k, retrieve=lambda q, k: [
+        chunks[i] for i in rag.top_k(row_of[q], k)])
 
 
 def print_comparison(rows: dict, k: int) -> None:
@@ -423,13 +403,13 @@ def print_comparison(rows: dict, k: int) -> None:
     width = max(len(name) for name in rows) + 2
     print(f"{'variant':<{width}}hit@1  hit@{k}  recall@{k}  mrr@{k}  ndcg@{k}  "
           f"ndcg 95% CI    ndcg - plain [95% CI]")
-    plain = per_question(rows["plain"])
+    plain = per_question(rows["plain"], "ndcg")
     for name, m in rows.items():
-        low, high = bootstrap_ci(per_question(m))
+        low, high = bootstrap_ci(per_question(m, "ndcg"))
         line = (f"{name:<{width}}{m['hit1']:.2f}   {m['hit_rate']:.2f}   {m['recall']:.2f}      "
                 f"{m['mrr']:.2f}   {m['ndcg']:.2f}    [{low:.2f}, {high:.2f}]")
         if name != "plain":
-            diff, low, high = paired_bootstrap(plain, per_question(m))
+            diff, low, high = paired_bootstrap(plain, per_question(m, "ndcg"))
             line += f"   {diff:+.2f} [{low:+.2f}, {high:+.2f}]"
         print(line)
     timed = [m["timing"] for m in rows.values() if m["timing"]["queries"]]
@@ -441,7 +421,7 @@ def print_comparison(rows: dict, k: int) -> None:
 
 def print_variant(eval_set, retrieve, k: int, name: str) -> None:
     """The Step 6 line for the chosen retrieval, so it reads beside the plain one."""
-    m = evaluate_retriever(eval_set, retrieve, k)
+    m = evaluate(eval_set, retrieve, k)
     plural = "s" if len(eval_set) != 1 else ""
     print(f"\n== Retrieval evaluation with {name} ({len(eval_set)} question{plural}) ==")
     print(f"k={k}: hit_rate={m['hit_rate']:.2f}  recall={m['recall']:.2f}  precision={m['precision']:.2f}  "
@@ -451,34 +431,31 @@ def print_variant(eval_set, retrieve, k: int, name: str) -> None:
         print(f"reranking added {ms:.1f} ms per query")
 
 
-def add_arguments(parser) -> None:
-    """--hybrid, --rerank, --source, --tag, --context and --compare."""
-    g = parser.add_argument_group("better retrieval (rag_retrieval.py)")
-    g.add_argument("--hybrid", nargs="?", const="rrf", metavar="rrf|WEIGHT",
-                   help="fuse BM25 with the vectors: by rank (rrf, the default) or WEIGHT x BM25 + "
-                        "(1 - WEIGHT) x cosine, both rescaled to 0..1")
-    g.add_argument("--rerank", nargs="?", const=RERANKER, metavar="MODEL|FOLDER|auto",
-                   help=f"re-order {RERANK_DEPTH} x k candidates with a cross-encoder (default {RERANKER}; "
-                        f"auto: go on without one if none is installed)")
-    g.add_argument("--source", metavar="PREFIX", help="search only files whose path starts with PREFIX")
-    g.add_argument("--tag", help="search only files whose front matter lists this tag")
-    g.add_argument("--context", action="store_true",
-                   help='embed each chunk with its title ("file > heading") in front')
-    g.add_argument("--compare", action="store_true",
-                   help="score plain, hybrid, rerank and context side by side (the demo's questions, "
-                        "or --eval FILE with --docs)")
-
-
-def corpus_documents(args) -> list[dict]:
-    """The documents the run will search: the demo corpus or --docs (its [skip] lines come later)."""
-    import contextlib
-    import io
+def check_args(args) -> None:
+    """--hybrid, --rerank, --source, --tag, --context, --compare: the values, before slow work."""
     import rag_from_scratch as rag
-    if not getattr(args, "docs", None):
-        return rag.CORPUS
-    import rag_docs
-    with contextlib.redirect_stderr(io.StringIO()):    # prepare() names skipped files once
-        return rag_docs.load_documents(args.docs)
+    for flag in ("source", "tag", "rerank"):
+        if getattr(args, flag) is not None and not getattr(args, flag).strip():
+            raise ValueError(f"--{flag} needs a value, got an empty string")
+    if args.hybrid is not None:
+        hybrid_setting(args.hybrid)
+    if args.compare and args.docs and not args.eval:
+        raise ValueError("--compare with --docs needs --eval FILE: questions labelled with the files "
+                         "that answer them")
+    if args.source is not None or args.tag is not None:
+        docs = rag.CORPUS
+        if args.docs:
+            import contextlib
+            import io
+            import rag_docs
+            with contextlib.redirect_stderr(io.StringIO()):   # its [skip] lines come later, once
+                docs = rag_docs.load_documents(args.docs)
+        check_filters(docs, args.source, args.tag)
+    if args.rerank not in (None, "auto") and not rag.find_local_model(args.rerank):
+        if args.rerank.startswith((".", "/", "~")) or args.rerank.count("/") > 1:
+            raise FileNotFoundError(f"model folder not found: {args.rerank} (give a folder holding "
+                                    f"config.json)")
+        raise RuntimeError(f"no local copy of the reranker {args.rerank}: {GET_RERANKER}")
 
 
 def reranker_for(value: str, without: str = "--rerank auto: going on without reranking"):
@@ -493,73 +470,36 @@ def reranker_for(value: str, without: str = "--rerank auto: going on without rer
         return None
 
 
-def check_arguments(args) -> None:
-    """Check the values, the filters against the files and load the reranker, before slow work."""
-    args.fusion = hybrid_setting(args.hybrid) if args.hybrid is not None else None
-    for flag in ("source", "tag", "rerank"):
-        if getattr(args, flag) is not None and not getattr(args, flag).strip():
-            raise ValueError(f"--{flag} needs a value, got an empty string")
-    if args.compare and getattr(args, "docs", None) and not getattr(args, "eval", None):
-        raise ValueError("--compare with --docs needs --eval FILE: questions labelled with the files "
-                         "that answer them")
-    if args.source is not None or args.tag is not None:
-        check_filters(corpus_documents(args), args.source, args.tag)
-    args.reranker = reranker_for(args.rerank) if args.rerank else None
-
-
-def prepare(args):
-    """Retrieval builds no index of its own: the demo's or --docs' is used."""
-    return None
-
-
-def allowed_rows(args, setup: dict):
-    """Indices of the chunks the filters keep (tags read from the files now), or None without filters."""
-    if args.source is None and args.tag is None:
+def allowed_rows(chunks: list[dict], source: str | None, tag: str | None):
+    """Indices of the chunks the filters keep, or None without filters."""
+    if source is None and tag is None:
         return None
-    tags_of = {d["doc_id"]: d.get("tags") for d in setup.get("docs") or ()}
-    chunks = setup["chunks"]
-    rows = [i for i, c in enumerate(chunks)
-            if passes({**c, "tags": tags_of.get(c["doc_id"], c.get("tags"))}, args.source, args.tag)]
+    rows = [i for i, c in enumerate(chunks) if passes(c, source, tag)]
     if not rows:
-        check_filters([], args.source, args.tag)
+        check_filters([], source, tag)
     print(f"searching {len(rows)} of {len(chunks)} chunks (" + " ".join(
-        f"--{f} {v}" for f, v in (("source", args.source), ("tag", args.tag)) if v is not None) + ")")
+        f"--{f} {v}" for f, v in (("source", source), ("tag", tag)) if v is not None) + ")")
     return np.array(rows)
 
 
-def eval_questions(args):
-    """The labelled questions for this run: the demo's, or --eval FILE with --docs."""
-    import rag_from_scratch as rag
-    if not getattr(args, "docs", None):
-        return rag.EVAL_SET
-    if getattr(args, "eval", None):
-        import rag_docs
-        return rag_docs.load_eval_file(args.eval)
-    return None
-
-
-def setup(args, setup: dict) -> dict:
-    """Count what MiniLM cuts, put the chosen retriever in place and score it if asked."""
-    chunks, embedder = setup["chunks"], setup["embedder"]
-    if embedder.backend == "minilm":
-        texts = with_context(chunks) if args.context else [c["text"] for c in chunks]
-        model = embedder.model
-        print(truncation_line(truncation(texts, model.tokenizer, model.max_seq_length)), file=sys.stderr)
-    allowed = allowed_rows(args, setup)
-    chosen = {"hybrid": args.fusion, "reranker": args.reranker, "context": args.context}
+def retriever_for(args, chunks: list[dict], index, embedder, eval_set) -> callable:
+    """The retriever the flags ask for; scored on eval_set when there is one, and compared
+    with the other variants under --compare."""
+    fusion = hybrid_setting(args.hybrid) if args.hybrid is not None else None
+    reranker = reranker_for(args.rerank) if args.rerank else None
+    allowed = allowed_rows(chunks, args.source, args.tag)
+    chosen = {"hybrid": fusion, "reranker": reranker, "context": args.context}
     k = min(args.k, len(chunks) if allowed is None else len(allowed))
-    eval_set = eval_questions(args)
-    if any(chosen.values()) or allowed is not None:
-        setup["retrieve"] = make_retriever(chunks, setup["index"], embedder, **chosen, allowed=allowed)
-        if eval_set and not args.question:
-            print_variant(eval_set, setup["retrieve"], k, variant_name(**chosen))
-        setup["retrieve"].report = True
+    retrieve = make_retriever(chunks, index, embedder, **chosen, allowed=allowed)
+    if (any(chosen.values()) or allowed is not None) and eval_set and not args.question:
+        print_variant(eval_set, retrieve, k, variant_name(**chosen))
+    retrieve.report = True
     if args.compare:
-        reranker = args.reranker or (None if args.rerank else reranker_for(
+        reranker = reranker or (None if args.rerank else reranker_for(
             "auto", "--compare: no rerank rows without a reranker"))
         print(f"\n== Retrieval variants side by side ({len(eval_set)} questions, k={k}, "
               f"backend={embedder.backend}) ==")
-        rows = compare_variants(eval_set, chunks, setup["index"], embedder, k,
-                                args.fusion if args.fusion is not None else "rrf", reranker, allowed)
+        rows = compare_variants(eval_set, chunks, index, embedder, k,
+                                fusion if fusion is not None else "rrf", reranker, allowed)
         print_comparison(rows, k)
-    return setup
+    return retrieve

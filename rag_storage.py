@@ -19,7 +19,6 @@ Three rules, used by the saved index, the embeddings cache and every vector stor
 """
 
 import hashlib
-import json
 import os
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from pathlib import Path
 OWNER = "rag_from_scratch"            # the mark: metadata created_by=OWNER, or this file
 MARK_FILE = ".rag_from_scratch"       # in every folder the kit creates
 LOCK_FILE = ".rag_from_scratch.lock"  # locked while a run saves into the folder
-INDEX_FORMAT = "rag_from_scratch-index-1"   # saved indexes of earlier versions count as ours
+INDEX_FORMAT = "rag_from_scratch-index-1"   # the saved index's layout; any other is rebuilt
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -47,15 +46,9 @@ def sha256_file(path) -> str:
 
 
 def is_our_folder(folder) -> bool:
-    """True if the kit created `folder`: it holds our mark (or a saved index of an earlier version)."""
-    folder = Path(folder)
-    if (folder / MARK_FILE).is_file():
-        return True
-    try:                                   # indexes saved before the mark file existed
-        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-        return isinstance(meta, dict) and meta.get("format") == INDEX_FORMAT
-    except (OSError, ValueError):
-        return False
+    """True if the kit created `folder`: our mark, put down first when it was made, is the
+    only proof (a file's name or shape proves nothing)."""
+    return (Path(folder) / MARK_FILE).is_file()
 
 
 def refuse_foreign_folder(folder, flag: str) -> Path:
@@ -74,7 +67,7 @@ def claim_folder(folder, flag: str) -> Path:
     folder = refuse_foreign_folder(folder, flag)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        if not (folder / MARK_FILE).is_file():
+        if not is_our_folder(folder):
             write_atomic(folder / MARK_FILE, f"created by {OWNER}; safe to delete with the folder\n".encode())
     except OSError as exc:
         raise ValueError(f"cannot write to {flag} {folder} ({exc.strerror or exc}): "
@@ -114,31 +107,32 @@ def write_atomic(path, data: bytes) -> str:
 
 @contextmanager
 def folder_lock(folder):
-    """Hold an exclusive lock on `folder` while saving; another run waits its turn (and says so)."""
-    with open(Path(folder) / LOCK_FILE, "a+b") as f:
-        if os.name == "nt":                      # Windows: lock one byte; msvcrt retries for 10 s
-            import msvcrt
-            msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)
-        else:
-            import fcntl
-            try:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                print(f"waiting for another run to finish saving in {folder} ...",
-                      file=sys.stderr, flush=True)
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        yield Path(folder)                       # released when the file closes or the process dies
+    """Hold an exclusive lock on `folder` while saving; another run waits its turn (and says so).
 
-
-def is_our_store(metadata, legacy_keys=()) -> bool:
-    """True if a database collection/table's metadata carries our mark.
-
-    legacy_keys: keys whose presence (all of them) marks a store made by an earlier version.
+    filelock's lock is the operating system's (flock, or a locked byte on Windows): released
+    when the process ends, even by kill -9. It never follows a link in place of the lock file.
     """
-    metadata = metadata if isinstance(metadata, dict) else {}
-    if metadata.get("created_by") == OWNER:
-        return True
-    return bool(legacy_keys) and all(key in metadata for key in legacy_keys)
+    from filelock import FileLock, Timeout
+    path = Path(folder) / LOCK_FILE
+    if path.is_symlink():                         # older filelock versions would follow it
+        raise ValueError(f"{path} is a link: the kit does not follow it; remove it")
+    lock = FileLock(path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"waiting for another run to finish saving in {folder} ...", file=sys.stderr, flush=True)
+        lock.acquire()
+    except OSError as exc:
+        raise ValueError(f"cannot lock {path} ({exc.strerror or exc})") from None
+    try:
+        yield Path(folder)
+    finally:
+        lock.release()
+
+
+def is_our_store(metadata) -> bool:
+    """True if a database collection/table's metadata carries our mark (created_by)."""
+    return isinstance(metadata, dict) and metadata.get("created_by") == OWNER
 
 
 def refuse_foreign(kind: str, name: str, where: str) -> ValueError:

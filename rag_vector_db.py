@@ -56,7 +56,6 @@ QDRANT_PATH = HERE / "qdrant_db"      # Qdrant local mode's folder (git-ignored)
 CONNECT_S = 10.0                      # deadline for any server to answer its first request
 PG_START_S = 60.0                     # deadline for the embedded Postgres to start (initdb first)
 # Chroma collections made before the ownership mark carried these keys: they count as ours.
-CHROMA_LEGACY_KEYS = ("backend", "model", "chunk_size", "overlap", "corpus")
 TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}$")   # a Postgres identifier that needs no quotes
 
 
@@ -74,7 +73,7 @@ def index_fingerprint(corpus: list[dict], embedder: rag.Embedder, chunk_size: in
     """What a stored index was built from; a stored copy is usable only if all of it matches."""
     return {
         "backend": embedder.backend,
-        "model": embedder.model_name,
+        "model": rag_docs.model_identity(embedder),   # name and weights, as --index checks
         "chunk_size": chunk_size,
         "overlap": overlap,
         "corpus": rag_docs.fingerprint(corpus),     # changes when any document's id or text does
@@ -174,7 +173,7 @@ def open_collection(client, name: str, chunks: list[dict], vectors: np.ndarray,
         pass
     else:
         stored = dict(collection.metadata or {})
-        if not is_our_store(stored, legacy_keys=CHROMA_LEGACY_KEYS):
+        if not is_our_store(stored):
             raise refuse_foreign("Chroma collection", name, where)
         space = (collection.configuration_json.get("hnsw") or {}).get("space")
         if space:                            # trust the index's real metric over a label

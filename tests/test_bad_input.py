@@ -1,11 +1,8 @@
 """Bad input at every entry point: one line on stderr, a non-zero exit, no traceback, and
 nothing under the paths it was given touched. Then Ctrl-C at the collection and experiment
 scripts, and the embedding cache's folder and damaged files."""
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -192,11 +189,18 @@ def test_plots_go_into_a_folder_the_kit_marks_and_a_rerun_reuses_it(tmp_path):
     assert rx.plot_folder(str(folder), claim=True) == folder
     (folder / "b_chunk_size.png").write_bytes(b"a chart")
     assert rx.plot_folder(str(folder)) == folder                # ours: accepted again
-    earlier = tmp_path / "old-plots"                             # charts of a version before the mark
-    earlier.mkdir()
-    (earlier / "d_top_k.png").write_bytes(b"a chart")
-    rx.plot_folder(str(earlier), claim=True)
-    assert (earlier / rag_storage.MARK_FILE).is_file()
+
+
+
+def test_a_plot_folder_holding_a_file_named_like_a_chart_is_not_ours(tmp_path):
+    """A user's own d_top_k.png: a name proves nothing, so the folder is refused, untouched."""
+    theirs = tmp_path / "charts"
+    theirs.mkdir()
+    (theirs / "d_top_k.png").write_bytes(b"my own chart")
+    for claim in (False, True):
+        with pytest.raises(ValueError, match="did not create"):
+            rx.plot_folder(str(theirs), claim=claim)
+    assert [(p.name, p.read_bytes()) for p in theirs.iterdir()] == [("d_top_k.png", b"my own chart")]
 
 
 # ---------------------------------------------------------------------------
@@ -265,15 +269,15 @@ def test_the_cache_refuses_a_folder_of_someone_elses_files(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["thesis.txt"]
 
 
-def test_a_cache_folder_of_an_earlier_version_is_ours_and_gets_the_mark(minilm, tmp_path):
+def test_a_folder_holding_only_a_file_shaped_like_a_cache_file_is_not_ours(minilm, tmp_path):
     cache = rc.EmbeddingCache(tmp_path)
     cache.encode(minilm, TEXTS[:1])
-    (tmp_path / rag_storage.MARK_FILE).unlink()         # as versions before the mark left it
+    (tmp_path / rag_storage.MARK_FILE).unlink()         # our file's name and shape, not our mark
     (tmp_path / rag_storage.LOCK_FILE).unlink()
-    again = rc.EmbeddingCache(tmp_path)
-    again.encode(minilm, TEXTS)
-    assert (again.hits, again.misses) == (1, 2)
-    assert (tmp_path / rag_storage.MARK_FILE).is_file()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(ValueError, match="did not create"):
+        rc.EmbeddingCache(tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
 def test_repeated_texts_are_encoded_once_and_counted(minilm, tmp_path):

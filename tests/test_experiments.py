@@ -3,7 +3,6 @@ F-J, BM25 against rank_bm25, the bootstrap against SciPy, the charts and the CLI
 collections' scores are tested in test_collection.py)."""
 import contextlib
 import io
-import json
 import math
 import re
 from pathlib import Path

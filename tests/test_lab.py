@@ -515,7 +515,11 @@ def test_handouts_pasted_into_the_starter_pass_the_grader(tmp_path):
 def test_starter_keeps_the_core_names_and_signatures():
     starter = load("starter")
     for name in check.FUNCTIONS:
-        assert inspect.signature(getattr(starter, name)) == inspect.signature(getattr(rag, name))
+        # the tutorial's parameters, in the core's order; the core may add optional ones after
+        # them (evaluate_retrieval's retrieve=None) that the lab does not ask for
+        mine = list(inspect.signature(getattr(starter, name)).parameters.values())
+        core = list(inspect.signature(getattr(rag, name)).parameters.values())
+        assert mine == core[:len(mine)] and all(p.default is None for p in core[len(mine):])
         assert "TODO" in inspect.getsource(getattr(starter, name))
     assert starter.CORPUS is rag.CORPUS and starter.Embedder is rag.Embedder
     with pytest.raises(NotImplementedError, match="TODO 1"):

@@ -1,4 +1,4 @@
-"""Figures the README quotes in prose, pinned to what the code measures."""
+"""Figures the README and its pages (docs/) quote in prose, pinned to what the code measures."""
 import contextlib
 import importlib.util
 import io
@@ -7,7 +7,8 @@ from pathlib import Path
 import rag_experiments as rx
 
 ROOT = Path(__file__).resolve().parent.parent
-README = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+README = " ".join(" ".join(p.read_text(encoding="utf-8").split()) for p in PAGES)
 
 
 def lab_tasks():
@@ -36,3 +37,23 @@ def test_experiment_i_trims_19_percent_at_12_4_as_the_readme_says(minilm):
     assert "by 19% at 12/4 and k=5 (925 -> 753)" in README
     assert (large["words_before"], large["words_after"]) == (1475, 1376)
     assert "trims it by 7% at 50/10 and k=3 (1475 -> 1376 words" in README
+
+
+def test_the_readme_links_only_pages_that_exist():
+    import re
+    front = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\((docs/[^)#]+)", front)
+    assert links and all((ROOT / link).is_file() for link in links)
+    assert {p.name for p in (ROOT / "docs").glob("*.md")} <= {link.split("/")[-1] for link in links}
+    assert len(front.encode("utf-8")) <= 12_000        # a newcomer reads it in three minutes
+
+
+def test_the_readmes_demo_lines_are_what_the_demo_prints(minilm, capsys, monkeypatch):
+    import re
+    import rag_from_scratch as rag
+    front = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"With MiniLM[^\n]*\n\n```\n(.*?)\n```", front, re.S).group(1)
+    monkeypatch.setattr(rag, "load_minilm", lambda *args, **kwargs: minilm.model)   # loaded once
+    assert rag.main(["--backend", "minilm"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert all(line in printed for line in block.splitlines() if line != "...")

@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 
+import rag_docs
 import rag_from_scratch as rag
 import rag_retrieval as rr
 from conftest import CISI
@@ -127,7 +128,7 @@ def test_a_local_reranker_folder_loads_without_asking_the_hub(tiny_reranker, mon
     reranker = rr.load_reranker(tiny_reranker)
     assert reranker.predict([("a question", "a passage")]).shape == (1,)
     err = capsys.readouterr().err
-    assert "waiting for" not in err and err.startswith("loading reranker ")
+    assert "waiting for" not in err and err.startswith("loading ")
 
 
 def test_rerank_with_no_reranker_is_one_line_that_says_how_to_get_one(capsys):
@@ -142,7 +143,7 @@ def test_rerank_with_no_reranker_is_one_line_that_says_how_to_get_one(capsys):
 def test_rerank_with_a_missing_folder_is_one_line(capsys, tmp_path):
     status, _, err = run_main(capsys, "--backend", "tfidf", "--rerank", str(tmp_path / "nothing"),
                               "--question", FATHERS)
-    assert status == 1 and err == [f"error: reranker folder not found: {tmp_path / 'nothing'} "
+    assert status == 1 and err == [f"error: model folder not found: {tmp_path / 'nothing'} "
                                    f"(give a folder holding config.json)"]
 
 
@@ -306,11 +307,11 @@ def test_compare_on_docs_with_an_eval_file(capsys, notes, tmp_path):
 # == What MiniLM leaves unread =============================================================
 def test_truncation_counts_word_pieces_past_the_limit(minilm):
     tokenizer = minilm.model.tokenizer
-    report = rr.truncation(["word " * 300, "a short one"], tokenizer, 256)
+    report = rag_docs.truncation(["word " * 300, "a short one"], tokenizer, 256)
     # "word" is one piece; [CLS] and [SEP] make 302, so 46 are never read.
     assert report == {"texts": 2, "cut": 1, "limit": 256, "longest": 302, "mean_lost": 46.0,
                       "share_lost": pytest.approx(46 / (302 + 5))}
-    assert rr.truncation_line(report) == ("MiniLM reads 256 word pieces: 1 of 2 chunks are longer and "
+    assert rag_docs.truncation_line(report) == ("MiniLM reads 256 word pieces: 1 of 2 chunks are longer and "
                                           "lose their end: 46 pieces each on average, 15% of all pieces "
                                           "unread (longest 302)")
 
@@ -319,22 +320,20 @@ def test_truncation_on_the_demo_corpus_and_cisi(minilm, chunks):
     from ir_test_collections import load_collection
     tokenizer, limit = minilm.model.tokenizer, minilm.model.max_seq_length
     assert limit == 256
-    assert rr.truncation([c["text"] for c in chunks], tokenizer, limit)["cut"] == 0
+    assert rag_docs.truncation([c["text"] for c in chunks], tokenizer, limit)["cut"] == 0
     docs = load_collection(CISI)["docs"]
-    pieces = rr.truncation([c["text"] for c in rag.build_chunks(docs, 50, 10)], tokenizer, limit)
+    pieces = rag_docs.truncation([c["text"] for c in rag.build_chunks(docs, 50, 10)], tokenizer, limit)
     assert (pieces["texts"], pieces["cut"], pieces["longest"]) == (4966, 0, 112)
-    whole = rr.truncation([d["text"] for d in docs], tokenizer, limit)
+    whole = rag_docs.truncation([d["text"] for d in docs], tokenizer, limit)
     assert (whole["texts"], whole["cut"], whole["longest"]) == (1460, 131, 728)
     assert round(whole["mean_lost"], 1) == 65.4 and round(whole["share_lost"], 3) == 0.038
 
 
-def test_minilm_runs_say_how_many_chunks_were_cut(capsys, minilm, chunks, minilm_index):
-    import argparse
-    args = argparse.Namespace(context=False, source=None, tag=None, fusion=None, reranker=None,
-                              rerank=None, compare=False, k=3, question="x", docs=None)
-    setup = rr.setup(args, {"chunks": chunks, "embedder": minilm, "index": minilm_index})
-    assert "retrieve" not in setup                       # no flag: the core's plain search
-    assert capsys.readouterr().err == "MiniLM reads 256 word pieces: 0 of 17 chunks are longer (longest 70)\n"
+def test_the_minilm_demo_says_under_step_2_how_many_chunks_were_cut(capsys, minilm, monkeypatch):
+    monkeypatch.setattr(rag, "load_minilm", lambda *args, **kwargs: minilm.model)   # loaded once
+    assert rag.main(["--backend", "minilm"]) == 0
+    step2 = capsys.readouterr().out.split("== Step 2")[1].split("== Step 3")[0]
+    assert "\nMiniLM reads 256 word pieces: 0 of 17 chunks are longer (longest 70)\n" in step2
 
 
 def test_importing_adds_no_heavy_module():
