@@ -11,8 +11,8 @@ ir_test_collections.py: load a classic IR test collection and score retrieval me
     col = load_collection("data/cisi")
     col["counts"]   # {'docs': 1460, 'queries': 112, 'judged_queries': 76, 'pairs': 3114}
 
-Everything here runs offline. The classic collections (CISI, CRAN, MED, CACM, ADI, TIME, NPL,
-LISA) each come as a folder of plain-text files: the documents, the queries, and the relevance
+Everything here runs offline. The classic collections (CISI, CRAN, MED, CACM, ADI) each come as
+a folder of plain-text files: the documents, the queries, and the relevance
 judgements (which documents a person marked as answering which query). Most use the SMART
 layout, where a line `.I 12` starts record 12 and lines `.T`, `.A`, `.W`, `.X` start its
 title, authors, abstract and cross-references:
@@ -35,8 +35,7 @@ The files have traps, handled below and reported in the returned "notes":
     "q 0 d grade" (MED, TREC style), with whole-number or decimal grades;
   - grade scales that run either way (see GRADE_READINGS): Cranfield's cranqrel uses
     Cleverdon's codes, where 1 is the most relevant, while TREC-style files count up.
-Limit: TIME, NPL and LISA use other layouts (`*TEXT 17`, `/` separators, `Document 12`); they
-are read by the same functions but were checked only on small samples written by our tests.
+Limit: only the SMART layout is read (TIME, NPL and LISA use others; none ships with the kit).
 """
 
 from __future__ import annotations
@@ -67,9 +66,9 @@ CACHE_DIR = Path(__file__).resolve().parent / ".rag_cache"   # EmbeddingCache's 
 
 # The file names the classic collections use, as case-insensitive patterns.
 FILE_PATTERNS = {
-    "documents": ["*.all", "cran.all.*", "doc-text", "lisa?.???"],
-    "queries": ["*.qry", "*.que", "query.text", "query-text"],
-    "relevance": ["*.rel", "qrels.text", "cranqrel", "rlv-ass"],
+    "documents": ["*.all", "cran.all.*"],
+    "queries": ["*.qry", "*.que", "query.text"],
+    "relevance": ["*.rel", "qrels.text", "cranqrel"],
 }
 
 
@@ -92,8 +91,7 @@ def find_files(folder) -> dict:
         if not hits:
             raise ValueError(f"no {role} file in {folder}: looked for {', '.join(patterns)} "
                              f"(any case)")
-        # Several files are parts of one file only if their names differ just in digits
-        # (LISA0.001, LISA0.501, ...); CISI.ALL next to MED.ALL is two collections.
+        # CISI.ALL next to MED.ALL is two collections: one per folder.
         if len({re.sub(r"\d", "", p.name.lower()) for p in hits}) > 1:
             raise ValueError(f"more than one {role} file in {folder}: "
                              f"{', '.join(p.name for p in hits)}; keep one collection per folder")
@@ -125,32 +123,18 @@ def squash(lines: list[str]) -> str:
 # ---------------------------------------------------------------------------
 SMART_ID = re.compile(r"\.I(?:\s+(\S+))?\s*$")          # ".I 12" starts record 12
 SMART_FIELD = re.compile(r"\.([A-Z])(?:\s+(.*))?$")     # ".T", ".W ", ".A Smith, J."
-TIME_HEADER = re.compile(r"\*(?:TEXT|FIND)\s+(\d+)")    # TIME: "*TEXT 017 01/04/63 PAGE 020"
-LISA_HEADER = re.compile(r"Document\s+(\d+)\s*$")       # LISA: "Document  12"
-BLOCK_END = re.compile(r"\s*/\s*$|.*#\s*$")             # NPL ends a record with "/", LISA with "#"
 
 
 def parse_records(path: Path) -> list[dict]:
     """Read a documents or queries file into [{"id", "fields": {"T": title, "W": text, ...}}]."""
-    lines = read_text(path).splitlines()
-    if any(SMART_ID.match(line) for line in lines):
-        records = parse_smart(lines, path)
-    elif any(TIME_HEADER.match(line) for line in lines):
-        records = parse_headed(lines, TIME_HEADER, title_first=False)
-    elif any(LISA_HEADER.match(line) for line in lines):
-        records = parse_headed(lines, LISA_HEADER, title_first=True)
-    elif any(BLOCK_END.match(line) for line in lines):
-        records = parse_blocks(lines, path)
-    else:
-        records = []
+    records = parse_smart(read_text(path).splitlines(), path)
     if not records:
-        raise ValueError(f"no records in {path}: looked for SMART '.I <id>' lines (or TIME "
-                         f"'*TEXT <id>', LISA 'Document <id>', NPL '<id> ... /' blocks)")
+        raise ValueError(f"no records in {path}: looked for SMART '.I <id>' lines")
     return records
 
 
 def read_records(paths: list[Path]) -> list[dict]:
-    """The records of one file, or of a file split in parts (LISA); ids must be unique."""
+    """The records of the file (or its parts, if split); ids must be unique."""
     records, seen = [], set()
     for path in paths:
         for r in parse_records(path):
@@ -188,41 +172,6 @@ def parse_smart(lines: list[str], path: Path) -> list[dict]:
     return records
 
 
-def parse_headed(lines: list[str], header: re.Pattern, title_first: bool) -> list[dict]:
-    """TIME and LISA: a header line starts a record; LISA's first paragraph is the title."""
-    records = []
-    for line in lines:
-        start = header.match(line.strip())
-        if start:
-            records.append({"id": normal_id(start[1]), "lines": []})
-        elif records and not re.fullmatch(r"\*STOP\s*|\*{5,}\s*", line.strip()):
-            records[-1]["lines"].append(line.strip())
-    for r in records:
-        body = "\n".join(r.pop("lines")).strip()
-        title, _, rest = body.partition("\n\n") if title_first else ("", "", body)
-        r["fields"] = {"T": squash([title]), "W": squash([rest])}
-    return records
-
-
-def parse_blocks(lines: list[str], path: Path) -> list[dict]:
-    """NPL and LISA queries: an id line, text lines, then a line '/' (or text ending in '#')."""
-    records, block = [], []
-    for line in lines + ["/"]:                       # a last "/" closes a final open block
-        if BLOCK_END.match(line):
-            block.append(line.rstrip().rstrip("#").rstrip("/"))
-            words = "\n".join(block).split(maxsplit=1)
-            if words:
-                if not words[0].isdigit():
-                    raise ValueError(f"{path.name}: a record starts with {words[0][:20]!r}, "
-                                     f"expected its number")
-                records.append({"id": normal_id(words[0]),
-                                "fields": {"W": squash(words[1:])}})
-            block = []
-        else:
-            block.append(line)
-    return records
-
-
 def title_and_text(fields: dict) -> tuple[str, str]:
     """Title and 'title + abstract' text; an abstract that already starts with the title
     (Cranfield repeats it) is not given the title twice."""
@@ -237,23 +186,14 @@ def title_and_text(fields: dict) -> tuple[str, str]:
 # ---------------------------------------------------------------------------
 def parse_relevance(path: Path) -> list[tuple[str, str, float]]:
     """Read (query id, doc id, grade) triples from any of the classic relevance layouts."""
-    lines = read_text(path).splitlines()
-    if any(re.match(r"\s*Query\s+\d+", line) for line in lines):       # LISA
-        return relevance_lists(lisa_groups(lines), path)
-    if any(re.fullmatch(r"\s*/\s*", line) for line in lines):           # NPL
-        text = "\n".join(lines)
-        return relevance_lists([block.split() for block in re.split(r"(?m)^\s*/\s*$", text)],
-                               path)
-    rows = [line.split() for line in lines if line.strip()]
+    rows = [line.split() for line in read_text(path).splitlines() if line.strip()]
     if not rows:
         raise ValueError(f"{path} is empty: expected lines like 'query doc [grade]'")
     widths = {len(row) for row in rows}
-    if len(widths) == 1 and widths <= {2, 3, 4}:
-        return relevance_table(rows, path)
-    # One record per query: "q d d d ...", a paragraph each (TIME)
-    paragraphs = re.split(r"\n\s*\n", "\n".join(lines).strip())
-    groups = paragraphs if len(paragraphs) > 1 else [" ".join(row) for row in rows]
-    return relevance_lists([g.split() for g in groups], path)
+    if len(widths) != 1 or not widths <= {2, 3, 4}:
+        raise ValueError(f"{path.name}: expected one judgement per line, all of 2, 3 or 4 "
+                         f"columns ('q d', 'q d grade', 'q 0 d grade'); found {sorted(widths)}")
+    return relevance_table(rows, path)
 
 
 def relevance_table(rows: list[list[str]], path: Path) -> list[tuple[str, str, float]]:
@@ -279,32 +219,6 @@ def relevance_table(rows: list[list[str]], path: Path) -> list[tuple[str, str, f
             raise ValueError(f"{path.name} line {number}: grade {row[varying[-1]]!r} is not "
                              f"a finite number")
         triples.append((normal_id(row[0]), normal_id(row[doc_col]), grade))
-    return triples
-
-
-def lisa_groups(lines: list[str]) -> list[list[str]]:
-    """LISA.REL: 'Query 1', 'Relevant Refs:', then doc numbers ending with -1."""
-    groups = []
-    for line in lines:
-        start = re.match(r"\s*Query\s+(\d+)", line)
-        if start:
-            groups.append([start[1]])
-        elif groups and not re.search(r"[A-Za-z]", line):
-            groups[-1].extend(n for n in line.split() if n != "-1")
-    return groups
-
-
-def relevance_lists(groups: list[list[str]], path: Path) -> list[tuple[str, str, float]]:
-    """Turn 'query doc doc doc' groups into triples, each pair with grade 1."""
-    triples = []
-    for group in groups:
-        if not group:
-            continue
-        if not all(token.lstrip("-").isdigit() for token in group):
-            bad = next(t for t in group if not t.lstrip("-").isdigit())
-            raise ValueError(f"{path.name}: unexpected {bad[:20]!r} in the relevance file "
-                             f"(expected numbers: a query, then its relevant documents)")
-        triples += [(normal_id(group[0]), normal_id(doc), 1.0) for doc in group[1:]]
     return triples
 
 

@@ -98,7 +98,7 @@ def stop_words() -> frozenset:
 def fold(word: str) -> str:
     """Fold plurals and -ed/-ing so "booked" meets "book": fold("policies") -> "policy".
 
-    Lighter than the Porter2 stemmer BM25 uses (rag_retrieval.stemmer): with Porter2 the
+    Lighter than the Porter2 stemmer BM25 uses (rag_retrieval.word_analyzer): with Porter2 the
     refusal rule lets more unanswerable questions through (held-out 20/30 right, not 22/30).
     """
     if len(word) > 4 and word.endswith("ies"):

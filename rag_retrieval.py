@@ -72,19 +72,12 @@ def word_analyzer(stem: bool = False):
     words = CountVectorizer(stop_words="english").build_analyzer()   # words of 2+ letters
     if not stem:
         return words
-    stem = stemmer()
-    return lambda text: [stem(word) for word in words(text)]
-
-
-@functools.lru_cache(maxsize=1)
-def stemmer():
-    """Porter2 (snowball) for English: stemmer()("retrieving") -> "retriev"; each distinct
-    word is stemmed once."""
     try:
         import snowballstemmer
     except ImportError:
         raise RuntimeError("stemming needs snowballstemmer: run `pip install snowballstemmer`") from None
-    return functools.lru_cache(maxsize=None)(snowballstemmer.stemmer("english").stemWord)
+    stem = functools.lru_cache(maxsize=None)(snowballstemmer.stemmer("english").stemWord)
+    return lambda text: [stem(word) for word in words(text)]   # each distinct word stemmed once
 
 
 def bm25_weights(counts, k1: float = BM25_K1, b: float = BM25_B, idf: str = "lucene"):
