@@ -162,6 +162,9 @@ def parse_args(argv=None):
     g.add_argument("--index", metavar="DIR", help="with --docs: save the index here and reuse it")
     g.add_argument("--eval", metavar="FILE", help='with --docs: JSON Lines of {"question": ..., '
                                                   '"relevant": [file, ...]} to score retrieval')
+    g.add_argument("--exclude", metavar="GLOB", action="append",
+                   help="with --docs: leave out files whose path matches, e.g. CHANGELOG.md or "
+                        "'reference/*' (repeat it for more)")
     g = p.add_argument_group("better retrieval (rag_retrieval.py)")
     g.add_argument("--hybrid", nargs="?", const="rrf", metavar="rrf|WEIGHT",
                    help="fuse BM25 with the vectors: by rank (rrf, the default) or WEIGHT x BM25 + "
@@ -193,7 +196,7 @@ def check_args(args) -> None:
     """Every flag's value, before any slow work: nothing is loaded, started or built here."""
     import rag_from_scratch as rag
     rag.check_args(args)
-    if args.docs is not None or args.index is not None or args.eval is not None:
+    if args.docs is not None or args.index is not None or args.eval is not None or args.exclude:
         import rag_docs
         rag_docs.check_args(args)
     if args.generator is not None:

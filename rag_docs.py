@@ -17,6 +17,7 @@ What this adds to rag_from_scratch.py, none of it needed to understand RAG:
   - a fenced prompt: retrieved text is quoted data between markers it cannot forge.
 """
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -59,11 +60,6 @@ def split_front_matter(text: str) -> tuple[list[str], str]:
         text[match.end():]
 
 
-def strip_front_matter(text: str) -> str:
-    """Drop a YAML front-matter block (between '---' lines at the very top of a file)."""
-    return split_front_matter(text)[1]
-
-
 def skip(rel: str, why: str) -> None:
     """Name a skipped file on stderr: one bad file never stops the run."""
     print(f"[skip] {rel}: {why}", file=sys.stderr)
@@ -100,10 +96,11 @@ def note_paths(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def load_documents(folder) -> list[dict]:
+def load_documents(folder, exclude=()) -> list[dict]:
     """Read every .md and .txt file under `folder` as {doc_id, title, text, tags}.
 
-    doc_id is the path relative to the folder.
+    doc_id is the path relative to the folder; `exclude` holds glob patterns matched against
+    it ("CHANGELOG.md", "reference/*", "*/release-notes.md").
     """
     if not str(folder).strip():
         raise ValueError("--docs needs a folder path, got an empty string")
@@ -115,6 +112,8 @@ def load_documents(folder) -> list[dict]:
     docs = []
     for path in note_paths(root):
         rel = path.relative_to(root).as_posix()
+        if any(fnmatch.fnmatch(rel, pattern) for pattern in exclude or ()):
+            continue
         text = read_note(path, rel, root) if path.is_file() or path.is_symlink() else None
         if text is not None:
             tags, body = split_front_matter(text)
@@ -125,50 +124,247 @@ def load_documents(folder) -> list[dict]:
     return docs
 
 
-# == Markdown sections ====================================================================
-FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)[ \t#]*$")
+# == Markdown read as structure ==========================================================
+# A small reader for what documentation sites write, not a full CommonMark parser. It keeps
+# what a reader sees (headings, paragraphs, list items, table rows, code with its line breaks)
+# and drops or unwraps the markup around it: heading attributes `{ #id }`, admonitions (`!!!`,
+# `???`, `///`, `:::`), content tabs (`=== "Tab"`), HTML tags and comments, include and
+# Jinja directives. Every pattern is matched line by line, so the time grows with the text.
+FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})[ \t]*([^`\s]*)")          # ```python  (info: language)
+ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t](.*))?$")                 # "## Title", "#" alone
+SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")                      # a line of = or - under text
+INDENTED_OPENER = re.compile(r'^(\s*)(?:!!!|\?\?\?\+?|===\+?)[ \t]+(?:\w[\w-]*)?(?:[ \t]*"([^"]*)")?[ \t]*$')
+BLOCK_FENCE = re.compile(r"^\s*(?:/{3,}|:{3,})(?![/:])(.*)$")         # /// note | Title   ::: tip
+DIRECTIVE = re.compile(r"\{\*[^\n]*?\*\}|\{%[^\n]*?%\}|\{\{[^\n]*?\}\}|^\s*-+8<-+.*$")
+COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>")
+LINK = re.compile(r"!?\[([^\[\]\n]*)\]\([^()\s]*(?:\s[^()]*)?\)")  # [text](url), ![alt](src)
+TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$")
+LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])\s+")
 
 
-def split_markdown(text: str) -> list[tuple[str, str]]:
-    """Split Markdown into (heading path, section text) pairs, e.g. ("Setup > Install", "...").
+def heading_text(raw: str) -> str:
+    """'Install it { #install }' -> 'Install it': closing #s and an attribute list dropped."""
+    text = raw.strip().rstrip("#").rstrip()
+    if text.endswith("}") and "{" in text:
+        inside = text[text.rindex("{") + 1:-1].strip()
+        if inside[:1] in ("#", ".", ":") or "=" in inside:
+            text = text[:text.rindex("{")].rstrip()
+    return plain(text)
 
-    A line starting with '#' inside a ``` or ~~~ code fence is code, not a heading.
-    """
-    sections, path, lines, fence = [], [], [], None
-    for line in text.splitlines():
-        marker = FENCE.match(line)
-        if marker and fence is None:
-            fence = marker.group(1)                        # entering a code block: ``` or longer
-        elif marker and marker.group(1).startswith(fence or "\0") and line.strip() == marker.group(1):
-            fence = None                                   # a bare fence at least as long ends it
-        heading = HEADING.match(line) if fence is None else None
-        if heading:
-            sections.append((" > ".join(path), "\n".join(lines)))
-            level = len(heading.group(1))
-            path, lines = path[:level - 1] + [heading.group(2)], [line]
+
+def plain(line: str) -> str:
+    """Inline markup out: HTML tags, directives, and links kept as their text."""
+    return LINK.sub(r"\1", TAG.sub("", DIRECTIVE.sub("", line)))
+
+
+def unwrap(lines: list[str]) -> list[str]:
+    """Admonitions and tabs, whose body is indented 4 spaces, become their title then the body
+    dedented; /// and ::: fences are dropped, keeping a title written after '|' or in [ ].
+    Lines inside a code fence are left as they are."""
+    out, fence, i = [], None, 0
+    while i < len(lines):
+        line = lines[i]
+        code = FENCE.match(line)
+        if fence is None and code:
+            fence = code.group(2)
+        elif fence and line.strip().startswith(fence) and set(line.strip()) == {fence[0]}:
+            fence = None
+        opener = INDENTED_OPENER.match(line) if fence is None else None
+        block = BLOCK_FENCE.match(line) if fence is None and not code else None
+        if opener:
+            indent = len(opener.group(1)) + 4
+            body, i = [], i + 1
+            while i < len(lines) and (not lines[i].strip() or
+                                      len(lines[i]) - len(lines[i].lstrip()) >= indent):
+                body.append(lines[i][indent:] if lines[i].strip() else "")
+                i += 1
+            out += ([opener.group(2), ""] if opener.group(2) else []) + unwrap(body) + [""]
+            continue
+        if block:
+            rest = block.group(1).strip()
+            title = (rest.split("|", 1)[1].strip() if "|" in rest else
+                     rest[rest.index("[") + 1:-1].strip() if "[" in rest and rest.endswith("]") else "")
+            out += [title, ""] if title else [""]
         else:
-            lines.append(line)
-    sections.append((" > ".join(path), "\n".join(lines)))
-    return [(h, body) for h, body in sections if body.strip() and not HEADING.fullmatch(body.strip())]
-
-
-def split_sections(docs: list[dict]) -> list[dict]:
-    """Turn each Markdown document into one document per heading section (same doc_id)."""
-    out = []
-    for doc in docs:
-        parts = split_markdown(doc["text"]) if doc["doc_id"].lower().endswith(".md") else [("", doc["text"])]
-        for heading, body in parts:
-            title = f"{doc['doc_id']} > {heading}" if heading else doc["doc_id"]
-            out.append({**doc, "title": title, "text": body})
+            out.append(line)
+        i += 1
     return out
+
+
+def read_markdown(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Markdown -> [(heading path, [(kind, text), ...])], kind "text", "list", "table" or "code".
+
+    read_markdown("# A\nSome *text*.\n```py\nx = 1\n```")
+      -> [("A", [("text", "Some *text*."), ("code", "```py\nx = 1\n```")])]
+    Code blocks keep their line breaks and note their language; a '#' line inside one is code.
+    """
+    lines = unwrap(COMMENT.sub("", text).splitlines())
+    sections, path, blocks, para, kind = [], [], [], [], None      # path: [(level, title), ...]
+
+    def end_block():
+        nonlocal para, kind
+        if para:
+            joined = " ".join(para) if kind == "text" else "\n".join(para)
+            if joined.strip():
+                blocks.append((kind, joined.strip()))
+        para, kind = [], None
+
+    def start_section(level, title):
+        nonlocal path, blocks
+        end_block()
+        sections.append((" > ".join(t for _, t in path), blocks))
+        path, blocks = [(n, t) for n, t in path if n < level] + [(level, title)], []
+
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        fence = FENCE.match(line)
+        if fence:                                  # code: verbatim until a fence as long
+            end_block()
+            indent, mark, language = len(fence.group(1)), fence.group(2), fence.group(3)
+            code, i = [], i + 1
+            while i < len(lines) and not (lines[i].strip().startswith(mark)
+                                          and set(lines[i].strip()) == {mark[0]}):
+                code.append(lines[i][indent:] if lines[i][:indent].isspace() else lines[i].lstrip())
+                i += 1
+            blocks.append(("code", "\n".join([f"```{language}", *code, "```"])))
+            i += 1
+            continue
+        heading = ATX.match(line)
+        if heading:
+            start_section(len(heading.group(1)), heading_text(heading.group(2) or ""))
+        elif SETEXT.match(line) and kind == "text" and para:
+            title = heading_text(" ".join(para))
+            para = []
+            start_section(1 if line.strip()[0] == "=" else 2, title)
+        elif TABLE_RULE.match(line) and para and "|" in para[-1]:
+            header = para.pop()                      # the row above the rule is the header
+            end_block()
+            para, kind = [plain(header).strip()], "table"
+        elif not line.strip() or SETEXT.match(line):
+            end_block()                              # a blank line, or a rule (---) on its own
+        elif kind == "table" and "|" in line:
+            para.append(plain(line).strip())
+        elif LIST_ITEM.match(line):
+            if kind != "list":
+                end_block()
+                kind = "list"
+            para.append(plain(line).strip())
+        elif kind == "list" and line.startswith((" ", "\t")) and para:
+            para[-1] += " " + plain(line).strip()   # a list item's continued line
+        else:
+            if kind not in (None, "text"):
+                end_block()
+            kind = "text"
+            para.append(plain(line).strip())
+        i += 1
+    end_block()
+    sections.append((" > ".join(t for _, t in path), blocks))
+    return [(title, found) for title, found in sections if found]
+
+
+def text_blocks(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """A .txt file: one section of paragraphs (blank lines separate them)."""
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text)]
+    return [("", [("text", p) for p in paragraphs if p])]
+
+
+# == Chunks sized by what the model reads =================================================
+def units(kind: str, text: str, fits) -> list[str]:
+    """A block whole if it fits, else split where it may be: prose at sentences, lists at
+    items, tables at rows, code between lines (each piece fenced again, language kept)."""
+    from rag_retrieval import split_sentences
+    if fits(text):
+        return [text]
+    if kind == "code":
+        fence, *code = text.split("\n")[:-1]
+        pieces, current = [], []
+        for line in code:
+            if current and not fits("\n".join([fence, *current, line, "```"])):
+                pieces.append("\n".join([fence, *current, "```"]))
+                current = []
+            current.append(line)
+        return pieces + ["\n".join([fence, *current, "```"])]
+    parts = text.split("\n") if kind in ("list", "table") else split_sentences(text)
+    out = []
+    for part in parts:
+        words = part.split()                      # a sentence longer than the model reads:
+        while not fits(" ".join(words)) and len(words) > 1:   # cut it, at a word, as a last resort
+            cut = max(1, len(words) // 2)
+            while cut > 1 and not fits(" ".join(words[:cut])):
+                cut //= 2
+            out.append(" ".join(words[:cut]))
+            words = words[cut:]
+        out.append(" ".join(words) if kind == "text" else part)
+    return out
+
+
+def pack(pieces: list[str], words: int, fits, tiny: int = 10) -> list[str]:
+    """Greedy: add pieces to a chunk while it stays within `words` words and fits the model;
+    a last chunk of `tiny` words or fewer joins the one before when both fit together."""
+    chunks, current = [], []
+    for piece in pieces:
+        candidate = "\n".join(current + [piece])
+        if current and (len(candidate.split()) > words or not fits(candidate)):
+            chunks.append("\n".join(current))
+            current = []
+        current.append(piece)
+    if current:
+        last = "\n".join(current)
+        if chunks and len(last.split()) <= tiny and fits(chunks[-1] + "\n" + last):
+            chunks[-1] += "\n" + last
+        else:
+            chunks.append(last)
+    return chunks
+
+
+def document_chunks(docs: list[dict], chunk_size: int = 50, fits=lambda text: True) -> list[dict]:
+    """Chunks of your own files: Markdown read as structure, prose packed to about
+    `chunk_size` words at sentence boundaries, code and tables whole while they fit, and no
+    chunk longer than the model reads (`fits(text)` says if it does)."""
+    chunks = []
+    for doc in docs:
+        sections = (read_markdown(doc["text"]) if doc["doc_id"].lower().endswith(".md")
+                    else text_blocks(doc["text"]))
+        n = 0
+        for heading, blocks in sections:
+            title = chunk_title(doc["doc_id"], heading)
+            pieces = [u for kind, text in blocks for u in units(kind, text, fits)]
+            for text in pack(pieces, chunk_size, fits):
+                chunks.append({"chunk_id": f"{doc['doc_id']}#{n}", "doc_id": doc["doc_id"],
+                               "title": title, "tags": doc.get("tags") or [], "text": text})
+                n += 1
+    return chunks
+
+
+def chunk_title(doc_id: str, heading: str, limit: int = 120) -> str:
+    """'file > heading path' for citations; past `limit` characters the middle headings give
+    way to '...', and a last heading still too long is cut at a word, never inside one."""
+    parts = [doc_id] + (heading.split(" > ") if heading else [])
+    title = " > ".join(parts)
+    if len(title) > limit and len(parts) > 2:
+        title = " > ".join([parts[0], "...", parts[-1]])
+    if len(title) > limit:
+        title = title[:limit].rsplit(" ", 1)[0] + " ..."
+    return title
+
+
+def model_fits(embedder):
+    """fits(text): does the model read all of it? MiniLM: its word pieces, [CLS] and [SEP]
+    included, within its limit (256). TF-IDF reads every word: always True."""
+    if embedder.backend != "minilm":
+        return lambda text: True
+    tokenizer, limit = embedder.model.tokenizer, embedder.model.max_seq_length
+    return lambda text: len(tokenizer(text, verbose=False)["input_ids"]) <= limit
 
 
 # == The saved index ======================================================================
 CHUNKS, META = "chunks.json", "meta.json"
 VECTOR_FILES = ("vectors.npy", "vectors.npz")
+READER = "markdown-structure-1"   # how files become chunks; a saved index made otherwise is rebuilt
 SETTINGS = [("backend", "the backend changed"), ("model", "the model changed"),
-            ("chunk_size", "the chunk size changed"), ("overlap", "the overlap changed")]
+            ("chunk_size", "the chunk size changed"), ("reader", "the way files are read changed")]
 
 
 def fingerprint(docs: list[dict]) -> str:
@@ -319,16 +515,28 @@ def truncation_line(report: dict, what: str = "chunks") -> str:
             f"{report['share_lost']:.0%} of all pieces unread (longest {report['longest']})")
 
 
+def print_biggest_file(chunks: list[dict]) -> None:
+    """Name the file with the most chunks: a changelog or an API dump can crowd every answer,
+    and --exclude GLOB leaves it out."""
+    from collections import Counter
+    counts = Counter(c["doc_id"] for c in chunks)
+    if len(counts) > 1:
+        name, n = counts.most_common(1)[0]
+        print(f"most chunks: {name} ({n} of {len(chunks)}, {n / len(chunks):.0%}; "
+              f"--exclude GLOB leaves a file out)")
+
+
 def index_folder(args):
     """(chunks, index, embedder) for a folder of your own files, reusing a saved index when
     it is still valid."""
-    docs = load_documents(args.docs)
-    chunks = rag.build_chunks(split_sections(docs), args.chunk_size, args.overlap)
-    print(f"{len(docs)} files -> {len(chunks)} chunks "
-          f"(chunk_size={args.chunk_size} words, overlap={args.overlap})")
+    docs = load_documents(args.docs, args.exclude)
     embedder = rag.Embedder(args.backend, args.model, cache=False)
+    chunks = document_chunks(docs, args.chunk_size, model_fits(embedder))
+    print(f"{len(docs)} files -> {len(chunks)} chunks (about {args.chunk_size} words of prose each, "
+          f"at sentence boundaries; code and tables whole while the model reads them whole)")
+    print_biggest_file(chunks)
     meta = {"backend": embedder.backend, "model": model_identity(embedder),
-            "chunk_size": args.chunk_size, "overlap": args.overlap,
+            "chunk_size": args.chunk_size, "reader": READER,
             "fingerprint": fingerprint(docs), "files": file_hashes(docs)}
     index, why = None, "no --index"
     if args.index:
@@ -414,8 +622,10 @@ def check_args(args) -> None:
     for flag in ("docs", "index", "eval"):
         if getattr(args, flag) is not None and not getattr(args, flag).strip():
             raise ValueError(f"--{flag} needs a path, got an empty string")
-    if args.docs is None and (args.index or args.eval):
-        raise ValueError("--index and --eval work with --docs FOLDER")
+    if args.docs is None and (args.index or args.eval or args.exclude):
+        raise ValueError("--index, --eval and --exclude work with --docs FOLDER")
+    if args.exclude and not all(pattern.strip() for pattern in args.exclude):
+        raise ValueError("--exclude needs a pattern, got an empty string")
     if args.index:
         refuse_foreign_folder(args.index, "--index")
         check_writable(args.index, "--index")

@@ -512,8 +512,12 @@ def answer_question(question, chunks, index, embedder, k, llm=None, retrieve=Non
               "or --generate for Amazon Bedrock, billed)")
         return
     print(f"\n== Step 7: the answer ({llm.name}) ==")
-    print(llm(asked["prompt"], system_prompt))
-    print("sources: " + ", ".join(dict.fromkeys(r["title"] for r in asked["retrieved"])))
+    answer = llm(asked["prompt"], system_prompt)
+    print(answer)
+    cited = [r["title"] for r in asked["retrieved"]                # only what the answer cites
+             if f"[{r['doc_id']}]" in answer or f"[{r['doc_id']} >" in answer]
+    if cited:
+        print("sources: " + ", ".join(dict.fromkeys(cited)))
 
 
 def tutorial_parser():

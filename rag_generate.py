@@ -163,11 +163,39 @@ def support(question_words: set, chosen: list[dict], idf: dict) -> float:
     return weight(question_words & found) / weight(question_words)
 
 
+def passage_units(text: str) -> list[str]:
+    """A passage's sentences: a line break ends one too, and a fenced code block stays with
+    the sentence that introduces it ("Install it:" and the commands)."""
+    units, lines, i, title = [], text.split("\n"), 0, ""
+    while i < len(lines):
+        line = lines[i].strip()
+        if 0 < len(line.split()) <= 6 and not line.endswith((".", "!", "?", ":")) \
+                and i + 1 < len(lines) and not line.startswith(("```", "|", "-", "*")):
+            title, i = f"{title}{line}: ", i + 1          # a title line ("Version pin") leads
+            continue                                     # into the sentence after it
+        if lines[i].startswith("```"):
+            end = next((j for j in range(i + 1, len(lines)) if lines[j] == "```"), len(lines) - 1)
+            block = "\n".join(lines[i:end + 1])
+            if units:
+                units[-1] += "\n" + block
+            else:
+                units.append(block)
+            i = end + 1
+            continue
+        sentences = split_sentences(lines[i])
+        if sentences:
+            units += [title + sentences[0], *sentences[1:]]
+            title = ""
+        i += 1
+    return units
+
+
 def candidate_sentences(passages: list[tuple[str, str]], stop: frozenset) -> list[dict]:
-    """Every distinct sentence of the passages, in retrieval order, with its source and words."""
+    """Every distinct sentence of the passages, in retrieval order, with its source and words.
+    Square brackets inside a sentence become round ones: only the generator cites."""
     seen, out = set(), []
     for source, text in passages:
-        for sentence in split_sentences(text):
+        for sentence in passage_units(text.replace("[", "(").replace("]", ")")):
             if sentence not in seen:
                 seen.add(sentence)
                 out.append({"source": source, "text": sentence, 
@@ -649,8 +677,8 @@ def corpus_setup(args):
     """(chunks, prompt_fn, system prompt) for the tutorial corpus or the user's --docs folder."""
     if args.docs:
         import rag_docs
-        docs = rag_docs.split_sections(rag_docs.load_documents(args.docs))
-        return rag.build_chunks(docs), rag_docs.build_fenced_prompt, rag_docs.DOCS_SYSTEM_PROMPT
+        docs = rag_docs.load_documents(args.docs)
+        return rag_docs.document_chunks(docs), rag_docs.build_fenced_prompt, rag_docs.DOCS_SYSTEM_PROMPT
     return rag.build_chunks(rag.CORPUS), rag.build_prompt, rag.SYSTEM_PROMPT
 
 

@@ -442,7 +442,7 @@ def check_args(args) -> None:
             import io
             import rag_docs
             with contextlib.redirect_stderr(io.StringIO()):   # its [skip] lines come later, once
-                docs = rag_docs.load_documents(args.docs)
+                docs = rag_docs.load_documents(args.docs, args.exclude)
         check_filters(docs, args.source, args.tag)
     if args.rerank not in (None, "auto") and not rag.find_local_model(args.rerank):
         if args.rerank.startswith((".", "/", "~")) or args.rerank.count("/") > 1:
