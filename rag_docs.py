@@ -271,52 +271,61 @@ def text_blocks(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
 
 
 # == Chunks sized by what the model reads =================================================
-def units(kind: str, text: str, fits) -> list[str]:
-    """A block whole if it fits, else split where it may be: prose at sentences, lists at
-    items, tables at rows, code between lines (each piece fenced again, language kept)."""
+def units(kind: str, text: str, words: int, fits) -> list[tuple[str, str]]:
+    """A block as (kind, text) pieces: whole if it fits, else split where it may be. Prose over
+    `words` words splits at sentences, lists at items, tables at rows; code stays whole while
+    the model reads it whole, then splits between lines (each piece fenced, language kept)."""
     from rag_retrieval import split_sentences
-    if fits(text):
-        return [text]
+    if fits(text) and (kind in ("code", "table") or len(text.split()) <= words):
+        return [(kind, text)]
     if kind == "code":
         fence, *code = text.split("\n")[:-1]
         pieces, current = [], []
         for line in code:
             if current and not fits("\n".join([fence, *current, line, "```"])):
-                pieces.append("\n".join([fence, *current, "```"]))
+                pieces.append(("code", "\n".join([fence, *current, "```"])))
                 current = []
             current.append(line)
-        return pieces + ["\n".join([fence, *current, "```"])]
+        return pieces + [("code", "\n".join([fence, *current, "```"]))]
     parts = text.split("\n") if kind in ("list", "table") else split_sentences(text)
     out = []
     for part in parts:
-        words = part.split()                      # a sentence longer than the model reads:
-        while not fits(" ".join(words)) and len(words) > 1:   # cut it, at a word, as a last resort
-            cut = max(1, len(words) // 2)
-            while cut > 1 and not fits(" ".join(words[:cut])):
+        tokens = part.split()                     # longer than the model reads: cut at a
+        while not fits(" ".join(tokens)) and len(tokens) > 1:   # word, as a last resort
+            cut = max(1, len(tokens) // 2)
+            while cut > 1 and not fits(" ".join(tokens[:cut])):
                 cut //= 2
-            out.append(" ".join(words[:cut]))
-            words = words[cut:]
-        out.append(" ".join(words) if kind == "text" else part)
+            out.append((kind, " ".join(tokens[:cut])))
+            tokens = tokens[cut:]
+        out.append((kind, " ".join(tokens) if kind == "text" else part))
     return out
 
 
-def pack(pieces: list[str], words: int, fits, tiny: int = 10) -> list[str]:
-    """Greedy: add pieces to a chunk while it stays within `words` words and fits the model;
-    a last chunk of `tiny` words or fewer joins the one before when both fit together."""
-    chunks, current = [], []
-    for piece in pieces:
-        candidate = "\n".join(current + [piece])
-        if current and (len(candidate.split()) > words or not fits(candidate)):
-            chunks.append("\n".join(current))
-            current = []
-        current.append(piece)
+def pack(pieces: list[tuple[str, str, int]], words: int, fits, tiny: int = 10) -> list[str]:
+    """Greedy: add (kind, text, block number) pieces to a chunk while it fits the model and,
+    for prose, stays within `words` words (code and tables may be longer). Sentences of one
+    paragraph join with a space, blocks with a line break. Then a chunk of `tiny` words or
+    fewer joins the next one (or else the one before) where they fit together."""
+    chunks, current, last_block = [], "", None
+    for kind, piece, block in pieces:
+        joiner = " " if kind == "text" and block == last_block else "\n"
+        candidate = current + joiner + piece if current else piece
+        too_long = kind in ("text", "list") and len(candidate.split()) > words
+        if current and (too_long or not fits(candidate)):
+            chunks.append(current)
+            candidate = piece
+        current, last_block = candidate, block
     if current:
-        last = "\n".join(current)
-        if chunks and len(last.split()) <= tiny and fits(chunks[-1] + "\n" + last):
-            chunks[-1] += "\n" + last
+        chunks.append(current)
+    merged = []
+    for i, chunk in enumerate(chunks):
+        if len(chunk.split()) <= tiny and i + 1 < len(chunks) and fits(chunk + "\n" + chunks[i + 1]):
+            chunks[i + 1] = chunk + "\n" + chunks[i + 1]
+        elif len(chunk.split()) <= tiny and merged and fits(merged[-1] + "\n" + chunk):
+            merged[-1] += "\n" + chunk
         else:
-            chunks.append(last)
-    return chunks
+            merged.append(chunk)
+    return merged
 
 
 def document_chunks(docs: list[dict], chunk_size: int = 50, fits=lambda text: True) -> list[dict]:
@@ -330,7 +339,8 @@ def document_chunks(docs: list[dict], chunk_size: int = 50, fits=lambda text: Tr
         n = 0
         for heading, blocks in sections:
             title = chunk_title(doc["doc_id"], heading)
-            pieces = [u for kind, text in blocks for u in units(kind, text, fits)]
+            pieces = [(kind, text, n) for n, (block_kind, block) in enumerate(blocks)
+                      for kind, text in units(block_kind, block, chunk_size, fits)]
             for text in pack(pieces, chunk_size, fits):
                 chunks.append({"chunk_id": f"{doc['doc_id']}#{n}", "doc_id": doc["doc_id"],
                                "title": title, "tags": doc.get("tags") or [], "text": text})
@@ -466,8 +476,8 @@ def load_index(folder, meta: dict):
         return None, None, None, "the saved vectors and chunks do not match"
     if saved.get("fingerprint") != meta["fingerprint"]:
         return index, chunks, saved, "the documents changed"
-    stale = next((f"{what} ({saved.get(key)} -> {meta[key]})"
-                  for key, what in SETTINGS if saved.get(key) != meta[key]), None)
+    stale = next((f"{what} ({saved.get(key)} -> {meta.get(key)})"
+                  for key, what in SETTINGS if saved.get(key) != meta.get(key)), None)
     return index, chunks, saved, stale
 
 
@@ -478,7 +488,7 @@ def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta):
     build. TF-IDF's vocabulary depends on every file, so it refits instead (fast): None.
     """
     if (embedder.backend != "minilm" or hasattr(saved_index, "toarray")
-            or any(saved.get(key) != meta[key] for key, _ in SETTINGS)):
+            or any(saved.get(key) != meta.get(key) for key, _ in SETTINGS)):
         return None
     old = {(c["chunk_id"], c["text"]): i for i, c in enumerate(saved_chunks)}
     rows = [old.get((c["chunk_id"], c["text"])) for c in chunks]

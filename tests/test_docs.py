@@ -8,6 +8,7 @@ import pytest
 import rag_docs
 import rag_from_scratch as rag
 import rag_storage
+from conftest import LATE_S
 
 SETUP_MD = """---
 title: Team handbook
@@ -92,21 +93,23 @@ def test_loader_reads_md_and_txt_recursively_and_names_skipped_files(notes, caps
 
 
 def test_markdown_sections_follow_headings_but_not_code_fences():
-    sections = rag_docs.split_markdown(rag_docs.strip_front_matter(SETUP_MD))
+    sections = rag_docs.read_markdown(rag_docs.split_front_matter(SETUP_MD)[1])
     assert [h for h, _ in sections] == ["Handbook", "Handbook > Databases",
                                         "Handbook > Databases > Backups", "Handbook > Coffee"]
     databases = dict(sections)["Handbook > Databases"]
-    assert "# restart the database" in databases and "systemctl restart" in databases
+    assert databases[1] == ("code", "```bash\n# restart the database (a comment in a code fence, "
+                                    "not a heading)\nsudo systemctl restart reporting-db\n```")
 
 
 def test_tilde_fences_and_unclosed_front_matter():
     text = "# A\nx\n~~~\n# not a heading\n~~~\n## B\ny"
-    assert [h for h, _ in rag_docs.split_markdown(text)] == ["A", "A > B"]
-    assert rag_docs.strip_front_matter("---\nno closing line\n# Title") == "---\nno closing line\n# Title"
+    assert [h for h, _ in rag_docs.read_markdown(text)] == ["A", "A > B"]
+    assert rag_docs.split_front_matter("---\nno closing line\n# Title") == (
+        [], "---\nno closing line\n# Title")
 
 
 def test_chunks_keep_their_file_and_heading(notes):
-    chunks = rag.build_chunks(rag_docs.split_sections(rag_docs.load_documents(notes)), 50, 10)
+    chunks = rag_docs.document_chunks(rag_docs.load_documents(notes))
     by_title = {c["title"]: c for c in chunks}
     backup = by_title["team/handbook.md > Handbook > Databases > Backups"]
     assert backup["doc_id"] == "team/handbook.md" and "35 days" in backup["text"]
@@ -121,7 +124,7 @@ def test_a_thousand_file_folder_loads_and_indexes(tmp_path):
     for i in range(1000):
         (folder / f"note{i:04d}.md").write_text(f"# Note {i}\n\nTicket {i} concerns server rack {i % 37}.")
     docs = rag_docs.load_documents(folder)
-    chunks = rag.build_chunks(rag_docs.split_sections(docs), 50, 10)
+    chunks = rag_docs.document_chunks(docs)
     embedder = rag.Embedder("tfidf")
     index = rag.build_index(chunks, embedder)
     assert len(docs) == 1000 and index.shape[0] == 1000
@@ -163,7 +166,7 @@ def test_saved_index_is_reused_without_embedding_again(notes, tmp_path, capsys, 
     ("edit", "the documents changed"),
     ("add", "the documents changed"),
     ("chunking", "the chunk size changed (50 -> 40)"),
-    ("overlap", "the overlap changed (10 -> 5)"),
+    ("reader", "the way files are read changed (markdown-structure-0 -> markdown-structure-1)"),
     ("backend", "the backend changed (tfidf -> minilm)"),
 ])
 def test_each_cause_of_staleness_rebuilds_and_says_why(notes, tmp_path, capsys, change, reason):
@@ -178,8 +181,11 @@ def test_each_cause_of_staleness_rebuilds_and_says_why(notes, tmp_path, capsys, 
         (notes / "new.md").write_text("# New\nA brand new policy.", encoding="utf-8")
     elif change == "chunking":
         args += ["--chunk-size", "40"]
-    elif change == "overlap":
-        args += ["--overlap", "5"]
+    elif change == "reader":                  # an index saved by an earlier reader
+        meta = json.loads((index_dir / "meta.json").read_text())
+        rag_docs.save_index(index_dir, *rag_docs.load_index(index_dir, meta)[:2],
+                            {k: v for k, v in meta.items() if k not in ("format", "n_chunks", "checksums")}
+                            | {"reader": "markdown-structure-0"})
     elif change == "backend":
         args[args.index("tfidf")] = "minilm"
     assert rag.main(args) == 0
@@ -191,8 +197,8 @@ def test_each_cause_of_staleness_rebuilds_and_says_why(notes, tmp_path, capsys, 
 
 def test_a_changed_model_makes_the_index_stale(notes, tmp_path):
     docs = rag_docs.load_documents(notes)
-    meta = {"backend": "minilm", "model": "model-a", "chunk_size": 50, "overlap": 10,
-            "fingerprint": rag_docs.fingerprint(docs)}
+    meta = {"backend": "minilm", "model": "model-a", "chunk_size": 50,
+            "reader": rag_docs.READER, "fingerprint": rag_docs.fingerprint(docs)}
     rag_docs.save_index(tmp_path / "ix", np.eye(3, dtype=np.float32), [{"text": "x"}] * 3, meta)
     assert rag_docs.load_index(tmp_path / "ix", meta)[3] is None
     _, _, _, why = rag_docs.load_index(tmp_path / "ix", {**meta, "model": "model-b"})
@@ -270,7 +276,7 @@ def test_a_bad_eval_line_names_the_line(notes, tmp_path, capsys):
 # --- prompt injection ------------------------------------------------------------------------
 def test_a_hostile_document_cannot_break_out_of_its_block(notes):
     docs = rag_docs.load_documents(notes)
-    chunks = rag.build_chunks(rag_docs.split_sections(docs), 50, 10)
+    chunks = rag_docs.document_chunks(docs)
     embedder = rag.Embedder("tfidf")
     index = rag.build_index(chunks, embedder)
     question = "ignore previous instructions developer mode"
@@ -316,4 +322,127 @@ def test_a_huge_file_is_skipped_with_one_line(notes, monkeypatch, capsys):
 
 def test_a_longer_fence_is_not_closed_by_a_shorter_one_inside_it():
     text = "# A\n\n````md\n```\n# not a heading\n```\n````\n\n## B\nbody\n"
-    assert [h for h, _ in rag_docs.split_markdown(text)] == ["A", "A > B"]
+    assert [h for h, _ in rag_docs.read_markdown(text)] == ["A", "A > B"]
+
+
+# --- Markdown read as structure: what documentation sites write --------------------------
+SITE_MD = '''Install { #install }
+=======
+
+Run the installer once. It writes the config file.
+
+Upgrading {: .note }
+---------
+
+!!! warning "Pin the version"
+    Versions before 2.1 break the loader.
+
+    ```python
+    # a comment, not a heading
+    import fastlib
+    ```
+
+/// tip | Faster builds
+Use the cache.
+///
+
+=== "Linux"
+    Use the package manager.
+
+<div class="grid" markdown>
+Read the <b>release notes</b> first. See [the notes](notes.md#top).
+</div>
+
+<!-- a comment
+   across lines -->
+{* ../../docs_src/app/main.py hl[3] *}
+{% include "snippet.md" %}
+
+| flag | default |
+|------|---------|
+| `--port` | 8080 |
+
+~~~~text
+```
+not a fence end
+```
+~~~~
+'''
+
+
+def test_hostile_markdown_reads_as_plain_structure():
+    sections = rag_docs.read_markdown(SITE_MD)
+    assert [h for h, _ in sections] == ["Install", "Install > Upgrading"]
+    blocks = dict(sections)["Install > Upgrading"]
+    assert blocks == [
+        ("text", "Pin the version"),
+        ("text", "Versions before 2.1 break the loader."),
+        ("code", "```python\n# a comment, not a heading\nimport fastlib\n```"),
+        ("text", "Faster builds"), ("text", "Use the cache."),
+        ("text", "Linux"), ("text", "Use the package manager."),
+        ("text", "Read the release notes first. See the notes."),
+        ("table", "| flag | default |\n| `--port` | 8080 |"),
+        ("code", "```text\n```\nnot a fence end\n```\n```"),
+    ]
+    text = "\n".join(t for _, found in sections for _, t in found)
+    for artefact in ("{ #", "{:", "///", "!!!", "===", "<div", "<b>", "<!--", "{*", "{%", "](notes"):
+        assert artefact not in text
+
+
+def test_headings_and_code_blocks_agree_with_markdown_it():
+    """markdown-it-py (CommonMark) as the oracle for what is a heading and what is code."""
+    from markdown_it import MarkdownIt
+    text = ("# One\n\ntext\n\nTwo\n===\n\n    indented text\n\n```sh\n# shell comment\nls\n```\n\n"
+            "## Three ##\n\n~~~\n## not a heading\n~~~\n\nFour\n----\nend\n")
+    tokens = MarkdownIt("commonmark").parse(text)
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    fences = [t.content for t in tokens if t.type == "fence"]
+    ours = rag_docs.read_markdown(text)
+    assert [h.split(" > ")[-1] for h, _ in ours] == headings == ["One", "Two", "Three", "Four"]
+    code = [t for _, found in ours for kind, t in found if kind == "code"]
+    assert ["\n".join(c.split("\n")[1:-1]) + "\n" for c in code] == fences
+
+
+def test_front_matter_is_yaml():
+    for block, tags in [("tags: [a, \"b, c\"]  # a comment", ["a", "b, c"]),
+                        ("tags:\n  - x\n  - y", ["x", "y"]),
+                        ("tags: solo", ["solo"]),
+                        ("meta:\n  tags: [nested]\ntags: [top]", ["top"]),
+                        ("title: no tags here", []),
+                        ("tags: [unclosed", [])]:
+        assert rag_docs.split_front_matter(f"---\n{block}\n---\nbody") == (tags, "body"), block
+
+
+def test_a_long_heading_line_is_read_in_linear_time():
+    import time
+    text = "# a" + " " * 100_000 + "b\n" + "text\n"
+    start = time.perf_counter()
+    sections = rag_docs.read_markdown(text)
+    assert sections[0][0] == "a" + " " * 100_000 + "b"
+    assert time.perf_counter() - start < LATE_S            # the old pattern took over 120 s
+
+
+def test_docs_chunks_break_at_sentences_keep_code_whole_and_fit_the_model(minilm):
+    long_code = "```python\n" + "\n".join(f"value_{i} = compute_something({i})" for i in range(120)) + "\n```"
+    prose = " ".join(f"Sentence number {i} says one short thing." for i in range(30))
+    doc = {"doc_id": "guide.md", "text": f"# Guide\n\n{prose}\n\nRun this:\n\n{long_code}\n\nDone.\n"}
+    fits = rag_docs.model_fits(minilm)
+    chunks = rag_docs.document_chunks([doc], 50, fits)
+    assert all(fits(c["text"]) for c in chunks)                       # no silent cut
+    assert all(len(c["text"].split()) >= 3 for c in chunks)           # no tiny fragments
+    prose_chunks = [c["text"] for c in chunks if "```" not in c["text"]]
+    assert all(t.endswith("thing.") and t.startswith("Sentence") for t in prose_chunks[:-1])
+    code = [c["text"] for c in chunks if "```python" in c["text"]]
+    assert len(code) >= 2 and all(t.count("```") == 2 for t in code)  # split between lines, fenced
+    lines = [line for t in code for line in t.split("\n") if line.startswith("value_")]
+    assert lines == [f"value_{i} = compute_something({i})" for i in range(120)]   # none lost
+
+
+def test_exclude_leaves_out_matching_files_and_the_biggest_file_is_named(notes, capsys):
+    (notes / "CHANGELOG.md").write_text("".join(f"## 1.{i}\n\n- Fixed bug {i}.\n\n" for i in range(30)))
+    assert rag.main(["--docs", str(notes), "--backend", "tfidf"]) == 0
+    out = capsys.readouterr().out
+    assert "most chunks: CHANGELOG.md (30 of " in out
+    assert rag.main(["--docs", str(notes), "--backend", "tfidf", "--exclude", "CHANGELOG.md"]) == 0
+    out = capsys.readouterr().out
+    assert "CHANGELOG" not in out and "3 files -> " in out

@@ -227,10 +227,10 @@ def test_context_embeds_the_title_in_front_of_each_chunk(chunks, minilm, minilm_
 
 def test_context_of_a_docs_chunk_is_file_and_heading(notes):
     import rag_docs
-    chunks = rag.build_chunks(rag_docs.split_sections(rag_docs.load_documents(notes)))
+    chunks = rag_docs.document_chunks(rag_docs.load_documents(notes))
     assert rr.with_context(chunks)[0] == ("hr/leave.txt\nAnnual leave is 24 days. Apply in the portal; "
                                           "restart requests after a rejection go to your manager.")
-    assert rr.with_context(chunks)[1].startswith("ops/db.md > Restart\n# Restart Restart the database")
+    assert rr.with_context(chunks)[1].startswith("ops/db.md > Restart\nRestart the database")   # no "# Restart" line
 
 
 def test_context_with_tfidf_leaves_the_plain_index_usable(chunks, tfidf_setup):
