@@ -412,15 +412,12 @@ class EmbeddingCache:
         """Encode in pieces of ENCODE_PIECE; more than one piece shows a progress bar on stderr."""
         if len(texts) <= ENCODE_PIECE:
             return np.asarray(embedder.encode(texts), dtype=np.float32)
-        from tqdm import tqdm                          # plain text bar: no widget warning in Jupyter
+        from rag_cli import progress
         print(f"encoding {len(texts):,} {what} with {embedder.model_name.split('/')[-1]} "
               f"({cached:,} read from the cache) ...", file=sys.stderr, flush=True)
-        pieces = []
-        with tqdm(total=len(texts), unit=" " + what, file=sys.stderr, leave=False) as bar:
-            for i in range(0, len(texts), ENCODE_PIECE):
-                pieces.append(np.asarray(embedder.encode(texts[i:i + ENCODE_PIECE]),
-                                         dtype=np.float32))
-                bar.update(len(pieces[-1]))
+        starts = range(0, len(texts), ENCODE_PIECE)
+        pieces = [np.asarray(embedder.encode(texts[i:i + ENCODE_PIECE]), dtype=np.float32)
+                  for i in progress(starts, len(starts), f"encoding {what}", f" pieces of {ENCODE_PIECE}")]
         return np.concatenate(pieces)
 
     def _load(self, path: Path):
@@ -693,7 +690,7 @@ def evaluate_collection(collection: dict, minilm=None, cache=None, k: int = CUTO
     scored with the setting that did best on the other folds. The best single setting on all
     queries is reported too, labelled as the in-sample curiosity it is.
     """
-    from tqdm import tqdm                        # plain text bar on stderr, never in the table
+    from rag_cli import progress                 # on stderr, never in the table
     start = time.perf_counter()
     print(f"counting the words of {len(collection['docs']):,} documents (TF-IDF, stemmed BM25)"
           f"{' and encoding them with MiniLM' if minilm else ''} ...", file=sys.stderr, flush=True)
@@ -711,9 +708,8 @@ def evaluate_collection(collection: dict, minilm=None, cache=None, k: int = CUTO
             start = time.perf_counter()
     per_method, seconds = {}, {}
     start = time.perf_counter()
-    for method, setting, s in tqdm(grids(inputs), total=grid_size(inputs), unit=" settings",
-                                   desc="scoring every setting for cross-validation",
-                                   file=sys.stderr, leave=False):
+    for method, setting, s in progress(grids(inputs), grid_size(inputs),
+                                       "scoring every setting for cross-validation", " settings"):
         per_method.setdefault(method, {})[setting] = score(s)
         seconds[method] = seconds.get(method, 0.0) + time.perf_counter() - start
         start = time.perf_counter()

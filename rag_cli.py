@@ -9,6 +9,7 @@ rag_cli.py: the command line of rag_from_scratch.py, and the plumbing every scri
                   Ctrl-C is "interrupted" and exit status 130; never a traceback
   with_deadline   the one way to wait on the network: say what we wait for and for how
                   long, then give up with one line that names what to check
+  progress        the one progress display: a bar on a terminal, a few lines in a log
   read_jsonl      the one JSON Lines reader (--eval, --gold): each bad line named by file
                   and line
 
@@ -111,6 +112,21 @@ def with_deadline(what: str, seconds: float, work, check: str):
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+def progress(items, total: int, what: str, unit: str = ""):
+    """Yield `items`, showing progress on stderr: tqdm's bar on a terminal; in a log (stderr
+    not a terminal) a plain line at every tenth, not hundreds of redrawn frames."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+        yield from tqdm(items, total=total, desc=what, unit=unit, file=sys.stderr, leave=False)
+        return
+    step, done = max(1, total // 10), 0
+    for item in items:
+        yield item
+        done += 1
+        if done % step == 0 or done == total:
+            print(f"{what}: {done:,} of {total:,}{unit}", file=sys.stderr, flush=True)
 
 
 def read_jsonl(path, parse, what: str) -> list:

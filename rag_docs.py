@@ -587,15 +587,26 @@ def eval_item(item) -> dict:
 def load_eval_file(path, doc_ids=None) -> list[dict]:
     """Read labelled questions from JSON Lines: {"question": "...", "relevant": ["file", ...]}.
 
-    With doc_ids, relevant ids that name no document are reported (they can only score 0).
+    With doc_ids (the files indexed), ids that name none of them are left out, and questions
+    left with no relevant file are dropped, both said in one line; if no question is left,
+    that is an error, since every score would be 0 and mean nothing.
     """
     from rag_cli import read_jsonl
     eval_set = read_jsonl(path, eval_item, "evaluation file")
-    unknown = sorted({r for item in eval_set for r in item["relevant"]} - set(doc_ids or ()))
-    if doc_ids is not None and unknown:
-        print(f"[warn] {path}: {len(unknown)} relevant ids name no document and can only score 0: "
-              f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}", file=sys.stderr)
-    return eval_set
+    if doc_ids is None:
+        return eval_set
+    unknown = sorted({r for item in eval_set for r in item["relevant"]} - set(doc_ids))
+    kept = [{**item, "relevant": item["relevant"] & set(doc_ids)} for item in eval_set
+            if item["relevant"] & set(doc_ids)]
+    if not kept:
+        raise ValueError(f"{path}: no question names a file that was indexed (e.g. "
+                         f"{', '.join(unknown[:3])}); relevant ids are paths inside --docs, "
+                         f"like {sorted(doc_ids)[0]!r}")
+    if unknown:
+        print(f"[warn] {path}: {len(unknown)} relevant ids name no indexed file and are left out "
+              f"({', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}); "
+              f"{len(eval_set) - len(kept)} of {len(eval_set)} questions dropped", file=sys.stderr)
+    return kept
 
 
 # == The fenced prompt ====================================================================

@@ -241,11 +241,10 @@ def experiment_b(minilm) -> dict:
     print_difference(f"hit@1, size={SIZE} overlap={OVERLAP} minus size=12 overlap=0",
                      result["50/10 - 12/0 hit@1"])
     # A finer sweep for the chart: no overlap, and a quarter of the chunk repeated.
-    from tqdm import tqdm                           # on stderr: the printed figures stay clean
+    from rag_cli import progress                    # on stderr: the printed figures stay clean
     sweep = {0.0: [], 0.25: []}
-    for share, size in tqdm([(share, size) for share in sweep for size in B_SWEEP],
-                            desc="chunking and encoding the sweep", unit=" sizes",
-                            file=sys.stderr, leave=False):
+    settings = [(share, size) for share in sweep for size in B_SWEEP]
+    for share, size in progress(settings, len(settings), "chunking and encoding the sweep", " sizes"):
         chunks = rag.build_chunks(rag.CORPUS, size, int(size * share))
         embedder, index = setup("minilm", chunks, minilm)
         sweep[share].append(rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder,
@@ -706,6 +705,10 @@ def check_flags(args) -> None:
         parse_letters(args.only)
     if args.plot is not None:
         plot_folder(args.plot)
+        import importlib.util                      # before the work, not after it
+        if importlib.util.find_spec("matplotlib") is None:
+            raise RuntimeError("matplotlib is not installed: run `pip install matplotlib` "
+                               "(needed only for --plot)")
 
 
 def run(args) -> None:

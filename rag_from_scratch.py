@@ -101,10 +101,8 @@ EVAL_SET = [
     {"question": "Can I use ChatGPT to summarise a customer's complaint?", "relevant": {"SEC-01"}},
     {"question": "How much time off do new fathers get?", "relevant": {"HR-04"}},
     {"question": "Will the company pay for my AWS certification exam?", "relevant": {"LND-01"}},
-    {
-        "question": "How do I book flights for a client visit and claim the costs afterwards?",
-        "relevant": {"FIN-02", "FIN-01"},
-    },
+    {"question": "How do I book flights for a client visit and claim the costs afterwards?",
+     "relevant": {"FIN-02", "FIN-01"}},
 ]
 
 
@@ -203,8 +201,7 @@ class Embedder:
         if backend not in self.BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: choose auto, minilm or tfidf")
         self.backend, self.model_name, self.model = None, model, None
-        self.texts_encoded = 0       # texts that went through the model (the cache skips repeats)
-        self._cache, self.keep_cache = {}, cache   # text -> vector: never embed a text twice
+        self.texts_encoded, self._cache, self.keep_cache = 0, {}, cache   # text -> vector: once each
         if backend in ("auto", "minilm"):
             try:
                 self.model, self.backend = load_minilm(model), "minilm"
@@ -242,10 +239,11 @@ class Embedder:
         new = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if new:
             import os
+            import sys
             import torch               # one thread for a question: two on a busy laptop wait
-            torch.set_num_threads(1 if len(new) < 64 else max(1, (os.cpu_count() or 2) - 1))
-            self._cache.update(zip(new, self.model.encode(new, batch_size=256,
-                                                          show_progress_bar=len(new) > 256)))
+            torch.set_num_threads(1 if len(new) < 64 else os.cpu_count() or 1)   # bulk: every core
+            bar = len(new) > 256 and sys.stderr.isatty()     # a bar on a terminal, not in a log
+            self._cache.update(zip(new, self.model.encode(new, batch_size=256, show_progress_bar=bar)))
             self.texts_encoded += len(new)
         vectors = np.array([self._cache[t] for t in texts], dtype=np.float32).reshape(len(texts), -1)
         if not self.keep_cache:
@@ -434,8 +432,10 @@ def defaults(fn) -> dict:
 def print_results(results: list[dict]) -> None:
     """Print 'score  chunk_id  title' lines; chunks at 0.000 (TF-IDF: no shared word) are counted."""
     matched = [r for r in results if round(r["score"], 3) != 0.0]
-    for r in matched:
-        print(f"  {r['score']:.3f}  {r['chunk_id']:<9} {r['title']}")
+    for r in matched:                    # a file's title ("notes.md > Setup") names it already
+        name = (f"{r['title']}  #{r['chunk_id'].rsplit('#')[-1]}" if r["title"].startswith(r["doc_id"])
+                else f"{r['chunk_id']:<9} {r['title']}")
+        print(f"  {r['score']:.3f}  {name}")
     if len(matched) < len(results):
         print(f"  ({len(results) - len(matched)} more at score 0.000: they share no word with "
               f"the question, so their order means nothing)")

@@ -136,8 +136,9 @@ def task2(embedder: rag.Embedder) -> dict:
     return {"chunks": len(chunks), "top": top, **results}
 
 
-def task3(embedder: rag.Embedder) -> dict:
-    """Try three fixes one at a time; keep the one that wins on the numbers."""
+def task3(embedder: rag.Embedder, reveal: bool = False) -> dict:
+    """Try three fixes one at a time; keep the one that wins on the numbers. The verdict is
+    printed only with reveal=True (--reveal), after students have read the table."""
     print("== Task 3: fix the regression, one change at a time ==")
     eval_set = extended_eval_set()
     chunks = rag.build_chunks(extended_corpus())
@@ -171,6 +172,10 @@ def task3(embedder: rag.Embedder) -> dict:
                   f"{'HIT' if after['hit'] else 'MISS'}: {item['question']}")
     winners = [label for label, m in rows.items() if m["k"] == 1 and m["hit_rate"] == 1.0
                and verdict(m, eval_set, festival) == "HIT"]
+    if not reveal:
+        print("which change restores hit@1=1.00 at k=1 and keeps the festival question a HIT? "
+              "Decide from the table, then run: python lab/lab_tasks.py --task 3 --reveal")
+        return {**rows, "prompt_words": words}
     print("restores hit@1=1.00 at k=1 with the festival question still a HIT: "
           + (", ".join(winners) if winners else "none of them"))
     if not winners:                  # say which miss no change reached (TF-IDF: the fathers one)
@@ -228,6 +233,7 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default=BACKEND, choices=BACKENDS,
                    help="embedding backend (default: %(default)s)")
     p.add_argument("--model", default=MODEL_NAME, help="MiniLM model name or local folder")
+    p.add_argument("--reveal", action="store_true", help="Task 3: also print which change wins")
     return run_cli(run_tasks, p.parse_args(argv))
 
 
@@ -239,7 +245,10 @@ def run_tasks(args) -> None:
     for number in [args.task] if args.task else sorted(TASKS):
         if number != (args.task or 1):
             print()
-        TASKS[number](embedder)
+        if number == 3:
+            task3(embedder, reveal=args.reveal)
+        else:
+            TASKS[number](embedder)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,10 @@ ROWS = [
     ("rag_from_scratch.py", "--backend tfidf --docs {docs} --index {file}", "not a folder"),
     ("rag_from_scratch.py", "--backend tfidf --docs {docs} --eval {missing}", "not found"),
     ("rag_from_scratch.py", "--backend tfidf --index {missing}", "work with --docs"),
+    ("rag_from_scratch.py", "--backend tfidf --exclude '*.md'", "work with --docs"),
+    ("rag_from_scratch.py", "--backend tfidf --docs {docs} --exclude ''", "needs a pattern"),
+    ("rag_from_scratch.py", "--backend tfidf --docs {docs} --exclude '*.md'", "no readable .md or .txt"),
+    ("rag_from_scratch.py", "--backend minilm --model someone/not-here", "no local copy of someone/not-here"),
     ("rag_from_scratch.py", "--backend minilm --model {missing}", "model folder not found"),
     # rag_vector_db.py
     ("rag_vector_db.py", "--backend tfidf --bogus", "unrecognized arguments"),

@@ -473,3 +473,12 @@ def test_without_minilm_the_tfidf_parts_run_and_skips_are_named(capsys, monkeypa
     assert "tfidf   hit@1=0.90 recall@1=0.85 | hit@3=1.00 recall@3=1.00" in out
     assert ("skipped B: they measure MiniLM, and MiniLM could not be loaded "
             "(no local copy of the model)") in out
+
+
+def test_plot_without_matplotlib_stops_before_any_experiment(monkeypatch, tmp_path, capsys):
+    import sys
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setattr(rag, "Embedder", lambda *a, **k: pytest.fail("an experiment started"))
+    assert rx.main(["--only", "A", "--plot", str(tmp_path / "plots")]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("error: matplotlib is not installed")

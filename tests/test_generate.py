@@ -341,6 +341,17 @@ def test_the_core_cli_answers_with_the_extractive_generator_offline(capsys, back
     assert words in answer and answer.endswith(cited)
 
 
+def test_sources_lists_only_what_the_answer_cites_and_nothing_after_a_refusal(capsys):
+    assert rag.main(["--backend", "tfidf", "--question", "How much time off do new fathers get?",
+                     "--generator", "extractive"]) == 0
+    after = capsys.readouterr().out.split("== Step 7: the answer (extractive: no model) ==\n")[1]
+    assert after.splitlines()[1:] == ["sources: Laptops and devices"]    # not HR-04: not cited
+    assert rag.main(["--backend", "tfidf", "--question", "What is the dress code at the office?",
+                     "--generator", "extractive"]) == 0
+    after = capsys.readouterr().out.split("== Step 7: the answer (extractive: no model) ==\n")[1]
+    assert after.splitlines() == ["I don't know based on the company documents."]   # no sources
+
+
 def test_the_core_cli_names_the_companion_a_generator_needs():
     """rag_from_scratch.py copied alone: --generator says which file it needs, in one line."""
     import tempfile

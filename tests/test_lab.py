@@ -81,8 +81,17 @@ def test_task2_prints_the_tutorial_output_line_for_line(minilm, capsys):
     assert results[1]["per_question"][0]["hit"] == 0.0          # vacation question: a MISS
 
 
+def test_task3_holds_its_verdict_back_until_asked(minilm, capsys):
+    tasks.task3(minilm)
+    out = capsys.readouterr().out
+    assert "restores hit@1=1.00 at k=1 with" not in out and "still a HIT: (c)" not in out
+    assert out.rstrip().endswith("then run: python lab/lab_tasks.py --task 3 --reveal")
+    assert tasks.main(["--task", "3", "--reveal", "--backend", "tfidf"]) == 0
+    assert "restores hit@1=1.00 at k=1" in capsys.readouterr().out
+
+
 def test_task3_measures_each_fix_separately(minilm, capsys):
-    results = tasks.task3(minilm)
+    results = tasks.task3(minilm, reveal=True)
     out = capsys.readouterr().out
     row = lambda label: (results[label]["k"], round(results[label]["hit_rate"], 2),
                          round(results[label]["recall"], 2))
@@ -117,7 +126,7 @@ PART_B_TFIDF = (LAB / "PART_B_TFIDF.md").read_text()
 
 def test_tfidf_part_b_shows_no_regression_and_names_the_miss_no_fix_reaches(capsys):
     tfidf = rag.Embedder("tfidf")
-    one, two, three = tasks.task1(tfidf), tasks.task2(tfidf), tasks.task3(tfidf)
+    one, two, three = tasks.task1(tfidf), tasks.task2(tfidf), tasks.task3(tfidf, reveal=True)
     tasks.task4(tfidf)
     out = capsys.readouterr().out
     assert (one[1]["hit_rate"], one[1]["recall"]) == (0.9, 0.85)
@@ -586,6 +595,7 @@ def test_install_plan_states_the_measured_wheelhouse():
         assert size in notes, size
     readme = (LAB / "README.md").read_text()
     assert ".venv\\Scripts\\activate" in readme and "PART_B_TFIDF.md" in readme
+    assert "pytest" not in readme            # the room install has no pytest: lab/check.py grades
 
 
 def test_cheat_sheet_generation_figures_are_task5s_table():
@@ -596,3 +606,32 @@ def test_cheat_sheet_generation_figures_are_task5s_table():
     assert extractive.groups() == ("0.80", "1.00", "0.80") and local.groups() == ("0.20", "0.53")
     assert ("facts 0.80, faithful 1.00, refusal R 0.80" in sheet
             and "facts 0.20, faithful 0.53" in sheet)
+
+
+def test_the_quiz_and_the_instructor_notes_give_one_plan():
+    quiz = " ".join((LAB / "QUIZ.md").read_text().split())
+    notes = (LAB / "INSTRUCTOR.md").read_text()
+    assert "| Quiz and debrief | 10 min | Q9, Q11 and Q12 together; the rest of QUIZ.md is homework |" in notes
+    assert "In class: Q9, Q11 and Q12, together" in quiz and "Q1 to Q15 for the class" not in quiz
+
+
+def test_a_buggy_search_is_blamed_not_the_correct_evaluate_retrieval_that_calls_it(tmp_path):
+    """The student's own evaluate_retrieval calls the student's own (wrong) search."""
+    head = "from rag_from_scratch import chunk_text, cosine_similarity, build_prompt, retrieval_metrics, average_metrics\n"
+    body = ('def search(query, index, chunks, embedder, k=3):\n'
+            '    scores = index @ embedder.encode([query])[0]\n'
+            '    order = list(range(len(chunks)))[:k]          # the bug: chunk order, not scores\n'
+            '    return [{**chunks[i], "score": float(scores[i])} for i in order]\n\n\n'
+            'def evaluate_retrieval(eval_set, index, chunks, embedder, k=3, verbose=False):\n'
+            '    per_question = []\n'
+            '    for item in eval_set:\n'
+            '        ranked = [r["doc_id"] for r in search(item["question"], index, chunks, embedder, k=k)]\n'
+            '        m = retrieval_metrics(ranked, item["relevant"], k)\n'
+            '        per_question.append(m)\n'
+            '        if verbose:\n'
+            '            mark = "HIT " if m["hit"] else "MISS"\n'
+            '            print(f"  {mark} want={sorted(item[\'relevant\'])} got=[{\', \'.join(dict.fromkeys(ranked))}]  {item[\'question\']}")\n'
+            '    return average_metrics(per_question, k)\n')
+    results = check.grade(student_file(tmp_path, body, head))
+    assert results["evaluate_retrieval"] is None, results["evaluate_retrieval"]
+    assert results["search"] is not None and "at k=1 you returned scores [0.0], the best 1 are" in results["search"]

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+import rag_from_scratch as rag
+
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "rag_from_scratch.ipynb"
 
 
@@ -66,6 +68,17 @@ def test_the_notebook_prints_the_demos_tfidf_figures(executed):
     assert "k=3: hit_rate=1.00  recall=1.00" in text
     assert "chunk_size= 12  overlap= 2  chunks= 58  hit@1=0.70" in text
     assert "chunk_size= 50  overlap=10  chunks= 17  hit@1=0.90" in text
+    assert "\n  0.000  " not in text and "more at score 0.000: they share no word" in text   # as the CLI
+
+
+def test_the_notebooks_legend_keeps_whole_words():
+    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    cell = next("".join(c["source"]) for c in nb["cells"] if "ax.legend" in "".join(c["source"]))
+    assert "textwrap.shorten(" in cell and '["question"][:' not in cell
+    import textwrap
+    labels = [textwrap.shorten(q["question"], 45, placeholder=" ...") for q in rag.EVAL_SET[:5]]
+    assert all(label.split(" ...")[0] in q["question"] for label, q in zip(labels, rag.EVAL_SET))
+    assert "How many vacation days do I get each yea" not in labels
 
 
 def test_the_notebook_draws_three_pictures_and_writes_no_error_or_warning(executed):

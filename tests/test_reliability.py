@@ -160,11 +160,23 @@ def test_eval_lines_of_the_wrong_type_are_named(tmp_path, relevant):
         rag_docs.load_eval_file(bad)
 
 
-def test_eval_ids_that_name_no_document_are_reported(tmp_path, capsys):
+def test_eval_ids_that_name_no_document_are_left_out_and_counted(tmp_path, capsys):
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"question": "q?", "relevant": ["nope.md"]}\n'
+                  '{"question": "r?", "relevant": ["note0.md", "gone.md"]}\n')
+    assert rag_docs.load_eval_file(qa, {"note0.md"}) == [{"question": "r?", "relevant": {"note0.md"}}]
+    assert capsys.readouterr().err == ("[warn] " + str(qa) + ": 2 relevant ids name no indexed file "
+                                       "and are left out (gone.md, nope.md); 1 of 2 questions dropped\n")
+
+
+def test_eval_where_no_question_names_an_indexed_file_is_an_error(tmp_path, notes, capsys):
     qa = tmp_path / "qa.jsonl"
     qa.write_text('{"question": "q?", "relevant": ["nope.md"]}\n')
-    rag_docs.load_eval_file(qa, {"note0.md"})
-    assert "1 relevant ids name no document and can only score 0: nope.md" in capsys.readouterr().err
+    assert rag.main(["--docs", str(notes), "--backend", "tfidf", "--eval", str(qa)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.splitlines()[-1].startswith(
+        f"error: {qa}: no question names a file that was indexed (e.g. nope.md)")
+    assert "k=1: hit_rate" not in captured.out
 
 
 def test_a_saved_index_is_updated_incrementally_and_equals_a_fresh_build(notes, tmp_path, minilm, capsys):

@@ -173,7 +173,7 @@ def test_filters_pick_chunks_before_the_cut(capsys, notes):
     assert "searching 1 of 3 chunks (--source hr/)" in out
     listed = [line.split()[1] for line in out.split("== Your question")[1].splitlines()
               if line.startswith("  0.") or line.startswith("  1.")]
-    assert listed == ["hr/leave.txt#0"]                       # the database note is left out
+    assert listed == ["hr/leave.txt"]                         # the database note is left out
 
 
 def test_tag_reads_front_matter_lists_of_both_forms(capsys, notes):
@@ -181,7 +181,8 @@ def test_tag_reads_front_matter_lists_of_both_forms(capsys, notes):
         status, out, _ = run_main(capsys, "--backend", "tfidf", "--docs", str(notes), "--tag", tag,
                                   "--question", "database gateway")
         assert status == 0 and f"searching 1 of 3 chunks (--tag {tag})" in out
-        assert f"  {want}#0" in out and other not in out and "hr/" not in out
+        found = out.split("== Your question")[1].split("-- the prompt")[0]
+        assert f"  {want} > " in found and other not in found and "hr/" not in found
 
 
 def test_tag_with_no_tags_in_any_file_is_one_line(capsys):
