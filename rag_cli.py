@@ -232,9 +232,10 @@ def run(args) -> None:
         import rag_generate
         llm = rag_generate.make_generator(args.generator, args)
     prompt_fn, system_prompt, eval_set = rag.build_prompt, rag.SYSTEM_PROMPT, rag.EVAL_SET
+    context = None                        # --context's vectors, when a saved --index has them
     if args.docs:                         # your own folder instead of the sample
         import rag_docs
-        chunks, index, embedder = rag_docs.index_folder(args)
+        chunks, index, embedder, context = rag_docs.index_folder(args)
         prompt_fn, system_prompt = rag_docs.build_fenced_prompt, rag_docs.DOCS_SYSTEM_PROMPT
         eval_set = rag_docs.load_eval_file(args.eval, {c["doc_id"] for c in chunks}) if args.eval else None
         if eval_set:
@@ -249,7 +250,7 @@ def run(args) -> None:
     retrieve = None
     if better_retrieval(args):            # hybrid, rerank, filters, context, --compare
         import rag_retrieval
-        retrieve = rag_retrieval.retriever_for(args, chunks, index, embedder, eval_set)
+        retrieve = rag_retrieval.retriever_for(args, chunks, index, embedder, eval_set, context)
     if args.question or llm:
         rag.answer_question(args.question or rag.VACATION_Q, chunks, index, embedder, args.k, llm,
                             retrieve, prompt_fn, system_prompt)

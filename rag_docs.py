@@ -372,6 +372,8 @@ def model_fits(embedder):
 # == The saved index ======================================================================
 CHUNKS, META = "chunks.json", "meta.json"
 VECTOR_FILES = ("vectors.npy", "vectors.npz")
+CONTEXT = "vectors_context.npy"      # MiniLM vectors of "title\ntext" (--context), if asked for
+MAX_INDEX_BYTES = 4 << 30            # a saved file larger than this is not read (1M x 384 floats: 1.5 GB)
 READER = "markdown-structure-1"   # how files become chunks; a saved index made otherwise is rebuilt
 SETTINGS = [("backend", "the backend changed"), ("model", "the model changed"),
             ("chunk_size", "the chunk size changed"), ("reader", "the way files are read changed")]
@@ -415,8 +417,9 @@ def vectors_bytes(index) -> tuple[str, bytes]:
     return "vectors.npy", buffer.getvalue()
 
 
-def save_index(folder, index, chunks: list[dict], meta: dict) -> None:
-    """Save vectors, chunks and meta.json (with the hashes of the bytes written) to `folder`.
+def save_index(folder, index, chunks: list[dict], meta: dict, context=None) -> None:
+    """Save vectors, chunks, the --context vectors if given, and meta.json (with the hashes
+    of the bytes written) to `folder`.
 
     The folder is marked ours first and locked while saving; meta.json goes last, so an
     interrupted save is detected on load and rebuilt, never half-used.
@@ -426,6 +429,8 @@ def save_index(folder, index, chunks: list[dict], meta: dict) -> None:
     with folder_lock(folder):
         checksums = {name: write_atomic(folder / name, data),
                      CHUNKS: write_atomic(folder / CHUNKS, json.dumps(chunks).encode("utf-8"))}
+        if context is not None:
+            checksums[CONTEXT] = write_atomic(folder / CONTEXT, vectors_bytes(context)[1])
         full = {"format": INDEX_FORMAT, **meta, "n_chunks": len(chunks), "checksums": checksums}
         write_atomic(folder / META, json.dumps(full, indent=2).encode("utf-8"))
 
@@ -438,17 +443,28 @@ def read_meta(folder: Path):
         return None
     ok = (isinstance(meta, dict) and meta.get("format") == INDEX_FORMAT
           and isinstance(meta.get("checksums"), dict) and isinstance(meta.get("n_chunks"), int)
-          and set(meta["checksums"]) in ({CHUNKS, v} for v in VECTOR_FILES)
+          and set(meta["checksums"]) - {CONTEXT} in ({CHUNKS, v} for v in VECTOR_FILES)
           and all(isinstance(d, str) for d in meta["checksums"].values()))
     return meta if ok else None
 
 
-def read_vectors(folder: Path, saved: dict):
-    """The saved vectors, sparse (.npz) or dense (.npy); nothing is ever unpickled."""
-    if "vectors.npz" in saved["checksums"]:
+def read_checked(path: Path, digest: str) -> bytes | None:
+    """The bytes of a saved file if it is a plain file of sane size whose SHA-256 is `digest`;
+    else None. Read once: the bytes hashed are the bytes parsed (another run may save meanwhile).
+    A link, a FIFO or a device in its place is never opened."""
+    if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_INDEX_BYTES:
+        return None
+    data = path.read_bytes()
+    return data if sha256_bytes(data) == digest else None
+
+
+def parse_vectors(name: str, data: bytes):
+    """Vectors from saved bytes: sparse (.npz) or dense (.npy); nothing is ever unpickled."""
+    import io
+    if name.endswith(".npz"):
         from scipy import sparse
-        return sparse.load_npz(folder / "vectors.npz").tocsr()    # never unpickles
-    return np.asfortranarray(np.load(folder / "vectors.npy", allow_pickle=False))
+        return sparse.load_npz(io.BytesIO(data)).tocsr()
+    return np.asfortranarray(np.load(io.BytesIO(data), allow_pickle=False))
 
 
 def load_index(folder, meta: dict):
@@ -464,15 +480,20 @@ def load_index(folder, meta: dict):
         missing = not (folder / META).exists()
         return None, None, None, "no saved index yet" if missing else "meta.json is damaged"
     try:
-        for name, digest in saved["checksums"].items():
-            if sha256_file(folder / name) != digest:
-                return None, None, None, f"{name} is damaged (an interrupted save?)"
-        index = read_vectors(folder, saved)
-        chunks = json.loads((folder / CHUNKS).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        with folder_lock(folder):                  # not while another run saves
+            raw = {name: read_checked(folder / name, digest) for name, digest in saved["checksums"].items()}
+        damaged = next((name for name, data in raw.items() if data is None), None)
+        if damaged:
+            return None, None, None, f"{damaged} is damaged (an interrupted save?)"
+        vectors = next(name for name in raw if name in VECTOR_FILES)
+        index = parse_vectors(vectors, raw[vectors])
+        chunks = json.loads(raw[CHUNKS].decode("utf-8"))
+        saved["context_vectors"] = parse_vectors(CONTEXT, raw[CONTEXT]) if CONTEXT in raw else None
+    except (OSError, ValueError, RecursionError):
         return None, None, None, "the saved index could not be read"
     if not (isinstance(chunks, list) and index.shape[0] == len(chunks) == saved["n_chunks"]
-            and all(isinstance(c, dict) and isinstance(c.get("text"), str) for c in chunks)):
+            and all(isinstance(c, dict) and isinstance(c.get("text"), str) for c in chunks)
+            and (saved["context_vectors"] is None or saved["context_vectors"].shape == index.shape)):
         return None, None, None, "the saved vectors and chunks do not match"
     if saved.get("fingerprint") != meta["fingerprint"]:
         return index, chunks, saved, "the documents changed"
@@ -481,28 +502,49 @@ def load_index(folder, meta: dict):
     return index, chunks, saved, stale
 
 
+def embed_reusing(texts: list[str], embedder, old_texts: list[str], old_vectors):
+    """(vectors, embedded, reused): MiniLM vectors of `texts`, reusing the rows of
+    `old_vectors` whose text is unchanged, and how many texts went through the model.
+
+    A MiniLM vector depends only on its own text, so the result equals a fresh build; only
+    new and changed texts go through the model.
+    """
+    row_of = {t: i for i, t in enumerate(old_texts)}
+    rows = [row_of.get(t) for t in texts]
+    keep = [i for i, r in enumerate(rows) if r is not None]
+    todo = [i for i, r in enumerate(rows) if r is None]
+    vectors = np.empty((len(texts), old_vectors.shape[1]), dtype=np.float32, order="F")
+    vectors[keep] = old_vectors[[rows[i] for i in keep]]
+    if todo:
+        vectors[todo] = embedder.encode([texts[i] for i in todo])
+    return vectors, len(todo), len(keep)
+
+
 def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta):
     """With MiniLM, embed only the chunks of changed or new files and reuse the rest.
-
-    A chunk's MiniLM vector depends only on its own text, so the result equals a fresh
-    build. TF-IDF's vocabulary depends on every file, so it refits instead (fast): None.
-    """
+    TF-IDF's vocabulary depends on every file, so it refits instead (fast): None."""
     if (embedder.backend != "minilm" or hasattr(saved_index, "toarray")
             or any(saved.get(key) != meta.get(key) for key, _ in SETTINGS)):
         return None
-    old = {(c["chunk_id"], c["text"]): i for i, c in enumerate(saved_chunks)}
-    rows = [old.get((c["chunk_id"], c["text"])) for c in chunks]
-    keep = [i for i, r in enumerate(rows) if r is not None]
-    todo = [i for i, r in enumerate(rows) if r is None]
-    index = np.empty((len(chunks), saved_index.shape[1]), dtype=np.float32, order="F")
-    index[keep] = saved_index[[rows[i] for i in keep]]
-    if todo:
-        index[todo] = embedder.encode([chunks[i]["text"] for i in todo])
+    index, embedded, reused = embed_reusing([c["text"] for c in chunks], embedder,
+                                            [c["text"] for c in saved_chunks], saved_index)
     old_files, new_files = saved.get("files") or {}, meta["files"]
     changed = sum(old_files.get(f) != h for f, h in new_files.items()) + len(set(old_files) - set(new_files))
-    print(f"updated the index: {changed} file(s) changed or removed, {len(todo)} chunks embedded, "
-          f"{len(keep)} reused")
+    print(f"updated the index: {changed} file(s) changed or removed, {embedded} chunks embedded, "
+          f"{reused} reused")
     return index
+
+
+def context_vectors(chunks, embedder, saved_chunks=None, saved=None):
+    """MiniLM vectors of each chunk with its title in front ("file > heading\ntext", --context),
+    reusing the saved ones whose text is unchanged; None for TF-IDF (it refits in a blink)."""
+    from rag_retrieval import with_context
+    if embedder.backend != "minilm":
+        return None
+    old = (saved or {}).get("context_vectors")
+    if old is None or not saved_chunks:
+        return rag.build_index([{"text": t} for t in with_context(chunks)], embedder)
+    return embed_reusing(with_context(chunks), embedder, with_context(saved_chunks), old)[0]
 
 
 def truncation(texts: list[str], tokenizer, limit: int) -> dict:
@@ -537,8 +579,9 @@ def print_biggest_file(chunks: list[dict]) -> None:
 
 
 def index_folder(args):
-    """(chunks, index, embedder) for a folder of your own files, reusing a saved index when
-    it is still valid."""
+    """(chunks, index, embedder, context) for a folder of your own files, reusing a saved
+    index when it is still valid. context: the --context vectors (MiniLM, with --context or
+    --compare), saved in the index too; else None."""
     docs = load_documents(args.docs, args.exclude)
     embedder = rag.Embedder(args.backend, args.model, cache=False)
     chunks = document_chunks(docs, args.chunk_size, model_fits(embedder))
@@ -548,28 +591,33 @@ def index_folder(args):
     meta = {"backend": embedder.backend, "model": model_identity(embedder),
             "chunk_size": args.chunk_size, "reader": READER,
             "fingerprint": fingerprint(docs), "files": file_hashes(docs)}
-    index, why = None, "no --index"
+    wants_context = (args.context or args.compare) and embedder.backend == "minilm"
+    index, context, why, saved_chunks, saved = None, None, "no --index", None, None
     if args.index:
         saved_index, saved_chunks, saved, why = load_index(args.index, meta)
         if why is None:
             index, chunks = saved_index, saved_chunks
             embedder.fit([c["text"] for c in chunks])        # TF-IDF relearns its vocabulary
             print(f"loaded the saved index from {args.index} ({len(chunks)} chunks, not re-embedded)")
+            context = saved["context_vectors"]
         elif saved_index is not None:
             index = update_index(saved_index, saved_chunks, saved, chunks, embedder, meta)
         if index is None:
             print(f"building the index: {why}")
     if index is None:
         index = rag.build_index(chunks, embedder)
+    if wants_context and context is None:
+        context = context_vectors(chunks, embedder, saved_chunks, saved)
+        why = why or "the --context vectors were added"
     if args.index and why is not None:
-        save_index(args.index, index, chunks, meta)
-        print(f"saved the index to {args.index}")
+        save_index(args.index, index, chunks, meta, context)
+        print(f"saved the index to {args.index}" + (" (with the --context vectors)" if context is not None else ""))
     print(f"backend={embedder.backend}  index shape={index.shape}")
     if embedder.backend == "minilm":
         model = embedder.model
         report = truncation([c["text"] for c in chunks], model.tokenizer, model.max_seq_length)
         print(truncation_line(report), file=sys.stderr)
-    return chunks, index, embedder
+    return chunks, index, embedder, context
 
 
 # == Evaluation on your own questions =====================================================

@@ -306,9 +306,12 @@ def first_stage(question: str, index, embedder, bm25=None, hybrid=None) -> np.nd
     return hybrid_scores(minmax(keyword), minmax(dense), hybrid)
 
 
-def context_index(chunks: list[dict], embedder):
-    """(index, embedder) over the chunks with their titles in front (TF-IDF relearns its words)."""
+def context_index(chunks: list[dict], embedder, saved=None):
+    """(index, embedder) over the chunks with their titles in front (TF-IDF relearns its words);
+    `saved`: those vectors already made (a saved --index keeps them), so nothing is embedded."""
     import rag_from_scratch as rag
+    if saved is not None:
+        return saved, embedder
     if embedder.backend == "tfidf":
         embedder = rag.Embedder("tfidf")
     texts = with_context(chunks)
@@ -316,14 +319,14 @@ def context_index(chunks: list[dict], embedder):
 
 
 def make_retriever(chunks: list[dict], index, embedder, hybrid=None, reranker=None,
-                   context: bool = False, allowed=None, report: bool = False):
+                   context: bool = False, allowed=None, report: bool = False, context_vectors=None):
     """fn(question, k) -> the k best chunks with their "score": filter, fuse, then rerank.
 
     fn.timing counts the seconds reranking took and the queries it served.
     """
     texts = [c["text"] for c in chunks]
     if context:
-        index, embedder = context_index(chunks, embedder)
+        index, embedder = context_index(chunks, embedder, context_vectors)
         texts = with_context(chunks)
     bm25 = bm25_matrix(texts) if hybrid is not None else None
     allowed = np.arange(len(chunks)) if allowed is None else np.asarray(allowed)
@@ -365,13 +368,15 @@ def variant_name(hybrid=None, reranker=None, context: bool = False) -> str:
     return " + ".join(parts) or "plain"
 
 
-def compare_variants(eval_set, chunks, index, embedder, k, hybrid="rrf", reranker=None, allowed=None):
+def compare_variants(eval_set, chunks, index, embedder, k, hybrid="rrf", reranker=None, allowed=None,
+                     context_vectors=None):
     """{name: metrics} for plain, hybrid, rerank (if a reranker is given), context, and all."""
     settings = [{}, {"hybrid": hybrid}] + ([{"reranker": reranker}] if reranker else []) \
         + [{"context": True}, {"hybrid": hybrid, "reranker": reranker, "context": True}]
     rows = {}
     for chosen in settings:
-        retrieve = make_retriever(chunks, index, embedder, allowed=allowed, **chosen)
+        retrieve = make_retriever(chunks, index, embedder, allowed=allowed, **chosen,
+                                  context_vectors=context_vectors)
         rows[variant_name(**chosen)] = {**evaluate(eval_set, retrieve, k), "timing": retrieve.timing}
     return rows
 
@@ -475,15 +480,16 @@ def allowed_rows(chunks: list[dict], source: str | None, tag: str | None):
     return np.array(rows)
 
 
-def retriever_for(args, chunks: list[dict], index, embedder, eval_set) -> callable:
+def retriever_for(args, chunks: list[dict], index, embedder, eval_set, context_vectors=None):
     """The retriever the flags ask for; scored on eval_set when there is one, and compared
-    with the other variants under --compare."""
+    with the other variants under --compare. context_vectors: --context's, if already made."""
     fusion = hybrid_setting(args.hybrid) if args.hybrid is not None else None
     reranker = reranker_for(args.rerank) if args.rerank else None
     allowed = allowed_rows(chunks, args.source, args.tag)
     chosen = {"hybrid": fusion, "reranker": reranker, "context": args.context}
     k = min(args.k, len(chunks) if allowed is None else len(allowed))
-    retrieve = make_retriever(chunks, index, embedder, **chosen, allowed=allowed)
+    retrieve = make_retriever(chunks, index, embedder, **chosen, allowed=allowed,
+                              context_vectors=context_vectors)
     if (any(chosen.values()) or allowed is not None) and eval_set and not args.question:
         print_variant(eval_set, retrieve, k, variant_name(**chosen))
     retrieve.report = True
@@ -493,6 +499,7 @@ def retriever_for(args, chunks: list[dict], index, embedder, eval_set) -> callab
         print(f"\n== Retrieval variants side by side ({len(eval_set)} questions, k={k}, "
               f"backend={embedder.backend}) ==")
         rows = compare_variants(eval_set, chunks, index, embedder, k,
-                                fusion if fusion is not None else "rrf", reranker, allowed)
+                                fusion if fusion is not None else "rrf", reranker, allowed,
+                                context_vectors)
         print_comparison(rows, k)
     return retrieve

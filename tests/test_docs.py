@@ -446,3 +446,50 @@ def test_exclude_leaves_out_matching_files_and_the_biggest_file_is_named(notes, 
     assert rag.main(["--docs", str(notes), "--backend", "tfidf", "--exclude", "CHANGELOG.md"]) == 0
     out = capsys.readouterr().out
     assert "CHANGELOG" not in out and "3 files -> " in out
+
+
+# --- --context saved with the index --------------------------------------------------------
+def test_context_vectors_are_saved_reused_and_updated_one_file_at_a_time(notes, tmp_path, capsys,
+                                                                          monkeypatch, minilm):
+    from rag_retrieval import with_context
+    counter = CountingEmbed(monkeypatch)
+    index_dir = tmp_path / "index"
+    args = ["--docs", str(notes), "--backend", "minilm", "--index", str(index_dir), "--context"]
+    assert rag.main(args) == 0
+    assert "saved the index to" in capsys.readouterr().out and (index_dir / "vectors_context.npy").is_file()
+    first = counter.texts
+    assert rag.main(args + ["--question", "How long are backups kept?"]) == 0
+    out = capsys.readouterr().out
+    assert "loaded the saved index" in out and counter.texts == first + 1     # the question alone
+    (notes / "travel.txt").write_text("Taxi receipts are due within 30 days.", encoding="utf-8")
+    before = counter.texts
+    assert rag.main(args) == 0
+    assert counter.texts - before == 2          # the edited file: its chunk, plain and with title
+    chunks = json.loads((index_dir / "chunks.json").read_text())
+    saved = np.load(index_dir / "vectors_context.npy")
+    fresh = minilm.encode(with_context(chunks))
+    np.testing.assert_allclose(saved, fresh, atol=1e-6)          # equal to a fresh build
+
+
+@pytest.mark.parametrize("replace", ["link to /dev/zero", "fifo", "50 GB sparse file"])
+def test_a_saved_file_replaced_by_something_unreadable_is_rebuilt_without_waiting(notes, tmp_path,
+                                                                                 capsys, replace):
+    import os
+    import time
+    index_dir = tmp_path / "index"
+    args = ["--docs", str(notes), "--backend", "tfidf", "--index", str(index_dir)]
+    assert rag.main(args) == 0
+    vectors = index_dir / "vectors.npz"
+    vectors.unlink()
+    if replace == "link to /dev/zero":
+        vectors.symlink_to("/dev/zero")
+    elif replace == "fifo":
+        os.mkfifo(vectors)                     # opening it would wait for a writer for ever
+    else:
+        with open(vectors, "wb") as f:
+            f.truncate(50 << 30)               # sparse: no disk used, but 50 GB to read
+    capsys.readouterr()
+    start = time.monotonic()
+    assert rag.main(args) == 0
+    assert "building the index: vectors.npz is damaged" in capsys.readouterr().out
+    assert time.monotonic() - start < LATE_S
