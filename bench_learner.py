@@ -5,6 +5,7 @@ bench_learner.py: what a learner waits for, measured on their (busy) laptop.
     python bench_learner.py --part demo      # MiniLM demo beside a busy process, 1 vs 2 threads
     python bench_learner.py --part update    # one file edited in 2,000: update vs full rebuild
     python bench_learner.py --part update --files 200
+    python bench_learner.py --part build     # bulk encoding: 1 thread against every core
 
 The demo: importing sentence-transformers (and torch) costs seconds before any RAG work; the
 goal is that the demo, run beside one busy process (a browser, an IDE), adds at most 2.5 s to
@@ -14,6 +15,9 @@ and checks that the printed figures are the same.
 
 The update: with MiniLM each chunk's vector depends only on its own text, so after editing
 one file of a saved --docs index only that file's chunks are embedded again.
+The build: encoding many chunks at once (a new --docs index) is the one long wait; the core
+uses every core for it (one thread only for a question). This times 1 thread against every
+core on CISI's 1,460 abstracts, idle and beside one busy process.
 Figures come from this machine, now: compare the ratios, not the seconds, across machines.
 """
 
@@ -71,6 +75,34 @@ def bench_demo(repeats: int = 3) -> dict:
             "added_s": ours - bare, "same_figures": out_ours == out_two}
 
 
+def bench_build(repeats: int = 1, abstracts: int = 1460) -> dict:
+    """Seconds to encode CISI's abstracts with 1 thread and with every core, idle and busy."""
+    import torch
+    import rag_from_scratch as rag
+    from ir_test_collections import DEFAULT_COLLECTION, load_collection
+    texts = [d["text"] for d in load_collection(DEFAULT_COLLECTION)["docs"]][:abstracts]
+    model = rag.Embedder("minilm").model
+    cores = os.cpu_count() or 1
+    seconds = {}
+    for load in ("idle", "busy"):
+        busy = busy_process() if load == "busy" else None
+        try:
+            for threads in sorted({1, cores}):
+                print(f"encoding {len(texts):,} abstracts, {threads} thread(s), {load} ...",
+                      file=sys.stderr, flush=True)
+                torch.set_num_threads(threads)
+                runs = []
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    model.encode(texts, batch_size=256)
+                    runs.append(time.perf_counter() - t0)
+                seconds[load, threads] = statistics.median(runs)
+        finally:
+            if busy:
+                busy.kill()
+    return {"texts": len(texts), "cores": cores, "seconds": seconds}
+
+
 def write_notes(folder: Path, n: int) -> None:
     """n short Markdown notes, each a different made-up ticket."""
     for i in range(n):
@@ -122,14 +154,15 @@ def main(argv=None) -> int:
     """Run the chosen parts and print their figures."""
     from rag_cli import OneLineParser, run_cli
     p = OneLineParser(description="What a learner waits for: demo start-up and index updates.")
-    p.add_argument("--part", choices=["demo", "update", "all"], default="all")
+    p.add_argument("--part", choices=["demo", "update", "build", "all"], default="all")
     p.add_argument("--files", type=int, default=2000, help="notes in the update benchmark")
     p.add_argument("--repeats", type=int, default=3, help="runs per demo command (median)")
+    p.add_argument("--abstracts", type=int, default=1460, help="CISI abstracts in the build benchmark")
     args = p.parse_args(argv)
 
     def run(args):
-        if args.files < 2 or args.repeats < 1:
-            raise ValueError("--files must be at least 2 and --repeats at least 1")
+        if args.files < 2 or args.repeats < 1 or args.abstracts < 1:
+            raise ValueError("--files must be at least 2, --repeats and --abstracts at least 1")
         if args.part in ("demo", "all"):
             d = bench_demo(args.repeats)
             print("== The MiniLM demo beside one busy process (median wall seconds) ==")
@@ -144,6 +177,12 @@ def main(argv=None) -> int:
             print(f"  full rebuild   {u['full_s']:7.2f}")
             print(f"  update         {u['update_s']:7.2f}   {u['speedup']:.1f}x faster ({u['said']})")
             print("  (in one process: the libraries are imported once, each run loads the weights)")
+        if args.part in ("build", "all"):
+            b = bench_build(1, args.abstracts)
+            print(f"== Encoding {b['texts']:,} abstracts at once (wall seconds, {b['cores']} cores) ==")
+            for (load, threads), s in b["seconds"].items():
+                one = b["seconds"][load, 1]
+                print(f"  {load:<5} {threads} thread(s)  {s:7.2f}   {one / s:.2f}x the speed of 1 thread")
     return run_cli(run, args)
 
 
