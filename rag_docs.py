@@ -138,7 +138,9 @@ BLOCK_FENCE = re.compile(r"^\s*(?:/{3,}|:{3,})(?![/:])(.*)$")         # /// note
 DIRECTIVE = re.compile(r"\{\*[^\n]*?\*\}|\{%[^\n]*?%\}|\{\{[^\n]*?\}\}|^\s*-+8<-+.*$")
 COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
 TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>")
-LINK = re.compile(r"!?\[([^\[\]\n]*)\]\([^()\s]*(?:\s[^()]*)?\)")  # [text](url), ![alt](src)
+LINK = re.compile(r"!?\[((?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]\([^()\s]*(?:\s[^()]*)?\)")  # [text](url), ![alt](src)
+ATTRIBUTES = re.compile(r"\{:?[ \t]*[#.][^{}\n]*\}")                 # inline { #id } or {: .class }
+QUOTE = re.compile(r"^[ \t]*>[?!]?[ \t]?")                              # "> ", ">? " callouts
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$")
 LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])\s+")
 
@@ -155,16 +157,23 @@ def heading_text(raw: str) -> str:
 
 def plain(line: str) -> str:
     """Inline markup out: HTML tags, directives, and links kept as their text."""
-    return LINK.sub(r"\1", TAG.sub("", DIRECTIVE.sub("", line)))
+    return LINK.sub(r"\1", TAG.sub("", ATTRIBUTES.sub("", DIRECTIVE.sub("", line))))
 
 
 def unwrap(lines: list[str]) -> list[str]:
     """Admonitions and tabs, whose body is indented 4 spaces, become their title then the body
     dedented; /// and ::: fences are dropped, keeping a title written after '|' or in [ ].
     Lines inside a code fence are left as they are."""
-    out, fence, i = [], None, 0
+    out, fence, depth, i = [], None, 0, 0
     while i < len(lines):
         line = lines[i]
+        if fence is None:                            # a block quote's "> " markers go ...
+            depth = 0
+            while QUOTE.match(line):
+                line, depth = QUOTE.sub("", line, count=1), depth + 1
+        else:                                        # ... and as many in a code block quoted
+            for _ in range(depth):                   # with them, so "> > y" there is "> y"
+                line = QUOTE.sub("", line, count=1)
         code = FENCE.match(line)
         if fence is None and code:
             fence = code.group(2)
@@ -204,8 +213,9 @@ def read_markdown(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
 
     def end_block():
         nonlocal para, kind
-        if para:
-            joined = " ".join(para) if kind == "text" else "\n".join(para)
+        if para:                                 # markup out only now: a tag may span lines
+            joined = (" ".join(plain(" ".join(para)).split()) if kind == "text" else
+                      "\n".join(" ".join(plain(item).split()) for item in para))
             if joined.strip():
                 blocks.append((kind, joined.strip()))
         para, kind = [], None
@@ -241,23 +251,23 @@ def read_markdown(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
         elif TABLE_RULE.match(line) and para and "|" in para[-1]:
             header = para.pop()                      # the row above the rule is the header
             end_block()
-            para, kind = [plain(header).strip()], "table"
+            para, kind = [header.strip()], "table"
         elif not line.strip() or SETEXT.match(line):
             end_block()                              # a blank line, or a rule (---) on its own
         elif kind == "table" and "|" in line:
-            para.append(plain(line).strip())
+            para.append(line.strip())
         elif LIST_ITEM.match(line):
             if kind != "list":
                 end_block()
                 kind = "list"
-            para.append(plain(line).strip())
+            para.append(line.strip())
         elif kind == "list" and line.startswith((" ", "\t")) and para:
-            para[-1] += " " + plain(line).strip()   # a list item's continued line
+            para[-1] += " " + line.strip()           # a list item's continued line
         else:
             if kind not in (None, "text"):
                 end_block()
             kind = "text"
-            para.append(plain(line).strip())
+            para.append(line.strip())
         i += 1
     end_block()
     sections.append((" > ".join(t for _, t in path), blocks))
