@@ -140,6 +140,10 @@ COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
 TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>")
 LINK = re.compile(r"!?\[((?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]\([^()\s]*(?:\s[^()]*)?\)")  # [text](url), ![alt](src)
 ATTRIBUTES = re.compile(r"\{:?[ \t]*[#.][^{}\n]*\}")                 # inline { #id } or {: .class }
+REFERENCE = re.compile(r"^ {0,3}\[[^\]\n]+\]:[ \t]*\S+.*$")             # [name]: https://... (a link target)
+REF_LINK = re.compile(r"\[([^\[\]\n]+)\]\[[^\[\]\n]*\]")                # [text][name] -> text
+SHORTCUT = re.compile(r"\[([^\[\]\n]+)\]")
+AUTOLINK = re.compile(r"<((?:https?|mailto):[^<>\s]+)>")                 # <https://...> -> the address
 QUOTE = re.compile(r"^[ \t]*>[?!]?[ \t]?")                              # "> ", ">? " callouts
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$")
 LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])\s+")
@@ -157,7 +161,8 @@ def heading_text(raw: str) -> str:
 
 def plain(line: str) -> str:
     """Inline markup out: HTML tags, directives, and links kept as their text."""
-    return LINK.sub(r"\1", TAG.sub("", ATTRIBUTES.sub("", DIRECTIVE.sub("", line))))
+    line = AUTOLINK.sub(r"\1", ATTRIBUTES.sub("", DIRECTIVE.sub("", line)))
+    return REF_LINK.sub(r"\1", LINK.sub(r"\1", TAG.sub("", line)))
 
 
 def unwrap(lines: list[str]) -> list[str]:
@@ -195,6 +200,8 @@ def unwrap(lines: list[str]) -> list[str]:
             title = (rest.split("|", 1)[1].strip() if "|" in rest else
                      rest[rest.index("[") + 1:-1].strip() if "[" in rest and rest.endswith("]") else "")
             out += [title, ""] if title else [""]
+            while i + 1 < len(lines) and lines[i + 1].startswith(("    ", "\t")):
+                i += 1                               # "::: module.name" and its indented options
         else:
             out.append(line)
         i += 1
@@ -210,12 +217,15 @@ def read_markdown(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
     """
     lines = unwrap(COMMENT.sub("", text).splitlines())
     sections, path, blocks, para, kind = [], [], [], [], None      # path: [(level, title), ...]
+    targets = {m.group(0).strip()[1:].split("]:")[0].lower() for line in lines if (m := REFERENCE.match(line))}
+    shortcut = lambda found: found.group(1) if found.group(1).lower() in targets else found.group(0)
 
     def end_block():
         nonlocal para, kind
         if para:                                 # markup out only now: a tag may span lines
             joined = (" ".join(plain(" ".join(para)).split()) if kind == "text" else
                       "\n".join(" ".join(plain(item).split()) for item in para))
+            joined = SHORTCUT.sub(shortcut, joined)     # [docs_dir], a link by a target's name
             if joined.strip():
                 blocks.append((kind, joined.strip()))
         para, kind = [], None
@@ -252,8 +262,8 @@ def read_markdown(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
             header = para.pop()                      # the row above the rule is the header
             end_block()
             para, kind = [header.strip()], "table"
-        elif not line.strip() or SETEXT.match(line):
-            end_block()                              # a blank line, or a rule (---) on its own
+        elif not line.strip() or SETEXT.match(line) or REFERENCE.match(line):
+            end_block()                              # a blank line, a rule (---), a link target
         elif kind == "table" and "|" in line:
             para.append(line.strip())
         elif LIST_ITEM.match(line):

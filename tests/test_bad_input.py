@@ -106,6 +106,10 @@ ROWS = [
     ("lab/lab_tasks.py", "--backend nope", "invalid choice"),
     ("lab/lab_tasks.py", "--bogus", "unrecognized arguments"),
     ("lab/lab_tasks.py", "--backend minilm --model {missing}", "model folder not found"),
+    ("rag_devset.py", "--backend nope", "invalid choice"),
+    ("rag_devset.py", "--backend tfidf --docs {missing}", "not found"),
+    ("rag_devset.py", "--backend tfidf --questions {missing}", "gold file not found"),
+    ("rag_devset.py", "--backend tfidf --questions {file}", "not JSON"),
     # verify_bedrock_request.py takes no flags
     ("verify_bedrock_request.py", "--bogus", "unrecognized arguments"),
 ]

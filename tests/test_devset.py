@@ -1,0 +1,64 @@
+"""The development set (data/devset): what the reader makes of real documentation pages,
+retrieval by file, and the extractive answers, pinned as rag_devset.py prints them."""
+import json
+
+import pytest
+
+import rag_devset
+import rag_docs
+
+
+def test_the_questions_name_files_that_exist_and_phrases_those_files_contain():
+    import re
+    lines = rag_devset.DEVSET.joinpath("questions.jsonl").read_text().splitlines()
+    items = [json.loads(line) for line in lines]
+    answerable = [q for q in items if q.get("answerable", True)]
+    assert (len(answerable), len(items) - len(answerable)) == (38, 8)
+    for q in answerable:
+        for name in q["relevant"]:
+            text = (rag_devset.DEVSET / "docs" / name).read_text(encoding="utf-8")
+            assert all(re.search(p, text, re.I) for p in q["answer"]), (q["question"], name)
+
+
+@pytest.fixture(scope="module")
+def report():
+    """What `python rag_devset.py` prints (MiniLM), run once for these tests."""
+    import contextlib
+    import io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert rag_devset.main([]) == 0
+    return out.getvalue()
+
+
+def test_no_markup_is_left_in_the_chunks_and_none_is_cut(report):
+    table = report.split("== What the reader left in the chunks (0 is the goal) ==\n")[1]
+    counts = {name: int(n) for n, name in (line.split(None, 1) for line in table.split("\n\n")[0].splitlines())}
+    assert {k: v for k, v in counts.items() if k != "ten words or fewer"} == {
+        "heading attribute {#id}": 0, "admonition or tab marker": 0, "HTML tag or comment": 0,
+        "include or template directive": 0, "block quote marker": 0,
+        "link target or URL in brackets": 0, "code block on one line": 0,
+        "longer than the model reads": 0}
+    assert counts["ten words or fewer"] == 17          # one-line sections ("A detailed guide.")
+    assert report.startswith("19 files -> 937 chunks, backend=minilm\n"
+                             "most chunks: about/release-notes.md (378 of 937, 40%;")
+
+
+def test_retrieval_by_file_plain_and_with_context(report):
+    assert ("  variant   hit@1  hit@5  mrr@5\n"
+            "  plain     0.61   0.92   0.74\n"
+            "  context   0.76   1.00   0.88\n") in report
+
+
+def test_extractive_answers_as_judged_by_the_gold_phrases(report):
+    table = report.split("== Extractive answers (46 questions, top 3 chunks) ==\n")[1]
+    assert table.splitlines()[:6] == ["   12  right", "    2  partial", "   18  wrong",
+                                      "    6  refused (wrong)", "    5  refused (right)",
+                                      "    3  answered (wrong)"]
+
+
+def test_artefacts_are_counted_in_prose_not_in_code():
+    chunks = [{"text": "Set it:\n```html\n<div>{{ x }}</div>\n```"}, {"text": "Use <b>bold</b>."}]
+    counts = rag_devset.artefact_counts(chunks, lambda text: True)
+    assert counts["HTML tag or comment"] == 1 and counts["include or template directive"] == 0
+    assert rag_docs.document_chunks([{"doc_id": "a.md", "text": "# A\n\nx"}])[0]["text"] == "x"
