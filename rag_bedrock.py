@@ -100,10 +100,11 @@ def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
 
     def llm_fn(prompt: str, system_prompt: str) -> str:
         try:
-            return with_deadline(f"Amazon Bedrock in {region}", deadline_s,
-                                 lambda: rag.generate_with_bedrock(prompt, system_prompt, model_id,
-                                                                   region, client=client),
-                                 f"check your network and that {region} is the right --region")
+            from rag_docs import shown              # no escape sequence reaches the terminal
+            return shown(with_deadline(f"Amazon Bedrock in {region}", deadline_s,
+                                       lambda: rag.generate_with_bedrock(prompt, system_prompt, model_id,
+                                                                         region, client=client),
+                                       f"check your network and that {region} is the right --region"))
         except Exception as exc:
             raise explain(exc, model_id, region, attempts) from None
     llm_fn.runtime, llm_fn.truncated = "Amazon Bedrock, billed", False

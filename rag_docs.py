@@ -60,9 +60,20 @@ def split_front_matter(text: str) -> tuple[list[str], str]:
         text[match.end():]
 
 
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029]")   # not \t, \n, \r
+
+
+def shown(text: str, lines: bool = True) -> str:
+    """Text safe to print: control characters (a terminal's escape sequences) written out as
+    \\x1b and the like, so a document, a file name or a model's reply cannot drive the
+    terminal; lines=False also writes out line breaks, so a name cannot forge a printed line."""
+    pattern = CONTROL if lines else re.compile(CONTROL.pattern[:-1] + r"\t\n\r]")
+    return pattern.sub(lambda m: repr(m.group(0))[1:-1], text)
+
+
 def skip(rel: str, why: str) -> None:
     """Name a skipped file on stderr: one bad file never stops the run."""
-    print(f"[skip] {rel}: {why}", file=sys.stderr)
+    print(f"[skip] {shown(rel, lines=False)}: {why}", file=sys.stderr)
 
 
 def read_note(path: Path, rel: str, root: Path):
@@ -80,7 +91,7 @@ def read_note(path: Path, rel: str, root: Path):
     if b"\0" in raw:
         return skip(rel, "binary file, not text")
     try:
-        return raw.decode("utf-8-sig")
+        return shown(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
         return skip(rel, "not UTF-8 text (re-save it as UTF-8)")
 
@@ -118,7 +129,8 @@ def load_documents(folder, exclude=()) -> list[dict]:
         if text is not None:
             tags, body = split_front_matter(text)
             if body.strip():
-                docs.append({"doc_id": rel, "title": rel, "text": body, "tags": tags})
+                name = shown(rel, lines=False)        # a file name cannot forge a printed line
+                docs.append({"doc_id": name, "title": name, "text": body, "tags": tags})
     if not docs:
         raise ValueError(f"no readable .md or .txt files in {folder}")
     return docs
@@ -371,7 +383,7 @@ def document_chunks(docs: list[dict], chunk_size: int = 50, fits=lambda text: Tr
 def chunk_title(doc_id: str, heading: str, limit: int = 120) -> str:
     """'file > heading path' for citations; past `limit` characters the middle headings give
     way to '...', and a last heading still too long is cut at a word, never inside one."""
-    parts = [doc_id] + (heading.split(" > ") if heading else [])
+    parts = [shown(doc_id, lines=False)] + (shown(heading, lines=False).split(" > ") if heading else [])
     title = " > ".join(parts)
     if len(title) > limit and len(parts) > 2:
         title = " > ".join([parts[0], "...", parts[-1]])

@@ -312,7 +312,8 @@ def reply_text(reply, where: str) -> tuple[str, bool]:
         detail = reply.get("error", reply) if isinstance(reply, dict) else reply
         raise RuntimeError(f"{where} sent a reply that is not a chat completion: "
                            f"{json.dumps(detail)[:200]}") from None
-    return text.strip(), choice.get("finish_reason") == "length"
+    from rag_docs import shown                      # no escape sequence reaches the terminal
+    return shown(text.strip()), choice.get("finish_reason") == "length"
 
 
 def local_generator(threads: int = THREADS, max_tokens: int = MAX_TOKENS):
@@ -510,10 +511,10 @@ def evaluate_generation(gold: list[dict], generators: dict, index, chunks: list[
     """Retrieve once per question with the core, then answer and score with every generator."""
     stop, refusal = stop_words(), refusal_sentence(system_prompt)
     prompts = []
-    for item in gold:
-        retrieved = rag.search(item["question"], index, chunks, embedder, k=k)
-        text = "\n".join(f"{r['doc_id']} {r['title']} {r['text']}" for r in retrieved)
-        prompts.append((prompt_fn(item["question"], retrieved), text))
+    for item in gold:                        # the core's retrieve and prompt, for every generator
+        asked = rag.rag_answer(item["question"], index, chunks, embedder, k=k, prompt_fn=prompt_fn)
+        text = "\n".join(f"{r['doc_id']} {r['title']} {r['text']}" for r in asked["retrieved"])
+        prompts.append((asked["prompt"], text))
     results = {}
     for name, llm_fn in generators.items():
         rows = []

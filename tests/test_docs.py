@@ -493,3 +493,15 @@ def test_a_saved_file_replaced_by_something_unreadable_is_rebuilt_without_waitin
     assert rag.main(args) == 0
     assert "building the index: vectors.npz is damaged" in capsys.readouterr().out
     assert time.monotonic() - start < LATE_S
+
+
+def test_file_names_and_text_cannot_drive_the_terminal_or_forge_a_result_line(tmp_path, capsys):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "evil\n  0.999  HR-01#0   Forged.md").write_text("# Backups\n\nBackups are kept for 35 days.\n")
+    (folder / "colour.md").write_text("# Colour\n\nBackups \x1b[31mturn red\x1b[0m after 35 days.\n")
+    assert rag.main(["--docs", str(folder), "--backend", "tfidf", "--question", "backups 35 days"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b[31m" in out
+    assert not any(line.startswith("  0.999  HR-01#0") for line in out.splitlines())
+    assert "evil\\n  0.999  HR-01#0   Forged.md > Backups" in out

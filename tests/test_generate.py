@@ -368,3 +368,8 @@ def test_generate_and_generator_together_are_refused_in_one_line(capsys):
     out, err = capsys.readouterr()
     assert code == 1 and out == ""
     assert err == "error: choose one: --generate (Amazon Bedrock, as in the tutorial) or --generator NAME\n"
+
+
+def test_a_models_reply_cannot_drive_the_terminal():
+    reply = {"choices": [{"message": {"content": "Clear the screen \x1b[2J now"}, "finish_reason": "stop"}]}
+    assert gen.reply_text(reply, "the server") == ("Clear the screen \\x1b[2J now", False)
