@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from rag_retrieval import BM25_B, BM25_K1     # light: NumPy only at import
+import rag_cli
 
 # ---------------------------------------------------------------------------
 # Defaults
@@ -891,10 +892,7 @@ def run(args) -> None:
               f"{cache.path_for(embedder)}")
 
 
-def main(argv=None) -> int:
-    """Describe a collection (and cache its MiniLM vectors with --embed); errors are one line."""
-    from rag_cli import run_cli
-    return run_cli(run, parse_args(argv))
+main = rag_cli.main_for(run, parse_args)     # describe a collection; errors are one line
 
 
 if __name__ == "__main__":

@@ -79,6 +79,23 @@ def run_cli(work, *args) -> int:
     return status if isinstance(status, int) else 0
 
 
+def main_for(run, parse_args):
+    """A script's main(argv=None) -> exit status: its flags parsed, `run(args)` through
+    run_cli (one error path for every script)."""
+    def main(argv=None) -> int:
+        return run_cli(run, parse_args(argv))
+    main.__doc__ = f"`python {run.__module__}.py --help` lists the flags; errors are one line."
+    return main
+
+
+def refuse_empty(args, flags: tuple, what: str = "a value") -> None:
+    """ValueError if one of these flags was given as an empty string ("--docs ''")."""
+    for flag in flags:
+        value = getattr(args, flag)
+        if value is not None and not str(value).strip():
+            raise ValueError(f"--{flag} needs {what}, got an empty string")
+
+
 def leave(status: int) -> None:
     """Exit a command with `status`; after Ctrl-C, do not wait for worker threads (a model
     server, a stuck network call) that would keep the process alive."""

@@ -14,7 +14,6 @@ phrase the answer must contain, and 8 the pages cannot answer. Settings are tune
 on the tutorial's ten policies alone. Offline; MiniLM runs on this machine's cores.
 """
 
-import sys
 
 if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
     import rag_cli

@@ -723,10 +723,9 @@ def build_fenced_prompt(question: str, retrieved: list[dict]) -> str:
 # == For the command line (rag_cli.py) ====================================================
 def check_args(args) -> None:
     """--docs, --index and --eval: what can be checked before any slow work."""
+    from rag_cli import refuse_empty
     from rag_storage import check_writable
-    for flag in ("docs", "index", "eval"):
-        if getattr(args, flag) is not None and not getattr(args, flag).strip():
-            raise ValueError(f"--{flag} needs a path, got an empty string")
+    refuse_empty(args, ("docs", "index", "eval"), "a path")
     if args.docs is None and (args.index or args.eval or args.exclude):
         raise ValueError("--index, --eval and --exclude work with --docs FOLDER")
     if args.exclude and not all(pattern.strip() for pattern in args.exclude):

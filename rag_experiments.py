@@ -24,7 +24,6 @@ parts still run, and the output says which experiments were skipped and why.
 
 from __future__ import annotations
 
-import sys
 
 if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
     import rag_cli
@@ -37,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from rag_cli import run_cli
+import rag_cli
 from rag_retrieval import (BM25_B, BM25_K1, ROCCHIO_A, ROCCHIO_B, ROCCHIO_M, SEED, bm25_matrix,
                            bm25_scores, bootstrap_ci, evaluate_scores, hybrid_scores,
                            paired_bootstrap, per_question, reciprocal_rank_fusion, rocchio,
@@ -726,9 +725,7 @@ def run(args) -> None:
     run_experiments(letters, plot_dir=args.plot)
 
 
-def main(argv=None) -> int:
-    """Run the CLI; bad input becomes one line on stderr and exit status 1."""
-    return run_cli(run, parse_args(argv))
+main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import rag_from_scratch as rag
+import rag_cli
 from rag_retrieval import split_sentences
 
 BEDROCK = rag.defaults(rag.generate_with_bedrock)   # the placeholder model id and the region
@@ -734,10 +735,7 @@ def check_args(args) -> None:
         raise ValueError("--max-tokens and --threads must be at least 1")
 
 
-def main(argv=None) -> int:
-    """`python rag_generate.py --help` lists the flags."""
-    from rag_cli import run_cli
-    return run_cli(run, parse_args(argv))
+main = rag_cli.main_for(run, parse_args)     # `python rag_generate.py --help` lists the flags
 
 
 if __name__ == "__main__":

@@ -432,9 +432,8 @@ def print_variant(eval_set, retrieve, k: int, name: str) -> None:
 def check_args(args) -> None:
     """--hybrid, --rerank, --source, --tag, --context, --compare: the values, before slow work."""
     import rag_from_scratch as rag
-    for flag in ("source", "tag", "rerank"):
-        if getattr(args, flag) is not None and not getattr(args, flag).strip():
-            raise ValueError(f"--{flag} needs a value, got an empty string")
+    from rag_cli import refuse_empty
+    refuse_empty(args, ("source", "tag", "rerank"))
     if args.hybrid is not None:
         hybrid_setting(args.hybrid)
     if args.compare and args.docs and not args.eval:
