@@ -132,8 +132,7 @@ def chroma_client(persist: str | None = None, host: str | None = None, port: int
             raise RuntimeError(f"no Chroma server answers at {host}:{port} "
                                f"({type(exc).__name__}): {start}") from None
     if persist:
-        if not (Path(persist) / "chroma.sqlite3").is_file():   # a Chroma database is left as is
-            claim_folder(persist, "--persist")             # else: new, empty, or ours only
+        claim_folder(persist, "--persist")       # new, empty, or marked ours: a file's name proves nothing
         try:
             return chromadb.PersistentClient(path=persist, settings=settings)
         except Exception as exc:          # a file in the way, no permission, a missing parent

@@ -266,11 +266,12 @@ def test_foreign_chroma_collection_is_refused_and_left_untouched(tmp_path, capsy
     foreign = client.create_collection("kestrelwood_policies", metadata={"team": "search"},
                                        embedding_function=None)
     foreign.add(ids=["x"], embeddings=[[1.0, 0.0]], documents=["someone else's data"])
+    before = {p.name: p.read_bytes() for p in (tmp_path / "db").iterdir() if p.is_file()}
     code, lines, err = run_main(capsys, "--backend", "tfidf", "--persist", db)
-    assert code == 1 and err.count("\n") == 1
-    assert err.startswith("error: Chroma collection 'kestrelwood_policies' in the Chroma "
-                          f"persistent client at {db} was not created by this kit; it will not "
-                          "replace or delete it")
+    assert code == 1 and err.count("\n") == 1          # another tool's Chroma folder: not ours
+    assert err == (f"error: --persist {db} holds files the kit did not create; it will not touch "
+                   f"them: choose a new or empty folder\n")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "db").iterdir() if p.is_file()} == before
     kept = chromadb.PersistentClient(path=db).get_collection("kestrelwood_policies",
                                                              embedding_function=None)
     assert kept.get()["documents"] == ["someone else's data"]
@@ -681,3 +682,13 @@ def test_unreachable_or_silent_qdrant_server_is_one_line(silent_server, capsys, 
     assert err.splitlines()[-1] == (f"error: the Qdrant server at http://127.0.0.1:{silent_server}"
                                     f" did not answer within 1.5 s: check the URL and that the "
                                     f"server runs")
+
+
+def test_a_folder_with_someone_elses_chroma_sqlite3_is_refused_and_left_byte_for_byte(tmp_path, capsys):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "chroma.sqlite3").write_bytes(b"SQLite format 3\x00 my own data")
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--persist", str(theirs))
+    assert code == 1 and lines == [] and "holds files the kit did not create" in err
+    assert [(p.name, p.read_bytes()) for p in theirs.iterdir()] == [
+        ("chroma.sqlite3", b"SQLite format 3\x00 my own data")]
