@@ -27,8 +27,13 @@ its latency includes the round trip over a local socket. Encoded vectors are cac
 
 from __future__ import annotations
 
-import shutil
 import sys
+
+if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
+    import rag_cli
+    rag_cli.quiet_interrupts()
+
+import shutil  # noqa: E402
 import tempfile
 import time
 from pathlib import Path

@@ -145,8 +145,11 @@ def quiet(fn, *args) -> str:
     import io
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        if fn(*args) != 0:
-            raise RuntimeError("the indexing run failed")
+        status = fn(*args)
+    if status == 130:                        # Ctrl-C inside the run: the same for the benchmark
+        raise KeyboardInterrupt
+    if status != 0:
+        raise RuntimeError("the indexing run failed")
     return buffer.getvalue()
 
 

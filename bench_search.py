@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+import rag_cli  # noqa: E402
 import rag_from_scratch as rag
 from ir_test_collections import DEFAULT_COLLECTION, load_collection
 
@@ -385,20 +386,15 @@ def run(args) -> dict:
 def main(argv=None) -> int:
     """Run the benchmark; bad input becomes one line on stderr and exit status 1."""
     args = parse_args(argv)
-    try:
+
+    def work():
         check_args(args)
-        report = run(args)
-    except (ValueError, RuntimeError, OSError, MemoryError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    if args.json:
-        print(json.dumps(report, indent=1))
-    else:
-        print_report(report)
-    return 0
+        try:
+            report = run(args)
+        except MemoryError:
+            raise RuntimeError("out of memory: try smaller --sizes") from None
+        print(json.dumps(report, indent=1)) if args.json else print_report(report)
+    return rag_cli.run_cli(work)          # the one error path; Ctrl-C is let in here
 
 
 if __name__ == "__main__":

@@ -24,7 +24,12 @@ import json
 import os
 import re
 import sys
-from pathlib import Path
+
+if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
+    import rag_cli
+    rag_cli.quiet_interrupts()
+
+from pathlib import Path  # noqa: E402
 
 import numpy as np
 

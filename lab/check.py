@@ -27,7 +27,13 @@ import io
 import json
 import os
 import sys
-import textwrap
+
+if __name__ == "__main__":      # Ctrl-C while the imports below load: held until run_cli
+    import signal
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+import textwrap  # noqa: E402
 from pathlib import Path
 
 import numpy as np
@@ -610,8 +616,9 @@ def print_result(name: str, problem: str | None) -> None:
 
 def grade_and_print(args) -> int:
     """Grade the chosen module, print one line per function; return how many pass."""
-    if args.time_limit <= 0 or args.memory_mb <= 0:
-        raise ValueError("--time-limit and --memory-mb must be positive numbers")
+    if not (0 < args.time_limit <= 3600 and 0 < args.memory_mb <= 1_000_000):   # nan fails too
+        raise ValueError("--time-limit and --memory-mb must be positive numbers "
+                         "(at most 3600 seconds and 1,000,000 MB)")
     spec = module_spec(args.module)
     print(f"grading {describe(spec)}", flush=True)
     results = grade(spec, args.time_limit, args.memory_mb, report=print_result)

@@ -12,7 +12,13 @@ evaluator (rag_from_scratch.py); this file only changes the data and prints the 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+
+if __name__ == "__main__":      # Ctrl-C while the imports below load: held until run_cli
+    import signal
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # find rag_from_scratch.py
 

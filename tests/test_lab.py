@@ -368,6 +368,9 @@ def test_check_stops_an_endless_loop_at_the_time_limit(tmp_path):
     (["--module", "no_such_file.py"], "error: no file no_such_file.py to grade"),
     (["--module", "no_such_module"], "error: cannot load the module to grade: ModuleNotFoundError"),
     (["--time-limit", "0"], "error: --time-limit and --memory-mb must be positive numbers"),
+    (["--time-limit", "nan"], "error: --time-limit and --memory-mb must be positive numbers"),
+    (["--time-limit", "inf"], "error: --time-limit and --memory-mb must be positive numbers"),
+    (["--memory-mb", "99999999999999"], "error: --time-limit and --memory-mb must be positive numbers"),
 ])
 def test_check_bad_input_is_one_line_and_exit_1(argv, message, capsys):
     assert check.main(argv) == 1
