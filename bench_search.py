@@ -28,7 +28,6 @@ machine; compare the ratios measured side by side in one run.
 
 from __future__ import annotations
 
-import sys
 
 if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
     import rag_cli
