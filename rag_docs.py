@@ -81,13 +81,15 @@ def read_note(path: Path, rel: str, root: Path):
     try:
         if root not in path.resolve().parents:
             return skip(rel, "it points outside the folder (a link); not read")
+        if not path.resolve().is_file():                  # a link to a FIFO would wait for ever
+            return skip(rel, "not a regular file (a FIFO, a socket or a device); not read")
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
             return skip(rel, f"{size / 1e6:.1f} MB is over the {MAX_FILE_BYTES / 1e6:.0f} MB "
                              f"limit for one file (split it)")
         raw = path.read_bytes()
-    except OSError as exc:
-        return skip(rel, f"cannot be read ({exc.strerror or exc})")
+    except (OSError, RuntimeError) as exc:                # RuntimeError: a loop of links
+        return skip(rel, f"cannot be read ({getattr(exc, 'strerror', None) or exc})")
     if b"\0" in raw:
         return skip(rel, "binary file, not text")
     try:
@@ -96,14 +98,27 @@ def read_note(path: Path, rel: str, root: Path):
         return skip(rel, "not UTF-8 text (re-save it as UTF-8)")
 
 
+MAX_DEPTH = 32          # folders nested deeper than this are named and skipped
+
+
 def note_paths(root: Path) -> list[Path]:
-    """Every .md/.txt file under root, sorted; unreadable subfolders are named and skipped."""
-    def on_error(exc):
-        skip(Path(exc.filename).relative_to(root).as_posix() + "/", "folder cannot be read")
-    found = []
-    for folder, subfolders, files in os.walk(root, onerror=on_error):
-        subfolders.sort()
-        found += [Path(folder) / f for f in files if f.lower().endswith(SUFFIXES)]
+    """Every .md/.txt file under root, sorted. A folder that cannot be read, or lies deeper
+    than MAX_DEPTH, is named and skipped; links to folders are not followed (no loops)."""
+    found, todo = [], [root]
+    while todo:                                  # a list, not recursion: any depth is safe
+        folder = todo.pop()
+        rel = folder.relative_to(root).as_posix() + "/"
+        if len(folder.relative_to(root).parts) > MAX_DEPTH:
+            skip(rel, f"nested more than {MAX_DEPTH} folders deep")
+            continue
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            skip(rel, "folder cannot be read")
+            continue
+        todo += [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+        found += [Path(e.path) for e in entries
+                  if e.name.lower().endswith(SUFFIXES) and not e.is_dir(follow_symlinks=False)]
     return sorted(found)
 
 
@@ -125,7 +140,10 @@ def load_documents(folder, exclude=()) -> list[dict]:
         rel = path.relative_to(root).as_posix()
         if any(fnmatch.fnmatch(rel, pattern) for pattern in exclude or ()):
             continue
-        text = read_note(path, rel, root) if path.is_file() or path.is_symlink() else None
+        if not (path.is_file() or path.is_symlink()):          # a FIFO or a device named *.md
+            skip(rel, "not a regular file (a FIFO, a socket or a device); not read")
+            continue
+        text = read_note(path, rel, root)
         if text is not None:
             tags, body = split_front_matter(text)
             if body.strip():

@@ -41,6 +41,7 @@ BACKENDS = rag.Embedder.BACKENDS          # "auto", "minilm", "tfidf"
 MAX_TOKENS = 128          # longest answer the local and OpenAI-compatible generators may write
 THREADS = 1               # llama.cpp threads: 2 on a busy 2-core machine wait on each other
 LLM_TIMEOUT_S = 60.0      # one answer from an OpenAI-compatible server, connection included
+MAX_REPLY_BYTES = 8 << 20  # an answer's reply is kilobytes; a server sending more is cut off
 MIN_SUPPORT = 0.25        # extractive: refuse below this share of the question supported
                           # (chosen by leave-one-question-out; see --tune-refusal)
 FACT_WORDS = 50           # a fact counts only if stated this early (parroting the context does not)
@@ -369,7 +370,10 @@ def post_json(url: str, body: dict, api_key: str | None, timeout: float) -> dict
     request = urllib.request.Request(url, json.dumps(body).encode("utf-8"), headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            raw = response.read()
+            raw = response.read(MAX_REPLY_BYTES + 1)         # never more than that in memory
+        if len(raw) > MAX_REPLY_BYTES:
+            raise RuntimeError(f"{url} sent more than {MAX_REPLY_BYTES // 2**20} MB: not a chat "
+                               f"answer of {MAX_TOKENS} tokens; is --llm-url the right server?")
     except urllib.error.HTTPError as exc:
         detail = " ".join(exc.read(300).decode("utf-8", "replace").split())
         raise RuntimeError(f"{url} answered HTTP {exc.code} {exc.reason}: {detail or 'no detail'}") from None

@@ -505,3 +505,25 @@ def test_file_names_and_text_cannot_drive_the_terminal_or_forge_a_result_line(tm
     assert "\x1b" not in out and "\\x1b[31m" in out
     assert not any(line.startswith("  0.999  HR-01#0") for line in out.splitlines())
     assert "evil\\n  0.999  HR-01#0   Forged.md > Backups" in out
+
+
+def test_fifos_links_loops_and_deep_folders_are_named_and_skipped_never_waited_on(tmp_path, capsys):
+    import os
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "real.md").write_text("# Real\n\nBackups are kept for 35 days.\n")
+    os.mkfifo(folder / "pipe.md")                                   # opening it would wait
+    (folder / "to-pipe.md").symlink_to(folder / "pipe.md")
+    (folder / "loop.md").symlink_to(folder / "loop.md")             # a link to itself
+    (folder / "back").symlink_to(folder)                            # a folder loop
+    deep = folder
+    for i in range(rag_docs.MAX_DEPTH + 3):
+        deep = deep / "d"
+    deep.mkdir(parents=True)
+    (deep / "deep.md").write_text("# Deep\n\nToo far down.\n")
+    docs = rag_docs.load_documents(folder)
+    assert [d["doc_id"] for d in docs] == ["real.md"]
+    err = capsys.readouterr().err
+    assert "[skip] pipe.md: not a regular file" in err and "[skip] to-pipe.md: not a regular file" in err
+    assert "[skip] loop.md: cannot be read" in err
+    assert f"nested more than {rag_docs.MAX_DEPTH} folders deep" in err

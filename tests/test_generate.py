@@ -373,3 +373,31 @@ def test_generate_and_generator_together_are_refused_in_one_line(capsys):
 def test_a_models_reply_cannot_drive_the_terminal():
     reply = {"choices": [{"message": {"content": "Clear the screen \x1b[2J now"}, "finish_reason": "stop"}]}
     assert gen.reply_text(reply, "the server") == ("Clear the screen \\x1b[2J now", False)
+
+
+def test_an_endless_reply_is_cut_off_with_one_line_not_read_into_memory(monkeypatch):
+    """A server that streams bytes for ever: read up to the cap, then one line."""
+    monkeypatch.setattr(gen, "MAX_REPLY_BYTES", 1 << 20)
+
+    class Endless(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.send_response(200)
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(b"x" * 65536)
+            except OSError:
+                pass                                   # the client hung up: as it should
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Endless)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        remote = gen.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", timeout=LATE_S)
+        with pytest.raises(RuntimeError, match=r"sent more than 1 MB: not a chat answer"):
+            remote("hi", "be brief")
+    finally:
+        server.shutdown()
+        server.server_close()
