@@ -18,6 +18,7 @@ Three rules, used by the saved index, the embeddings cache and every vector stor
         digest = write_atomic(Path("my_index") / "chunks.json", b"[]")
 """
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -67,8 +68,9 @@ def claim_folder(folder, flag: str) -> Path:
     folder = refuse_foreign_folder(folder, flag)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        if not is_our_folder(folder):
-            write_atomic(folder / MARK_FILE, f"created by {OWNER}; safe to delete with the folder\n".encode())
+        if not is_our_folder(folder):            # "x": created once, even by two runs at once
+            with contextlib.suppress(FileExistsError), open(folder / MARK_FILE, "x") as mark:
+                mark.write(f"created by {OWNER}; safe to delete with the folder\n")
     except OSError as exc:
         raise ValueError(f"cannot write to {flag} {folder} ({exc.strerror or exc}): "
                          f"choose a folder you can write to") from None
@@ -125,6 +127,8 @@ def folder_lock(folder):
     except OSError as exc:
         raise ValueError(f"cannot lock {path} ({exc.strerror or exc})") from None
     try:
+        for left in Path(folder).glob(".*.partial"):   # a save killed mid-way left these: the
+            left.unlink(missing_ok=True)               # lock is ours, so no save is running
         yield Path(folder)
     finally:
         lock.release()

@@ -120,3 +120,22 @@ def test_a_lock_file_that_is_a_link_is_refused_and_nothing_is_created_where_it_p
         with rag_storage.folder_lock(folder):
             pass
     assert list(elsewhere.iterdir()) == []
+
+
+def test_two_runs_claiming_one_new_folder_at_once_both_succeed(tmp_path):
+    import concurrent.futures
+    for attempt in range(20):
+        folder = tmp_path / f"idx{attempt}"
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            claimed = list(pool.map(lambda _: rag_storage.claim_folder(folder, "--index"), range(2)))
+        assert claimed == [folder, folder]
+        assert [p.name for p in folder.iterdir()] == [rag_storage.MARK_FILE]
+
+
+def test_the_next_save_cleans_what_a_killed_save_left(tmp_path):
+    folder = rag_storage.claim_folder(tmp_path / "idx", "--index")
+    (folder / ".vectors.npy.abc123.partial").write_bytes(b"half a file")
+    with rag_storage.folder_lock(folder):
+        rag_storage.write_atomic(folder / "vectors.npy", b"whole")
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [rag_storage.MARK_FILE, rag_storage.LOCK_FILE, "vectors.npy"])
