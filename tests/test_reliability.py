@@ -265,3 +265,12 @@ def test_each_prompt_draws_a_new_tag_that_a_document_cannot_predict(notes):
     chunk = {"doc_id": "a.md", "title": "a.md", "text": "text"}
     tags = {rag_docs.build_fenced_prompt("q", [chunk]).split("<<BEGIN ", 1)[1][:16] for _ in range(5)}
     assert len(tags) == 5
+
+
+def test_a_bom_is_accepted_and_deep_json_is_named_by_file_and_line(tmp_path):
+    qa = tmp_path / "qa.jsonl"
+    qa.write_bytes('\ufeff{"question": "q?", "relevant": ["a.md"]}\n'.encode("utf-8"))
+    assert rag_docs.load_eval_file(qa) == [{"question": "q?", "relevant": {"a.md"}}]
+    qa.write_text('{"question": "q?", "relevant": ["a.md"]}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ValueError, match=r"qa.jsonl line 2: not JSON"):
+        rag_docs.load_eval_file(qa)
