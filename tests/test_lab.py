@@ -638,3 +638,7 @@ def test_a_buggy_search_is_blamed_not_the_correct_evaluate_retrieval_that_calls_
     results = check.grade(student_file(tmp_path, body, head))
     assert results["evaluate_retrieval"] is None, results["evaluate_retrieval"]
     assert results["search"] is not None and "at k=1 you returned scores [0.0], the best 1 are" in results["search"]
+
+
+def test_the_wheelhouse_is_never_committed():
+    assert "/wheelhouse/" in (ROOT / ".gitignore").read_text().splitlines()

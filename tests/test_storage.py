@@ -139,3 +139,10 @@ def test_the_next_save_cleans_what_a_killed_save_left(tmp_path):
         rag_storage.write_atomic(folder / "vectors.npy", b"whole")
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         [rag_storage.MARK_FILE, rag_storage.LOCK_FILE, "vectors.npy"])
+
+
+def test_progress_in_a_log_is_a_few_plain_lines_not_redrawn_frames(capsys):
+    assert list(rag_cli.progress(range(1000), 1000, "scoring", " settings")) == list(range(1000))
+    lines = capsys.readouterr().err.splitlines()            # pytest's stderr is not a terminal
+    assert lines[0] == "scoring: 100 of 1,000 settings" and lines[-1] == "scoring: 1,000 of 1,000 settings"
+    assert len(lines) == 10 and "\r" not in "".join(lines)
