@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from rag_cli import OneLineParser, run_cli
+from rag_cli import OneLineParser, leave, run_cli
 # The test-collection loader and its vector cache (one import, one place to rename).
 from ir_test_collections import CACHE_DIR, EmbeddingCache, load_collection
 
@@ -291,4 +291,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())     # a Ctrl-C while Python shuts down is one line too

@@ -103,7 +103,8 @@ def leave(status: int) -> None:
     sys.stderr.flush()
     if status == EXIT_INTERRUPTED:
         os._exit(status)
-    sys.exit(status)
+    signal.signal(signal.SIGINT, interrupted)   # the work is done: a Ctrl-C while Python shuts
+    sys.exit(status)                            # down is one line, never a traceback
 
 
 def with_deadline(what: str, seconds: float, work, check: str):

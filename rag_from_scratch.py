@@ -591,10 +591,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    import os
     sys.modules["rag_from_scratch"] = sys.modules["__main__"]   # companions import this module
     status = main()
     sys.stdout.flush()
-    if status == 130:                  # after Ctrl-C, leave without waiting on a model's threads
-        import os
-        os._exit(status)
-    sys.exit(status)
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))      # done: a late Ctrl-C just ends it
+    os._exit(status) if status == 130 else sys.exit(status)    # 130: no wait for a model's threads

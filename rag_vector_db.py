@@ -35,7 +35,7 @@ import numpy as np
 
 import rag_docs
 import rag_from_scratch as rag
-from rag_cli import OneLineParser, one_line, run_cli, with_deadline
+from rag_cli import OneLineParser, leave, one_line, run_cli, with_deadline
 from rag_storage import OWNER, claim_folder, is_our_store, refuse_foreign
 
 # The core's defaults, read from its function signatures (one source of truth).
@@ -669,4 +669,4 @@ def check_and_run(args) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())     # a Ctrl-C while Python shuts down is one line too

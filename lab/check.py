@@ -43,7 +43,7 @@ ROOT = LAB.parent
 sys.path.insert(0, str(ROOT))            # the given parts come from rag_from_scratch.py
 
 import rag_from_scratch as rag  # noqa: E402
-from rag_cli import OneLineParser, one_line, run_cli  # noqa: E402
+from rag_cli import OneLineParser, leave, one_line, run_cli  # noqa: E402
 
 STARTER = LAB / "starter.py"
 FUNCTIONS = ("chunk_text", "cosine_similarity", "search", "build_prompt", "evaluate_retrieval")
@@ -649,4 +649,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())     # a Ctrl-C while Python shuts down is one line too
