@@ -61,10 +61,12 @@ def quiet_interrupts() -> None:
 def run_cli(work, *args) -> int:
     """Run work(*args) for a command line; return its exit status: what work returns if it
     returns a number, else 0; 1 after an error (one line on stderr); 130 after Ctrl-C."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    held = bool(mask) and signal.SIGINT in mask(signal.SIG_BLOCK, [])   # a script, from start-up
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        if hasattr(signal, "pthread_sigmask"):     # a Ctrl-C held since start-up arrives here
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if held:                                   # a Ctrl-C held since start-up arrives here
+            mask(signal.SIG_UNBLOCK, {signal.SIGINT})
         status = work(*args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -75,6 +77,8 @@ def run_cli(work, *args) -> int:
     except BrokenPipeError:                  # `... | head` closed the pipe: not an error
         return 0
     finally:
+        if held:                    # a script: held again, so a Ctrl-C from here on reaches
+            mask(signal.SIG_BLOCK, {signal.SIGINT})     # leave(): one line, never a traceback
         sys.stdout.flush()
     return status if isinstance(status, int) else 0
 
@@ -103,8 +107,10 @@ def leave(status: int) -> None:
     sys.stderr.flush()
     if status == EXIT_INTERRUPTED:
         os._exit(status)
-    signal.signal(signal.SIGINT, interrupted)   # the work is done: a Ctrl-C while Python shuts
-    sys.exit(status)                            # down is one line, never a traceback
+    signal.signal(signal.SIGINT, interrupted)   # the work is done: a Ctrl-C from here, or one
+    if hasattr(signal, "pthread_sigmask"):      # held since run_cli, is one line and exit 130
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    sys.exit(status)
 
 
 def with_deadline(what: str, seconds: float, work, check: str):

@@ -595,5 +595,6 @@ if __name__ == "__main__":
     sys.modules["rag_from_scratch"] = sys.modules["__main__"]   # companions import this module
     status = main()
     sys.stdout.flush()
-    signal.signal(signal.SIGINT, lambda *_: os._exit(130))      # done: a late Ctrl-C just ends it
+    signal.signal(signal.SIGINT, lambda *_: os._exit(print("interrupted", file=sys.stderr) or 130))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else 0
     os._exit(status) if status == 130 else sys.exit(status)    # 130: no wait for a model's threads
