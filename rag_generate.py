@@ -380,7 +380,9 @@ def post_json(url: str, body: dict, api_key: str | None, timeout: float) -> dict
     except urllib.error.URLError as exc:
         raise RuntimeError(f"could not reach {url}: {exc.reason} (is the server running? "
                            f"`python rag_generate.py --serve` starts one)") from None
-    except (TimeoutError, OSError) as exc:
+    except TimeoutError as exc:          # the socket's own timeout: the same error as the deadline's
+        raise TimeoutError(f"{url} stopped answering: {exc}") from None
+    except OSError as exc:
         raise RuntimeError(f"{url} stopped answering: {exc}") from None
     try:
         return json.loads(raw)
