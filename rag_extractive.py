@@ -1,0 +1,207 @@
+"""
+rag_extractive.py: an answer with no model: the retrieved sentences that best match the question.
+
+    python rag_from_scratch.py --question "How much time off do new fathers get?" --generator extractive
+
+extractive_generator() returns an llm_fn(prompt, system_prompt) -> str, the shape rag_answer
+takes, so it stands where a language model would. It sees only what a model would see: the
+prompt. It reads the passages back out of it, picks the sentence that shares the most (rare)
+words with each part of the question, cites its source, and refuses with the system prompt's
+own sentence when too little of the question is supported. Deterministic, offline, no NumPy.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import rag_from_scratch as rag
+from rag_retrieval import split_sentences
+
+MIN_SUPPORT = 0.25        # refuse below this share of the question supported
+                          # (chosen by leave-one-question-out: `python rag_generate.py --tune-refusal`)
+
+
+# ---------------------------------------------------------------------------
+# Reading a prompt back: the extractive generator sees only what an LLM would see
+# ---------------------------------------------------------------------------
+def refusal_sentence(system_prompt: str) -> str | None:
+    """The sentence a system prompt says to reply with exactly, e.g. "I don't know based on ..."."""
+    match = re.search(r"reply exactly:\s*\"([^\"]+)\"", system_prompt or "", flags=re.I)
+    return match.group(1) if match else None
+
+
+TUTORIAL_PASSAGE = re.compile(r"^\[([^\]\n]+)\][^\n]*\n(.*?)(?=\n\n\[[^\]\n]+\][^\n]*\n|\Z)",
+                              flags=re.S | re.M)
+FENCED_PASSAGE = re.compile(r'^<<BEGIN (\w+) source="([^"\n]*)">>\n(.*?)\n<<END \1>>$',
+                            flags=re.S | re.M)
+
+
+def fenced_passages(context: str) -> list[tuple[str, str]]:
+    """(source, text) of each <<BEGIN TAG source="NAME">> ... <<END TAG>> block."""
+    return [(m.group(2), m.group(3)) for m in FENCED_PASSAGE.finditer(context)]
+
+
+def tutorial_passages(context: str) -> list[tuple[str, str]]:
+    """(doc_id, text) of each "[DOC-ID] title" block that build_prompt writes."""
+    context = context.split("Context:\n", 1)[-1]
+    return [(m.group(1), m.group(2).strip()) for m in TUTORIAL_PASSAGE.finditer(context)]
+
+
+def read_prompt(prompt: str) -> tuple[str, list[tuple[str, str]]]:
+    """Split a RAG prompt into its question and its (source, text) passages."""
+    context, found, tail = prompt.rpartition("\nQuestion: ")   # the last one: passages come first
+    if not found:
+        raise ValueError("the prompt has no 'Question:' line: build it with build_prompt "
+                         "or build_fenced_prompt")
+    question = tail.rsplit("\nAnswer:", 1)[0].strip()
+    return question, fenced_passages(context) or tutorial_passages(context)
+
+
+# ---------------------------------------------------------------------------
+# Words: stop words out, plurals folded, rare words weigh more
+# ---------------------------------------------------------------------------
+def stop_words() -> frozenset:
+    """scikit-learn's English stop words, the list the TF-IDF backend drops too."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+    return ENGLISH_STOP_WORDS
+
+
+def fold(word: str) -> str:
+    """Fold plurals and -ed/-ing so "booked" meets "book": fold("policies") -> "policy".
+
+    Lighter than the Porter2 stemmer BM25 uses (rag_retrieval.word_analyzer): with Porter2 the
+    refusal rule lets more unanswerable questions through (held-out 20/30 right, not 22/30).
+    """
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ed", "e"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            return word[:-len(suffix)]
+    return word
+
+
+def content_words(text: str, stop: frozenset) -> list[str]:
+    """Lower-cased, plural-folded words and numbers that are not stop words."""
+    words = re.findall(r"[a-z0-9]+", re.sub(r"'s\b", "", text.lower()))
+    return [fold(w) for w in words if w not in stop]
+
+
+def idf_weights(sentences: list[set]) -> dict:
+    """idf(t) = ln((1 + N) / (1 + df)) + 1 over the prompt's sentences; unseen words weigh most."""
+    df = {}
+    for words in sentences:
+        for w in words:
+            df[w] = df.get(w, 0) + 1
+    n = len(sentences)
+    return {w: math.log((1 + n) / (1 + d)) + 1 for w, d in df.items()} | {None: math.log(1 + n) + 1}
+
+
+# ---------------------------------------------------------------------------
+# The extractive generator
+# ---------------------------------------------------------------------------
+def question_parts(question: str, stop: frozenset) -> list[str]:
+    """A question joined by "and" has two parts when each side has content words of its own."""
+    parts = [p for p in re.split(r"\band\b", question, maxsplit=1)]
+    if len(parts) == 2 and all(len(content_words(p, stop)) >= 2 for p in parts):
+        return parts
+    return [question]
+
+
+def best_sentence(part_words: set, candidates: list[dict], idf: dict, skip: set) -> dict | None:
+    """The candidate whose words shared with the question weigh most (sum of IDF).
+
+    Ties go to the earlier sentence: the retriever's order, as a reader would start
+    with the first passage. (Dividing by sentence length lost 1 fact of 10: it favours
+    short sentences that share one common word.)
+    """
+    def score(c):
+        return sum(idf.get(w, idf[None]) for w in part_words & c["words"])
+    scored = [(score(c), -i, c) for i, c in enumerate(candidates) if c["text"] not in skip]
+    if not scored:
+        return None
+    best = max(scored, key=lambda t: (t[0], t[1]))
+    return best[2] if best[0] > 0 else None
+
+
+def support(question_words: set, chosen: list[dict], idf: dict) -> float:
+    """IDF-weighted share of the question's content words found in the chosen sentences."""
+    if not question_words:
+        return 0.0
+    found = set().union(*(c["words"] for c in chosen)) if chosen else set()
+    weight = lambda words: sum(idf.get(w, idf[None]) for w in words)
+    return weight(question_words & found) / weight(question_words)
+
+
+def passage_units(text: str) -> list[str]:
+    """A passage's sentences: a line break ends one too, and a fenced code block stays with
+    the sentence that introduces it ("Install it:" and the commands)."""
+    units, lines, i, title = [], text.split("\n"), 0, ""
+    while i < len(lines):
+        line = lines[i].strip()
+        if 0 < len(line.split()) <= 6 and not line.endswith((".", "!", "?", ":")) \
+                and i + 1 < len(lines) and not line.startswith(("```", "|", "-", "*")):
+            title, i = f"{title}{line}: ", i + 1          # a title line ("Version pin") leads
+            continue                                     # into the sentence after it
+        if lines[i].startswith("```"):
+            end = next((j for j in range(i + 1, len(lines)) if lines[j] == "```"), len(lines) - 1)
+            block = "\n".join(lines[i:end + 1])
+            if units:
+                units[-1] += "\n" + block
+            else:
+                units.append(block)
+            i = end + 1
+            continue
+        sentences = split_sentences(lines[i])
+        if sentences:
+            units += [title + sentences[0], *sentences[1:]]
+            title = ""
+        i += 1
+    return units
+
+
+def candidate_sentences(passages: list[tuple[str, str]], stop: frozenset) -> list[dict]:
+    """Every distinct sentence of the passages, in retrieval order, with its source and words.
+    Square brackets inside a sentence become round ones: only the generator cites."""
+    seen, out = set(), []
+    for source, text in passages:
+        for sentence in passage_units(text.replace("[", "(").replace("]", ")")):
+            if sentence not in seen:
+                seen.add(sentence)
+                out.append({"source": source, "text": sentence, 
+                            "words": set(content_words(sentence, stop))})
+    return out
+
+
+def extract_answer(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT,
+                   min_support: float = MIN_SUPPORT) -> str:
+    """Answer with the best-matching retrieved sentence per question part, each with [source].
+
+    Refuses with the system prompt's own refusal sentence when no sentence shares a word
+    with the question, or when less than `min_support` of the question is supported.
+    """
+    stop = stop_words()
+    question, passages = read_prompt(prompt)
+    candidates = candidate_sentences(passages, stop)
+    idf = idf_weights([c["words"] for c in candidates])
+    chosen = []
+    for part in question_parts(question, stop):
+        pick = best_sentence(set(content_words(part, stop)), candidates, idf,
+                             {c["text"] for c in chosen})
+        if pick is not None:
+            chosen.append(pick)
+    refusal = refusal_sentence(system_prompt) or "The documents do not answer this question."
+    if not chosen or support(set(content_words(question, stop)), chosen, idf) < min_support:
+        return refusal
+    return " ".join(f"{c['text']} [{c['source']}]" for c in chosen)
+
+
+def extractive_generator(min_support: float = MIN_SUPPORT):
+    """llm_fn with no model: deterministic, numpy-free, answers from the prompt's own passages."""
+    def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
+        return extract_answer(prompt, system_prompt, min_support)
+    llm_fn.runtime, llm_fn.truncated = "no model", False
+    return llm_fn
+

