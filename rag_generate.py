@@ -197,42 +197,48 @@ def is_right(answer: str, item: dict, refusal: str) -> bool:
     return answer.strip() == refusal
 
 
-def tune_refusal(gold: list[dict], prompt_sets: list[list[str]],
-                 system_prompt: str = rag.SYSTEM_PROMPT, grid=SUPPORT_GRID) -> dict:
-    """Leave one question out: pick min_support on the others, judge it on the one left out.
+def tune_refusal(cases: list[dict], grid=SUPPORT_GRID) -> dict:
+    """Leave one question out: pick min_support on the other questions, judge the one left out.
 
-    prompt_sets holds one prompt per gold question for each retrieval backend; a question
-    is left out with all its prompts. Ties go to the smaller threshold.
+    A case is {"item": gold item, "prompt": ..., "system": system prompt, "question": key}; a
+    question asked with two backends is left out with both prompts. Ties: the smaller threshold.
     """
-    refusal = refusal_sentence(system_prompt)
     sweep = {}
     for t in grid:
-        answers = [[extract_answer(ps[i], system_prompt, t) for ps in prompt_sets]
-                   for i in range(len(gold))]
-        sweep[t] = {"right": [sum(is_right(a, item, refusal) for a in answers[i])
-                              for i, item in enumerate(gold)],
-                    "refused": [sum(a == refusal for a in answers[i]) for i in range(len(gold))]}
+        answers = [extract_answer(c["prompt"], c["system"], t) for c in cases]
+        refusals = [refusal_sentence(c["system"]) for c in cases]
+        sweep[t] = {"right": [is_right(a, c["item"], r) for a, c, r in zip(answers, cases, refusals)],
+                    "refused": [a == r for a, r in zip(answers, refusals)]}
     picks, held_out = [], 0
-    for i in range(len(gold)):
-        t = max(grid, key=lambda t: (sum(sweep[t]["right"]) - sweep[t]["right"][i], -t))
+    for key in dict.fromkeys(c["question"] for c in cases):
+        out = [c["question"] == key for c in cases]
+        t = max(grid, key=lambda t: (sum(r for r, o in zip(sweep[t]["right"], out) if not o), -t))
         picks.append(t)
-        held_out += sweep[t]["right"][i]
-    return {"sweep": sweep, "picks": picks, "held_out": held_out,
-            "total": len(gold) * len(prompt_sets)}
+        held_out += sum(r for r, o in zip(sweep[t]["right"], out) if o)
+    return {"sweep": sweep, "picks": picks, "held_out": held_out, "total": len(cases)}
 
 
-def format_tuning(result: dict, gold: list[dict]) -> str:
+def format_tuning(result: dict, cases: list[dict]) -> str:
     """The threshold sweep (right answers, refusals) and the leave-one-out estimate."""
-    total, ok = result["total"], [g["answerable"] for g in gold]
+    ok = [c["item"]["answerable"] for c in cases]
     lines = [f"{'min_support':>11}  {'right':>5}  {'refused answerable':>18}  {'refused unanswerable':>20}"]
     for t, s in result["sweep"].items():
         wrong_refusals = sum(r for r, a in zip(s["refused"], ok) if a)
         good_refusals = sum(r for r, a in zip(s["refused"], ok) if not a)
         lines.append(f"{t:>11.2f}  {sum(s['right']):>5}  {wrong_refusals:>18}  {good_refusals:>20}")
     picked = ", ".join(f"{t:.2f}" for t in sorted(set(result["picks"])))
-    lines.append(f"leave-one-question-out: {result['held_out']}/{total} right on held-out questions "
-                 f"(thresholds picked: {picked})")
+    lines.append(f"leave-one-question-out: {result['held_out']}/{result['total']} right on held-out "
+                 f"questions (thresholds picked: {picked})")
     return "\n".join(lines)
+
+
+def tuning_cases(gold: list[dict], chunks: list[dict], prompt_fn, system: str, embedder,
+                 k: int, name: str) -> list[dict]:
+    """One case per question: the prompt the generator would see (the core's retrieve, k chunks)."""
+    index = rag.build_index(chunks, embedder)
+    return [{"item": g, "system": system, "question": (name, g["question"]),
+             "prompt": rag.rag_answer(g["question"], index, chunks, embedder, k=k,
+                                      prompt_fn=prompt_fn)["prompt"]} for g in gold]
 
 
 # ---------------------------------------------------------------------------
@@ -313,17 +319,26 @@ def run(args) -> None:
 
 
 def print_tuning(gold: list[dict], args) -> None:
-    """Sweep the extractive refusal threshold over prompts from both retrieval backends."""
+    """Sweep the extractive refusal threshold: the gold file on both backends, and (without
+    --docs) the development set's 46 questions on MiniLM, so the choice rests on real pages too."""
     chunks, prompt_fn, system = corpus_setup(args)
-    prompt_sets = []
+    k = min(args.k, len(chunks))
+    cases = []
     for backend in ("tfidf", "minilm"):
-        embedder = rag.Embedder(backend)
-        index = rag.build_index(chunks, embedder)
-        k = min(args.k, len(chunks))
-        prompt_sets.append([prompt_fn(g["question"], rag.search(g["question"], index, chunks, embedder, k=k))
-                            for g in gold])
-    print(f"extractive refusal threshold on {len(gold)} questions x 2 backends (tfidf, minilm), k={k}")
-    print(format_tuning(tune_refusal(gold, prompt_sets, system), gold))
+        cases += tuning_cases(gold, chunks, prompt_fn, system, rag.Embedder(backend), k, "gold")
+    where = f"{len(gold)} questions x 2 backends (tfidf, minilm)"
+    if not args.docs:
+        import rag_docs
+        from rag_devset import DEVSET
+        devset = load_gold(DEVSET / "questions.jsonl")
+        embedder = rag.Embedder("minilm")
+        pages = rag_docs.document_chunks(rag_docs.load_documents(DEVSET / "docs"),
+                                         fits=rag_docs.model_fits(embedder))
+        cases += tuning_cases(devset, pages, rag_docs.build_fenced_prompt,
+                              rag_docs.DOCS_SYSTEM_PROMPT, embedder, k, "devset")
+        where += f" + {len(devset)} development-set questions (minilm)"
+    print(f"extractive refusal threshold on {where}, k={k}")
+    print(format_tuning(tune_refusal(cases), cases))
 
 
 main = rag_cli.main_for(run, parse_args)     # `python rag_generate.py --help` lists the flags
