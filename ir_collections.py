@@ -113,14 +113,13 @@ def parse_relevance(path: Path) -> list[tuple[str, str, float]]:
     varying = [c for c in range(2, len(rows[0])) if len({row[c] for row in rows}) > 1]
     triples = []
     for number, row in enumerate(rows, 1):
+        raw = row[varying[-1]] if varying else "1"
         try:
-            grade = float(row[varying[-1]]) if varying else 1.0
+            grade = float(raw)
         except ValueError:
-            raise ValueError(f"{path.name} line {number}: grade {row[varying[-1]]!r} is not "
-                             f"a number") from None
+            raise ValueError(f"{path.name} line {number}: grade {raw!r} is not a number") from None
         if not math.isfinite(grade):
-            raise ValueError(f"{path.name} line {number}: grade {row[varying[-1]]!r} is not "
-                             f"a finite number")
+            raise ValueError(f"{path.name} line {number}: grade {raw!r} is not a finite number")
         triples.append((row[0], row[1], grade))
     return triples
 

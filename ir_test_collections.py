@@ -57,7 +57,7 @@ def query_metrics(scores: np.ndarray, doc_ids: list[str], relevant: list[dict],
 
 
 def fold_of_each_query(n: int, folds: int = FOLDS, seed: int = CV_SEED) -> np.ndarray:
-    """Fold number of each query: a seeded shuffle dealt out in turn, so fold sizes differ by <= 1."""
+    """Fold of each query: a seeded shuffle dealt out in turn, so fold sizes differ by <= 1."""
     if not 2 <= folds <= n:
         raise ValueError(f"cross-validation needs at least 2 judged queries, the collection "
                          f"has {n}" if n < 2 else
@@ -105,8 +105,8 @@ def score_inputs(collection: dict, minilm=None, cache=None) -> dict:
     except RuntimeError as exc:                       # snowballstemmer is not installed
         print(f"[info] {exc}: the stemmed BM25 rows are left out", file=sys.stderr)
     if minilm:
-        encode = (lambda texts, what: cache.encode(minilm, texts, what)) if cache else \
-            (lambda texts, what: minilm.encode(texts))
+        def encode(texts, what):
+            return cache.encode(minilm, texts, what) if cache else minilm.encode(texts)
         vectors, whole = encode(inputs["texts"], "documents"), encode(inputs["questions"], "queries")
         # A long question read whole and sentence by sentence: the mean of the two unit vectors.
         sentences = [split_sentences(q) or [q] for q in inputs["questions"]]
@@ -139,7 +139,7 @@ def bm25_feedback(inputs: dict, weights, first: np.ndarray, b: float, m: int) ->
 
 def settings(inputs: dict) -> list[tuple]:
     """Every (method, setting, scores) cross-validation may choose from; scores() computes
-    that setting's (queries x docs) scores when called, so one matrix is held at a time."""
+    that setting's (queries x docs) scores when called."""
     from functools import cache, lru_cache, partial
     from itertools import product
     from rag_retrieval import (hybrid_scores, minmax, neighbour_smoothed, reciprocal_rank_fusion,
@@ -251,10 +251,7 @@ def fixed_methods(inputs: dict):
 
 
 def peer_methods(inputs: dict):
-    """Yield (name, scores) of the same retrieval by widely used libraries, as a reference:
-    scikit-learn's TfidfVectorizer, rank_bm25's BM25Okapi on lower-cased words split at
-    spaces, sentence-transformers' all-MiniLM-L6-v2 (our Embedder runs it: same vectors), and
-    0.5 * TF-IDF cosine + 0.5 * MiniLM cosine."""
+    """Yield (name, scores) of the same retrieval by widely used libraries, as a reference."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     vectorizer = TfidfVectorizer(stop_words="english", ngram_range=(1, 2))
     matrix = vectorizer.fit_transform(inputs["texts"])
@@ -286,13 +283,8 @@ def summary(metrics: np.ndarray, k: int, seconds: float, **extra) -> dict:
 
 def evaluate_collection(collection: dict, minilm=None, cache=None, k: int = CUTOFF,
                         folds: int = FOLDS, seed: int = CV_SEED) -> dict:
-    """hit@1, recall@k, MRR@k, nDCG@k (with a 95% interval) and seconds of each method.
-
-    Fixed methods and the peer libraries are scored once. Methods with settings ("cv: ...")
-    choose them by `folds`-fold cross-validation over queries (seed `seed`): each fold is
-    scored with the setting that did best on the other folds. The best single setting on all
-    queries is reported too, labelled as the in-sample curiosity it is.
-    """
+    """hit@1, recall@k, MRR@k, nDCG@k (with a 95% interval) and seconds of each method: the
+    fixed ones, the peers, the "cv: ..." rows and the in-sample best (a curiosity, not a result)."""
     from rag_cli import progress                 # on stderr, never in the table
     start = time.perf_counter()
     print(f"counting the words of {len(collection['docs']):,} documents (TF-IDF, stemmed BM25)"
@@ -357,11 +349,9 @@ def print_header(collection: dict) -> None:
     sys.stdout.flush()
 
 
-def print_collection(results: dict, collection: dict | None = None, k: int = CUTOFF) -> None:
+def print_collection(results: dict, k: int = CUTOFF) -> None:
     """One aligned line per method, the settings each fold chose, and the best against the peers."""
     from rag_retrieval import paired_bootstrap
-    if collection:
-        print_header(collection)
     width = max(map(len, results)) + 2
     print(f"{'method':<{width}}hit@1  recall@{k}  mrr@{k}  ndcg@{k}  [95% interval]  seconds")
     for name, r in results.items():
@@ -371,8 +361,8 @@ def print_collection(results: dict, collection: dict | None = None, k: int = CUT
     cv_rows = {name: r for name, r in results.items() if r["kind"] == "cv"}
     if cv_rows:
         some = next(iter(cv_rows.values()))
-        print(f"\ncv rows: {some['folds']}-fold cross-validation over queries (seed {some['seed']}); "
-              f"settings chosen by nDCG@{k} on the other folds:")
+        print(f"\ncv rows: {some['folds']}-fold cross-validation over queries "
+              f"(seed {some['seed']}); settings chosen by nDCG@{k} on the other folds:")
         for name, r in cv_rows.items():
             print(f"  {name[4:]} ({r['settings']} settings): {' | '.join(r['chosen'])}")
     if "in-sample best (curiosity)" in results:
@@ -382,18 +372,15 @@ def print_collection(results: dict, collection: dict | None = None, k: int = CUT
     if ratio:
         cv, peer, x = ratio
         print(f"best cross-validated ({cv}) / best peer ({peer}): {x:.2f}x")
-        diff = paired_bootstrap(results[peer]["per_query_ndcg"], results[cv]["per_query_ndcg"])
-        d, lo, hi = diff
+        d, lo, hi = paired_bootstrap(results[peer]["per_query_ndcg"], results[cv]["per_query_ndcg"])
         verdict = "could be chance" if lo <= 0 <= hi else "holds across resamples"
         print(f"  ndcg@{k}, {cv} minus {peer}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}]  ({verdict})")
 
 
 def run_collection(path: str, as_json: bool = False, cache_folder=CACHE_DIR,
                    minilm=None, grades: str = "auto", before_model=None) -> dict:
-    """Load a test collection, score every method, and print a table (or one JSON object).
-
-    before_model: called once the flags and files are checked, before MiniLM loads (the CLI
-    imports the model's libraries there)."""
+    """Load a test collection, score every method, and print a table (or one JSON object);
+    before_model() runs once the flags and files are checked, before MiniLM loads."""
     import rag_from_scratch as rag
     cache = EmbeddingCache(cache_folder)           # a folder not ours, or unwritable: now
     collection = load_collection(path, grades)
@@ -440,13 +427,13 @@ def describe(col: dict) -> None:
 
 
 def import_model_libraries() -> None:
-    """For command lines: import sentence-transformers and PyTorch now, saying so, with Ctrl-C
-    ending the process at once. An interrupt raised inside Python's import machinery can be
-    swallowed (the run would go on); a bare exit mid-import is safe, nothing is written yet."""
+    """Import sentence-transformers and PyTorch now, saying so; Ctrl-C exits at once (inside
+    Python's import machinery it could be swallowed, and nothing is written yet)."""
     import importlib.util
     import signal
     from rag_cli import interrupted
-    if "sentence_transformers" in sys.modules or not importlib.util.find_spec("sentence_transformers"):
+    if "sentence_transformers" in sys.modules or not importlib.util.find_spec(
+            "sentence_transformers"):
         return                                     # loaded already, or the model cannot load
     print("importing sentence-transformers and PyTorch ...", file=sys.stderr, flush=True)
     previous = signal.signal(signal.SIGINT, interrupted)
