@@ -135,7 +135,7 @@ def grade_reading(grades: list[float], reading: str = "auto") -> str:
 
 
 def gain(grade: float, reading: str) -> float:
-    """nDCG gain of one grade: gain(2, "higher") -> 2, gain(2, "binary") -> 1, gain(-1, ...) -> 0."""
+    """nDCG gain of a grade: gain(2, "higher") -> 2, gain(2, "binary") -> 1, gain(-1, ...) -> 0."""
     if grade <= 0:
         return 0
     return 1 if reading == "binary" else grade

@@ -107,7 +107,8 @@ def score_inputs(collection: dict, minilm=None, cache=None) -> dict:
     if minilm:
         def encode(texts, what):
             return cache.encode(minilm, texts, what) if cache else minilm.encode(texts)
-        vectors, whole = encode(inputs["texts"], "documents"), encode(inputs["questions"], "queries")
+        vectors = encode(inputs["texts"], "documents")
+        whole = encode(inputs["questions"], "queries")
         # A long question read whole and sentence by sentence: the mean of the two unit vectors.
         sentences = [split_sentences(q) or [q] for q in inputs["questions"]]
         encoded = iter(encode([s for group in sentences for s in group], "query sentences"))
