@@ -42,8 +42,9 @@ import numpy as np
 
 import rag_from_scratch as rag
 from rag_cli import OneLineParser, leave, run_cli
-# The test-collection loader and its vector cache (one import, one place to rename).
-from ir_test_collections import CACHE_DIR, EmbeddingCache, load_collection
+# The test-collection loader and the vector cache.
+from embedding_cache import CACHE_DIR, EmbeddingCache
+from ir_collections import load_collection
 
 HERE = Path(__file__).resolve().parent
 COLLECTION = HERE / "data" / "cisi"

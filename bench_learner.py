@@ -79,7 +79,7 @@ def bench_build(repeats: int = 1, abstracts: int = 1460) -> dict:
     """Seconds to encode CISI's abstracts with 1 thread and with every core, idle and busy."""
     import torch
     import rag_from_scratch as rag
-    from ir_test_collections import DEFAULT_COLLECTION, load_collection
+    from ir_collections import DEFAULT_COLLECTION, load_collection
     texts = [d["text"] for d in load_collection(DEFAULT_COLLECTION)["docs"]][:abstracts]
     model = rag.Embedder("minilm").model
     cores = os.cpu_count() or 1

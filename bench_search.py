@@ -42,7 +42,7 @@ import numpy as np
 
 import rag_cli  # noqa: E402
 import rag_from_scratch as rag
-from ir_test_collections import DEFAULT_COLLECTION, load_collection
+from ir_collections import DEFAULT_COLLECTION, load_collection
 
 # The core's defaults, read from its function signatures (one source of truth).
 CHUNK_SIZE = rag.defaults(rag.build_chunks)["chunk_size"]   # the tutorial's 50 words

@@ -663,7 +663,8 @@ def save(fig, path: Path) -> str:
 # ---------------------------------------------------------------------------
 def parse_args(argv=None):
     """Command-line flags; every default comes from the block at the top of the file."""
-    from ir_test_collections import CACHE_DIR, GRADE_READINGS
+    from embedding_cache import CACHE_DIR
+    from ir_collections import GRADE_READINGS
     from rag_cli import OneLineParser
     p = OneLineParser(description="Measure what each RAG setting does to retrieval: "
                                             "the tutorial's experiments A-J, or a test collection.")
@@ -715,7 +716,8 @@ def run(args) -> None:
     from ir_test_collections import import_model_libraries
     check_flags(args)
     if args.collection:
-        from ir_test_collections import CACHE_DIR, run_collection
+        from embedding_cache import CACHE_DIR
+        from ir_test_collections import run_collection
         run_collection(args.collection, args.json, args.cache or CACHE_DIR, grades=args.grades,
                        before_model=import_model_libraries)
         return

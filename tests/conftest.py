@@ -18,7 +18,7 @@ LATE_S = 15
 sys.path.insert(0, str(ROOT))
 
 import rag_from_scratch as rag  # noqa: E402
-from ir_test_collections import DEFAULT_COLLECTION  # noqa: E402
+from ir_collections import DEFAULT_COLLECTION  # noqa: E402
 
 # CISI as the repository carries it (data/cisi); until that copy is merged, the shared one
 # beside the checkout. Tests only: the scripts themselves default to data/cisi.

@@ -309,11 +309,3 @@ def test_repeated_texts_are_encoded_once_and_counted(minilm, tmp_path):
     vectors = cache.encode(minilm, TEXTS + TEXTS[:1])
     assert (cache.misses, cache.repeats, cache.hits) == (3, 1, 0)
     np.testing.assert_array_equal(vectors[0], vectors[3])
-
-
-def test_the_progress_bar_counts_every_setting_the_grids_yield(minilm):
-    from test_collection import TINY
-    inputs = rc.score_inputs(TINY, minilm)
-    assert rc.grid_size(inputs) == sum(1 for _ in rc.grids(inputs))
-    del inputs["minilm"]
-    assert rc.grid_size(inputs) == sum(1 for _ in rc.grids(inputs))

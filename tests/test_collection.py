@@ -1,6 +1,6 @@
-"""ir_test_collections.py: the loader on real CISI and on small collections that hold the
-format's traps, grade readings, the on-disk embedding cache with the real MiniLM model, and
-the cross-validated evaluation (by hand on a tiny collection, then on CISI)."""
+"""ir_collections.py on real CISI and on small collections that hold the format's traps, grade
+readings, embedding_cache.py with the real MiniLM model, and ir_test_collections.py's
+cross-validated evaluation (by hand on a tiny collection, then on CISI)."""
 import json
 import math
 import os
@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import ir_collections as ic
 import ir_test_collections as rc
 import rag_experiments as rx
 import rag_from_scratch as rag
 import rag_storage
-from ir_test_collections import EmbeddingCache, load_collection
+from embedding_cache import CACHE_DIR, EmbeddingCache, text_key
+from ir_collections import load_collection
 
 from conftest import CISI
 
@@ -26,12 +28,11 @@ def write(folder, files: dict, newline="\n"):
     return folder
 
 
-# A SMART collection with the traps: ids "001" vs "1", ".T " with a trailing space, fields over
-# several lines, indented and space-padded lines, two .A fields, .X and .K blocks, an abstract
-# that repeats its title (Cranfield), a document with no title, and a query file whose ids
-# (1, 4, 9, 12) are not the numbers the relevance file uses (positions 1, 2, 3).
+# A SMART collection with CISI's traps: ".T " with a trailing space, fields over several lines,
+# indented and space-padded lines, two .A fields, .X and .K blocks, an abstract that repeats its
+# title, a document with no title, and query ids (1, 4, 9, 12) that are not 1, 2, 3.
 TOY_DOCS = """\
-.I 001
+.I 1
 .T 
 Solar panels   
 on roofs
@@ -61,40 +62,39 @@ they move heat from cold air into warm rooms .
 .I 4
 .W
 Batteries store electricity for the night.
-.I 005
+.I 5
 .T
 Tidal power
 .W
 Tidal power uses the rise and fall of the sea.
 """
 TOY_QUERIES = """\
-.I 001
+.I 1
 .W
 How do solar panels
 make electricity?
-.I 004
+.I 4
 .W
 Which machines use the wind?
-.I 009
+.I 9
 .T
 Storage
 .W
 How is energy stored?
-.I 012
+.I 12
 .W
 A query nobody judged.
 """
-# Cranfield style: "query doc grade", queries numbered by position, -1 = of no interest,
-# and one document (99) that is not in the collection. Named TOY.REL, its grades are read
-# as "higher is more relevant"; named cranqrel, as Cleverdon's codes (1 = most relevant).
+# Graded: "query doc grade", read as "higher is more relevant", a grade -1 (not relevant),
+# and one document (99) that is not in the collection.
 TOY_QRELS = """\
 1 1 2
 1 3 1
-2 2 4
-2 5 -1
-3 4 1
-3 1 3
-3 99 2
+4 2 4
+4 5 -1
+9 4 1
+9 1 3
+9 99 2
 """
 
 
@@ -123,8 +123,8 @@ def test_cisi_counts_documents_queries_judged_queries_and_pairs():
     col = load_collection(CISI)
     assert col["counts"] == {"docs": 1460, "queries": 112, "judged_queries": 76, "pairs": 3114}
     assert len(col["docs"]) == 1460 and len(col["queries"]) == 112 and len(col["qrels"]) == 76
-    assert col["files"] == {"documents": ["CISI.ALL"], "queries": ["CISI.QRY"],
-                            "relevance": ["CISI.REL"]}
+    assert col["files"] == {"documents": "CISI.ALL", "queries": "CISI.QRY",
+                            "relevance": "CISI.REL"}
     # The "1,458 of 1,460" a first --embed run encodes: two abstracts are printed twice.
     assert col["notes"] == ["2 documents repeat an earlier document's text word for word "
                             "(1440 = 234, 1447 = 1084): 1,458 distinct texts, so a repeat gets "
@@ -167,18 +167,18 @@ def test_cisi_queries_and_qrels_line_up():
 # ---------------------------------------------------------------------------
 def test_toy_documents_join_multiline_fields_and_keep_only_title_and_abstract(toy):
     docs = {d["doc_id"]: d for d in load_collection(toy)["docs"]}
-    assert list(docs) == ["1", "2", "3", "4", "5"]                  # "001" -> "1"
+    assert list(docs) == ["1", "2", "3", "4", "5"]
     assert docs["1"] == {"doc_id": "1", "title": "Solar panels on roofs",
                          "text": "Solar panels on roofs\nSolar panels turn light into "
                                  "electricity. They work best facing south."}
     assert docs["2"]["text"] == "Wind turbines\nTheir blades turn moving air into electricity."
-    # Cranfield style: the abstract starts with the title, so the title is not added again
+    # As in 12 CISI documents, the abstract starts with the title: it is not added again
     assert docs["3"]["text"] == "heat pumps . they move heat from cold air into warm rooms ."
     assert docs["4"] == {"doc_id": "4", "title": "",
                          "text": "Batteries store electricity for the night."}
 
 
-def test_toy_relevance_numbered_by_position_is_mapped_to_query_ids(toy):
+def test_toy_relevance_grades_become_gains_with_notes_on_what_was_dropped(toy):
     col = load_collection(toy)
     assert [q["qid"] for q in col["queries"]] == ["1", "4", "9", "12"]
     assert col["queries"][0]["text"] == "How do solar panels make electricity?"
@@ -188,30 +188,12 @@ def test_toy_relevance_numbered_by_position_is_mapped_to_query_ids(toy):
     notes = " | ".join(col["notes"])
     assert "dropped 1 judgements that the higher reading counts as not relevant" in notes
     assert col["grades"] == "higher"
-    assert "numbers queries by position" in notes
     assert "dropped 1 judgements of documents that are not in TOY.ALL" in notes
-
-
-def test_cranqrel_is_read_as_cleverdon_codes_with_code_1_gaining_most(tmp_path, capsys):
-    folder = write(tmp_path, {"cran.all.1400": TOY_DOCS, "cran.qry": TOY_QUERIES,
-                              "cranqrel": TOY_QRELS})
-    col = load_collection(folder)
-    assert col["grades"] == "cleverdon"
-    # codes 2, 1 -> gains 3, 4; code 4 -> 1; code -1 dropped; codes 1, 3 -> 4, 2
-    assert col["qrels"] == {"1": {"1": 3, "3": 4}, "4": {"2": 1}, "9": {"4": 4, "1": 2}}
-    assert "dropped 1 judgements that the cleverdon reading counts as not relevant" in col["notes"]
-    # The complete answer (code 1, doc 3) first is the ideal ranking; code 2 first is not.
-    assert rag.retrieval_metrics(["3", "1"], col["qrels"]["1"], 2)["ndcg"] == 1.0
-    assert rag.retrieval_metrics(["1", "3"], col["qrels"]["1"], 2)["ndcg"] < 1.0
-    assert rc.main([str(folder)]) == 0
-    assert ("grades          cleverdon: Cleverdon's codes, 1 = complete answer ... "
-            "4 = minimum interest, gain = 5 - code") in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("reading, expected", [
     ("higher", {"1": {"1": 2, "3": 1}, "4": {"2": 4}, "9": {"4": 1, "1": 3}}),
     ("binary", {"1": {"1": 1, "3": 1}, "4": {"2": 1}, "9": {"4": 1, "1": 1}}),
-    ("cleverdon", {"1": {"1": 3, "3": 4}, "4": {"2": 1}, "9": {"4": 4, "1": 2}}),
 ])
 def test_the_grade_reading_can_be_named(toy, reading, expected):
     col = load_collection(toy, grades=reading)
@@ -219,34 +201,22 @@ def test_the_grade_reading_can_be_named(toy, reading, expected):
 
 
 def test_grade_readings_by_hand_and_an_unknown_reading():
-    assert [rc.gain(code, "cleverdon") for code in [1, 2, 3, 4, 5, -1, 0]] == [4, 3, 2, 1, 0, 0, 0]
-    assert [rc.gain(g, "higher") for g in [2, 0.5, 0, -1]] == [2, 0.5, 0, 0]
-    assert [rc.gain(g, "binary") for g in [2, 0.5, 0, -1]] == [1, 1, 0, 0]
-    assert rc.grade_reading("CRANQREL", [1, 2]) == "cleverdon"
-    assert rc.grade_reading("MED.REL", [1, 1]) == "binary"
-    assert rc.grade_reading("qrels.text", [1, 2]) == "higher"
+    assert [ic.gain(g, "higher") for g in [2, 0.5, 0, -1]] == [2, 0.5, 0, 0]
+    assert [ic.gain(g, "binary") for g in [2, 0.5, 0, -1]] == [1, 1, 0, 0]
+    assert ic.grade_reading([1, 1]) == "binary"
+    assert ic.grade_reading([1, 2]) == "higher"
     with pytest.raises(ValueError, match="unknown grade reading 'upside-down': choose auto"):
-        rc.grade_reading("x.rel", [1], "upside-down")
-
-
-def test_relevance_with_matching_ids_is_not_renumbered(tmp_path):
-    folder = write(tmp_path, {"TOY.ALL": TOY_DOCS, "TOY.QRY": TOY_QUERIES,
-                              "TOY.REL": "1 1 1\n4 2 1\n12 5 1\n"})
-    col = load_collection(folder)
-    assert col["qrels"] == {"1": {"1": 1}, "4": {"2": 1}, "12": {"5": 1}}
-    assert not any("position" in n for n in col["notes"])
+        ic.grade_reading([1], "upside-down")
 
 
 @pytest.mark.parametrize("rel, expected", [
     # CISI and CACM: "q d 0 0.000000": the constant columns carry no grade
     ("     1     2\t0\t0.000000\n     1     3\t0\t0.000000\n     4     2\t0\t0.000000\n",
      {"1": {"2": 1, "3": 1}, "4": {"2": 1}}),
-    # MED / TREC: "q 0 d grade", a 0 grade is judged not relevant
-    ("1 0 2 1\n1 0 3 0\n4 0 5 2\n", {"1": {"2": 1}, "4": {"5": 2}}),
     # decimal grades in the last column
     ("1 2 0 0.5\n1 3 0 1.0\n4 5 0 0.25\n", {"1": {"2": 0.5, "3": 1}, "4": {"5": 0.25}}),
-    # two columns, a repeated pair, ids with leading zeros
-    ("01 002\n01 0003\n01 2\n04 5\n", {"1": {"2": 1, "3": 1}, "4": {"5": 1}}),
+    # two columns, a repeated pair
+    ("1 2\n1 3\n1 2\n4 5\n", {"1": {"2": 1, "3": 1}, "4": {"5": 1}}),
 ])
 def test_relevance_layouts_with_two_to_four_columns(tmp_path, rel, expected):
     folder = write(tmp_path, {"TOY.ALL": TOY_DOCS, "TOY.QRY": TOY_QUERIES, "TOY.REL": rel})
@@ -254,19 +224,16 @@ def test_relevance_layouts_with_two_to_four_columns(tmp_path, rel, expected):
 
 
 # ---------------------------------------------------------------------------
-# Other collections' file names and layouts
+# File names and other layouts
 # ---------------------------------------------------------------------------
-@pytest.mark.parametrize("names", [
-    ("CISI.ALL", "CISI.QRY", "CISI.REL"), ("MED.ALL", "MED.QRY", "MED.REL"),
-    ("cran.all.1400", "cran.qry", "cranqrel"), ("cacm.all", "query.text", "qrels.text"),
-    ("ADI.ALL", "ADI.QRY", "ADI.REL"),
-])
-def test_classic_file_names_are_found(tmp_path, names):
+@pytest.mark.parametrize("names", [("CISI.ALL", "CISI.QRY", "CISI.REL"),
+                                   ("toy.all", "toy.qry", "toy.rel")])
+def test_the_files_are_found_in_any_case_and_others_are_ignored(tmp_path, names):
     docs, queries, rel = names
     folder = write(tmp_path, {docs: TOY_DOCS, queries: TOY_QUERIES, rel: TOY_QRELS,
                               "CISI.BLN": "#q1= #and ('titles')\n", "common_words": "a\nthe\n"})
     col = load_collection(folder)
-    assert col["files"] == {"documents": [docs], "queries": [queries], "relevance": [rel]}
+    assert col["files"] == {"documents": docs, "queries": queries, "relevance": rel}
     assert col["counts"]["pairs"] == 5
 
 
@@ -274,7 +241,7 @@ def test_a_layout_other_than_smart_is_refused_in_one_line(tmp_path):
     """TIME, NPL and LISA use other layouts; none ships with the kit, so none is guessed at."""
     folder = write(tmp_path, {
         "TIME.ALL": "*TEXT 017 01/04/63 PAGE 020\n\nTHE ALLIES AFTER NASSAU\n\n*STOP\n",
-        "TIME.QUE": "*FIND    1\n\n KENNEDY AND THE ALLIES .\n\n*STOP\n",
+        "TIME.QRY": "*FIND    1\n\n KENNEDY AND THE ALLIES .\n\n*STOP\n",
         "TIME.REL": "  1  17 20\n\n  2  20\n\n"})
     with pytest.raises(ValueError, match="no records in .*TIME.ALL: looked for SMART '.I <id>' lines"):
         load_collection(folder)
@@ -305,12 +272,12 @@ def test_missing_folder_is_a_clear_error(tmp_path):
 
 def test_folder_without_collection_files_names_the_patterns(tmp_path):
     message = error_of(write(tmp_path, {"notes.txt": "hello\n"}))
-    assert "no documents file" in message and "*.all" in message and "cran.all.*" in message
+    assert "no documents file" in message and "*.all" in message
 
 
 def test_missing_relevance_file_is_named(tmp_path):
     message = error_of(write(tmp_path, {"TOY.ALL": TOY_DOCS, "TOY.QRY": TOY_QUERIES}))
-    assert "no relevance file" in message and "*.rel" in message and "qrels.text" in message
+    assert "no relevance file" in message and "*.rel" in message
 
 
 def test_two_collections_in_one_folder_are_refused(tmp_path):
@@ -322,7 +289,6 @@ def test_two_collections_in_one_folder_are_refused(tmp_path):
 @pytest.mark.parametrize("docs, expected", [
     ("just some text\nwith no markers\n", "no records in"),
     (".I\n.W\nno id here\n", "'.I' without a record id"),
-    (".I 1\n.W\none\n.I 01\n.W\ntwo\n", "record id 1 appears twice"),
 ])
 def test_unreadable_documents_file(tmp_path, docs, expected):
     folder = write(tmp_path, {"TOY.ALL": docs, "TOY.QRY": TOY_QUERIES, "TOY.REL": TOY_QRELS})
@@ -348,7 +314,7 @@ def test_cli_prints_counts_and_errors_in_one_line(toy, tmp_path, capsys):
     assert "documents            5   (TOY.ALL)" in out
     assert "judgement pairs      5" in out
     assert "grades          higher: higher grades are more relevant, gain = grade" in out
-    assert "note: TOY.REL numbers queries by position" in out
+    assert "note: dropped 1 judgements of documents that are not in TOY.ALL" in out
     assert rc.main([str(tmp_path / "missing")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: collection folder not found") and err.count("\n") == 1
@@ -412,7 +378,7 @@ def test_cache_file_is_per_model_written_atomically_and_loads_without_pickle(min
     assert any(name.startswith("sentence-transformers-all-MiniLM-L6-v2-") for name in files)
     with np.load(cache.path_for(minilm), allow_pickle=False) as saved:
         assert saved["keys"].shape == (3,) and saved["vectors"].shape == (3, 384)
-        assert saved["keys"][0] == rc.text_key(TEXTS[0])
+        assert saved["keys"][0] == text_key(TEXTS[0])
 
 
 def test_unreadable_cache_file_is_rebuilt(minilm, tmp_path, capsys):
@@ -506,6 +472,23 @@ def test_evaluate_collection_scores_a_tiny_collection(tiny_results):
     assert best["kind"] == "in-sample" and best["ndcg@2"] >= cv["ndcg@2"]
 
 
+def test_the_grid_lists_every_setting_once_and_a_missing_input_drops_its_methods(minilm):
+    inputs = rc.score_inputs(TINY, minilm)
+    grid = rc.settings(inputs)
+    per_method = {}
+    for method, setting, _ in grid:
+        per_method.setdefault(method, []).append(setting)
+    assert {m: len(s) for m, s in per_method.items()} == {
+        "tfidf + rocchio": 13, "minilm + rocchio": 13, "bm25 stemmed": 16,
+        "bm25 stemmed + rocchio": 192, "w bm25 stemmed + (1-w) minilm": 176,
+        "rrf(bm25 stemmed, minilm)": 6, "fused feedback": 576}
+    assert len(grid) == 992 == len({(m, s) for m, s, _ in grid})
+    del inputs["minilm"]
+    assert [m for m, _, _ in rc.settings(inputs)] == (["tfidf + rocchio"] * 13 +
+                                                      ["bm25 stemmed"] * 16 +
+                                                      ["bm25 stemmed + rocchio"] * 192)
+
+
 def test_cv_row_is_the_mean_of_held_out_queries(tiny_results):
     # With 2 queries and 2 folds, each query is scored by the setting the other one chose.
     r = tiny_results["cv: bm25 stemmed"]
@@ -566,7 +549,7 @@ def test_cli_collection_errors_are_one_line(capsys, tmp_path):
 
 def test_cisi_cross_validated_best_is_at_least_1_08_times_the_best_peer(minilm, capsys):
     # Document vectors are cached in .rag_cache/: the first run encodes 1,460 abstracts.
-    results = rc.run_collection(str(CISI), cache_folder=rc.CACHE_DIR, minilm=minilm)
+    results = rc.run_collection(str(CISI), cache_folder=CACHE_DIR, minilm=minilm)
     out = capsys.readouterr().out
     assert out.startswith("1,460 documents, 76 judged queries of 112, 3,114 relevance judgements\n"
                           "grades: binary (every listed pair is relevant, gain 1)")

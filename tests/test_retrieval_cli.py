@@ -318,7 +318,7 @@ def test_truncation_counts_word_pieces_past_the_limit(minilm):
 
 
 def test_truncation_on_the_demo_corpus_and_cisi(minilm, chunks):
-    from ir_test_collections import load_collection
+    from ir_collections import load_collection
     tokenizer, limit = minilm.model.tokenizer, minilm.model.max_seq_length
     assert limit == 256
     assert rag_docs.truncation([c["text"] for c in chunks], tokenizer, limit)["cut"] == 0
