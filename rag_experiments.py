@@ -138,6 +138,13 @@ def print_difference(label: str, diff: tuple[float, float, float]) -> None:
     print(f"  {label}: {d:+.2f} [{lo:+.2f}, {hi:+.2f}]  ({verdict})")
 
 
+def hit_difference(label: str, before: dict, after: dict) -> tuple[float, float, float]:
+    """after's hit@1 minus before's, question by question: printed, and returned."""
+    diff = paired_bootstrap(before["hits@1"], after["hits@1"])
+    print_difference(label, diff)
+    return diff
+
+
 # == 2. Sentence-aware chunks and merged prompts ============================================
 def sentence_chunks(text: str, max_words: int) -> list[str]:
     """Pack whole sentences into chunks of at most max_words words (a longer sentence is cut)."""
@@ -201,15 +208,12 @@ def experiment_a(minilm=None) -> dict:
         print(f"{backend:<7} hit@1={r['hit@1']:.2f} recall@1={r['recall@1']:.2f} | "
               f"hit@3={r['hit@3']:.2f} recall@3={r['recall@3']:.2f}")
     print_more(rows)
-    result = dict(rows)
     if minilm:
-        result["minilm-tfidf hit@1"] = paired_bootstrap(rows["tfidf"]["hits@1"],
-                                                        rows["minilm"]["hits@1"])
-        print_difference("hit@1, minilm - tfidf", result["minilm-tfidf hit@1"])
-    return result
+        rows["minilm-tfidf hit@1"] = hit_difference("hit@1, minilm - tfidf", rows["tfidf"],
+                                                    rows["minilm"])
+    return rows
 
 
-B_SETTINGS = [(12, 0), (12, 4), (SIZE, OVERLAP), (500, 0)]
 B_SWEEP = [6, 8, 12, 16, 20, 30, 40, 50, 80]       # chunk sizes for the chart
 
 
@@ -217,7 +221,7 @@ def experiment_b(minilm) -> dict:
     """B: how chunk size and overlap move MiniLM's scores."""
     print("== Experiment B: chunk size and overlap (MiniLM) ==")
     rows = {}
-    for size, overlap in B_SETTINGS:
+    for size, overlap in [(12, 0), (12, 4), (SIZE, OVERLAP), (500, 0)]:
         chunks = rag.build_chunks(rag.CORPUS, size, overlap)
         r = rows[f"size={size} overlap={overlap}"] = {
             **rates(chunks, *setup("minilm", chunks, minilm)), "chunks": len(chunks),
@@ -225,11 +229,9 @@ def experiment_b(minilm) -> dict:
         print(f"size={size:<4}overlap={overlap:<3}chunks={len(chunks):<3} hit@1={r['hit@1']:.2f} "
               f"recall@1={r['recall@1']:.2f} recall@3={r['recall@3']:.2f}")
     print_more(rows)
-    result = {"settings": rows}
-    result["50/10 - 12/0 hit@1"] = paired_bootstrap(rows["size=12 overlap=0"]["hits@1"],
-                                                    rows[f"size={SIZE} overlap={OVERLAP}"]["hits@1"])
-    print_difference(f"hit@1, size={SIZE} overlap={OVERLAP} minus size=12 overlap=0",
-                     result["50/10 - 12/0 hit@1"])
+    result = {"settings": rows, "50/10 - 12/0 hit@1": hit_difference(
+        f"hit@1, size={SIZE} overlap={OVERLAP} minus size=12 overlap=0",
+        rows["size=12 overlap=0"], rows[f"size={SIZE} overlap={OVERLAP}"])}
     # A finer sweep for the chart: no overlap, and a quarter of the chunk repeated.
     sweep = {0.0: [], 0.25: []}
     settings = [(share, size) for share in sweep for size in B_SWEEP]
@@ -295,15 +297,12 @@ def experiment_e(minilm) -> dict:
     return result
 
 
-F_SETTINGS = [("words", 12, 0), ("words", 12, 4), ("words", SIZE, OVERLAP),
-              ("sentences", 12, 0), ("sentences", 25, 0), ("sentences", 50, 0)]
-
-
 def experiment_f(minilm) -> dict:
     """F: chunks of whole sentences against the word window."""
     print("== Experiment F: sentence-aware chunks against the word window (MiniLM) ==")
     rows = {}
-    for kind, size, overlap in F_SETTINGS:
+    for kind, size, overlap in [("words", 12, 0), ("words", 12, 4), ("words", SIZE, OVERLAP),
+                                ("sentences", 12, 0), ("sentences", 25, 0), ("sentences", 50, 0)]:
         chunks = (rag.build_chunks(rag.CORPUS, size, overlap) if kind == "words"
                   else build_sentence_chunks(rag.CORPUS, size))
         embedder, index = setup("minilm", chunks, minilm)
@@ -319,12 +318,8 @@ def experiment_f(minilm) -> dict:
               f"{r['recall@3']:8.2f} {r['mrr@3']:5.2f} {r['ndcg@3']:6.2f}  "
               f"{r['top']['score']:.3f} {r['top']['chunk_id']:<8} {'yes' if r['has_answer'] else 'no'}")
     print("  top chunk, sentences <=25: " + rows["sentences <=25"]["top"]["text"])
-    result = {"settings": rows}
-    result["sentences<=12 - words 12/0 hit@1"] = paired_bootstrap(
-        rows["words 12/0"]["hits@1"], rows["sentences <=12"]["hits@1"])
-    print_difference("hit@1, sentences <=12 minus words 12/0",
-                     result["sentences<=12 - words 12/0 hit@1"])
-    return result
+    return {"settings": rows, "sentences<=12 - words 12/0 hit@1": hit_difference(
+        "hit@1, sentences <=12 minus words 12/0", rows["words 12/0"], rows["sentences <=12"])}
 
 
 def bm25_worked_example(chunks: list[dict], question: str, term: str, chunk_id: str) -> dict:
@@ -393,12 +388,10 @@ def experiment_g(minilm=None) -> dict:
         print(f"  {method:<{width}}new fathers -> {r['top_doc'][FATHERS]:<6}  "
               f"vacation (lab) -> {tables['lab'][method]['top_doc'][vacation]}")
     result.update(tables)
-    if minilm:
-        for name in tables:
-            diff = paired_bootstrap(tables[name]["minilm"]["hits@1"],
-                                    tables[name]["0.5 tfidf + 0.5 minilm"]["hits@1"])
-            result[f"{name}: hybrid - minilm hit@1"] = diff
-            print_difference(f"hit@1 on the {name} set, 0.5 tfidf + 0.5 minilm minus minilm", diff)
+    for name in tables if minilm else []:
+        result[f"{name}: hybrid - minilm hit@1"] = hit_difference(
+            f"hit@1 on the {name} set, 0.5 tfidf + 0.5 minilm minus minilm",
+            tables[name]["minilm"], tables[name]["0.5 tfidf + 0.5 minilm"])
     return result
 
 
@@ -493,12 +486,10 @@ def experiment_j(minilm=None) -> dict:
         print(f"{label:<{width}}{r['hit@1']:.2f}  {r['recall@1']:.2f}     {r['recall@3']:.2f}     "
               f"{r['mrr@3']:.2f}")
     print_more(rows)
-    result = dict(rows)
     for backend in [label for label in rows if "+" not in label]:
-        diff = paired_bootstrap(rows[backend]["hits@1"], rows[f"{backend} + rocchio"]["hits@1"])
-        result[f"{backend}: rocchio - plain hit@1"] = diff
-        print_difference(f"hit@1, {backend} + rocchio minus {backend}", diff)
-    return result
+        rows[f"{backend}: rocchio - plain hit@1"] = hit_difference(
+            f"hit@1, {backend} + rocchio minus {backend}", rows[backend], rows[f"{backend} + rocchio"])
+    return rows
 
 
 EXPERIMENT_FUNCTIONS = dict(zip(EXPERIMENTS, [experiment_a, experiment_b, experiment_c,
