@@ -53,6 +53,7 @@ HR05_QUESTION = {"question": "Can I take a day off for a festival that is not on
 
 # The one place the defaults live; the retrieval maths' own (BM25_K1, ...) are in rag_retrieval.py.
 SIZE, OVERLAP = rag.defaults(rag.build_chunks).values()   # the tutorial's 50 words, 10 shared
+CHUNKS = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)      # its 17 chunks: A, D, G, H and J
 EXPERIMENTS = "ABCDEFGHIJ"
 FATHERS = "How much time off do new fathers get?"     # the question Experiments E and F follow
 NO_MATPLOTLIB = "matplotlib is not installed: run `pip install matplotlib` (needed only for --plot)"
@@ -201,8 +202,7 @@ def merge_overlapping(retrieved: list[dict]) -> list[dict]:
 def experiment_a(minilm=None) -> dict:
     """A: TF-IDF against MiniLM on the tutorial's 50-word chunks."""
     print(f"== Experiment A: embedding backend (chunk_size={SIZE}, overlap={OVERLAP}) ==")
-    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
-    rows = {backend: rates(chunks, *setup(backend, chunks, minilm), verbose=(backend == "tfidf"))
+    rows = {backend: rates(CHUNKS, *setup(backend, CHUNKS, minilm), verbose=(backend == "tfidf"))
             for backend in ["tfidf"] + (["minilm"] if minilm else [])}
     for backend, r in rows.items():
         print(f"{backend:<7} hit@1={r['hit@1']:.2f} recall@1={r['recall@1']:.2f} | "
@@ -263,22 +263,20 @@ D_KS = [1, 3, 5, 10]
 def experiment_d(minilm) -> dict:
     """D: more chunks in the prompt: precision falls and the prompt grows."""
     print(f"== Experiment D: stuffing more chunks into the prompt (MiniLM, size={SIZE}, overlap={OVERLAP}) ==")
-    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
-    embedder, index = setup("minilm", chunks, minilm)
+    embedder, index = setup("minilm", CHUNKS, minilm)
     first = rag.EVAL_SET[0]["question"]
     rows = {}
     for k in D_KS:
-        m = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=k)
-        words = len(rag.build_prompt(first, rag.search(first, index, chunks, embedder, k)).split())
+        m = rag.evaluate_retrieval(rag.EVAL_SET, index, CHUNKS, embedder, k=k)
+        words = len(rag.build_prompt(first, rag.search(first, index, CHUNKS, embedder, k)).split())
         rows[k] = {"precision": m["precision"], "recall": m["recall"], "mrr": m["mrr"],
                    "ndcg": m["ndcg"], "prompt_words": words,
                    "precision_ci": bootstrap_ci(per_question(m, "precision"))}
         print(f"k={k:<3}precision@k={m['precision']:.2f}  prompt length for Q1={words} words")
     print(f"  {'':<5}recall@k  mrr   ndcg@k  precision@k [95% interval]")
     for k, r in rows.items():
-        lo, hi = r["precision_ci"]
-        print(f"  k={k:<3}{r['recall']:.2f}      {r['mrr']:.2f}  {r['ndcg']:.2f}    "
-              f"{r['precision']:.2f} [{lo:.2f}, {hi:.2f}]")
+        print(f"  k={k:<3}{r['recall']:.2f}      {r['mrr']:.2f}  {r['ndcg']:.2f}    {r['precision']:.2f}"
+              " [{:.2f}, {:.2f}]".format(*r["precision_ci"]))
     return {"k": rows}
 
 
@@ -364,8 +362,7 @@ def method_scores(questions: list[str], chunks: list[dict], minilm=None) -> dict
 def experiment_g(minilm=None) -> dict:
     """G: BM25, the weighted hybrid and rank fusion, on the tutorial corpus and the lab's."""
     print(f"== Experiment G: BM25 and hybrid retrieval (size={SIZE}, overlap={OVERLAP}) ==")
-    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
-    result = {"worked_example": bm25_worked_example(chunks, FATHERS, "fathers", "HR-04#0")}
+    result = {"worked_example": bm25_worked_example(CHUNKS, FATHERS, "fathers", "HR-04#0")}
     corpora = {"tutorial": (rag.CORPUS, rag.EVAL_SET),
                "lab": (rag.CORPUS + [HR05_DOC], rag.EVAL_SET + [HR05_QUESTION])}
     tables = {}
@@ -418,9 +415,8 @@ def best_threshold(answerable: list[float], unanswerable: list[float]) -> dict:
 def experiment_h(minilm=None) -> dict:
     """H: can a threshold on the top score tell answerable from unanswerable questions?"""
     print(f"== Experiment H: refusing questions the documents cannot answer (size={SIZE}, overlap={OVERLAP}) ==")
-    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
     answerable = [item["question"] for item in rag.EVAL_SET]
-    all_scores = method_scores(answerable + UNANSWERABLE, chunks, minilm)
+    all_scores = method_scores(answerable + UNANSWERABLE, CHUNKS, minilm)
     result = {}
     print(f"{'method':<8}{'answerable top score':<22}{'unanswerable top score':<24}"
           f"best threshold  F1    accuracy  separable")
@@ -442,9 +438,9 @@ def experiment_h(minilm=None) -> dict:
 def experiment_i(minilm) -> dict:
     """I: merge overlapping chunks of one document before the prompt; same facts, fewer words."""
     print("== Experiment I: merging overlapping chunks before the prompt (MiniLM) ==")
-    result = {}
     print(f"{'setting':<24}prompt words, 10 questions  shorter  answer phrase in prompt  "
           f"chunk text kept")
+    result = {}
     for size, overlap, k in [(SIZE, OVERLAP, 3), (12, 4, 5)]:
         chunks = rag.build_chunks(rag.CORPUS, size, overlap)
         embedder, index = setup("minilm", chunks, minilm)
@@ -471,15 +467,14 @@ def experiment_j(minilm=None) -> dict:
     """J: Rocchio pseudo-relevance feedback: move each question toward its top chunks, search again."""
     print(f"== Experiment J: Rocchio feedback, q' = {ROCCHIO_A:g} q + {ROCCHIO_B:g} * mean of the "
           f"top {ROCCHIO_M} chunks (size={SIZE}, overlap={OVERLAP}) ==")
-    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
     questions = [item["question"] for item in rag.EVAL_SET]
     rows = {}
     for backend in ["tfidf"] + (["minilm"] if minilm else []):
-        embedder, index = setup(backend, chunks, minilm)
+        embedder, index = setup(backend, CHUNKS, minilm)
         plain = score_matrix(questions, index, embedder)
         moved = rocchio(embedder.encode(questions, sparse=True), index, plain)
-        rows[backend] = score_rates(plain, chunks)
-        rows[f"{backend} + rocchio"] = score_rates(dense(moved @ index.T), chunks)
+        rows[backend] = score_rates(plain, CHUNKS)
+        rows[f"{backend} + rocchio"] = score_rates(dense(moved @ index.T), CHUNKS)
     width = max(map(len, rows)) + 2
     print(f"{'method':<{width}}hit@1 recall@1 recall@3 mrr@3")
     for label, r in rows.items():
@@ -532,7 +527,7 @@ def run_experiments(letters: str = EXPERIMENTS, minilm: rag.Embedder | None = No
 
 def parse_letters(letters: str) -> str:
     """'A,B,e' or 'ABE' -> 'ABE' in run order; an unknown letter is a ValueError."""
-    picked = [ch for x in re.split(r"[,\s]*", letters.upper()) for ch in x]
+    picked = re.sub(r"[,\s]", "", letters.upper())
     unknown = sorted(set(picked) - set(EXPERIMENTS))
     if unknown or not picked:
         raise ValueError(f"unknown experiment {', '.join(unknown) or repr(letters)}: "
