@@ -77,7 +77,7 @@ def run(args) -> None:
     for name, n in artefact_counts(chunks, fits).items():
         print(f"  {n:5d}  {name}")
 
-    answerable = [{"question": g["question"], "relevant": g["relevant"]} for g in gold if g["answerable"]]
+    answerable = [g for g in gold if g["answerable"]]
     print(f"\n== Retrieval ({len(answerable)} answerable questions, by file) ==")
     print(f"  {'variant':<9} hit@1  hit@{K}  mrr@{K}")
     for name, context in (("plain", False), ("context", True)):
