@@ -224,8 +224,7 @@ def experiment_b(minilm) -> dict:
     for size, overlap in [(12, 0), (12, 4), (SIZE, OVERLAP), (500, 0)]:
         chunks = rag.build_chunks(rag.CORPUS, size, overlap)
         r = rows[f"size={size} overlap={overlap}"] = {
-            **rates(chunks, *setup("minilm", chunks, minilm)), "chunks": len(chunks),
-            "size": size, "overlap": overlap}
+            **rates(chunks, *setup("minilm", chunks, minilm)), "chunks": len(chunks)}
         print(f"size={size:<4}overlap={overlap:<3}chunks={len(chunks):<3} hit@1={r['hit@1']:.2f} "
               f"recall@1={r['recall@1']:.2f} recall@3={r['recall@3']:.2f}")
     print_more(rows)
@@ -444,22 +443,23 @@ def experiment_i(minilm) -> dict:
     for size, overlap, k in [(SIZE, OVERLAP, 3), (12, 4, 5)]:
         chunks = rag.build_chunks(rag.CORPUS, size, overlap)
         embedder, index = setup("minilm", chunks, minilm)
-        counts = []                     # per question: the columns of the table below
+        before = after = shorter = facts_before = facts_after = kept = 0
         for item in rag.EVAL_SET:
             retrieved = rag.search(item["question"], index, chunks, embedder, k)
             p1 = rag.build_prompt(item["question"], retrieved)
             p2 = rag.build_prompt(item["question"], merge_overlapping(retrieved))
+            before, after = before + len(p1.split()), after + len(p2.split())
+            shorter += len(p2.split()) < len(p1.split())
             facts = ANSWER_FACTS[item["question"]]
-            counts.append([len(p1.split()), len(p2.split()), len(p2.split()) < len(p1.split()),
-                           all(f in p1 for f in facts), all(f in p2 for f in facts),
-                           all(r["text"] in p2 for r in retrieved)])
+            facts_before += all(f in p1 for f in facts)
+            facts_after += all(f in p2 for f in facts)
+            kept += all(r["text"] in p2 for r in retrieved)
         label = f"size={size} overlap={overlap} k={k}"
-        r = result[label] = dict(zip(["words_before", "words_after", "shorter", "facts_before",
-                                      "facts_after", "kept"], map(int, np.sum(counts, axis=0))))
-        change = f"{r['words_before']} -> {r['words_after']} " \
-                 f"({(r['words_after'] - r['words_before']) / r['words_before']:+.0%})"
-        facts = f"{r['facts_before']}/10 -> {r['facts_after']}/10"
-        print(f"{label:<24}{change:<28}{r['shorter']:>2}/10    {facts:<25}{r['kept']}/10")
+        result[label] = {"words_before": before, "words_after": after, "shorter": shorter,
+                         "facts_before": facts_before, "facts_after": facts_after, "kept": kept}
+        change = f"{before} -> {after} ({(after - before) / before:+.0%})"
+        facts = f"{facts_before}/10 -> {facts_after}/10"
+        print(f"{label:<24}{change:<28}{shorter:>2}/10    {facts:<25}{kept}/10")
     return result
 
 
