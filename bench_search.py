@@ -5,25 +5,14 @@ bench_search.py: how fast is exact search, and how close is it to what memory al
     python bench_search.py --sizes 10000 100000    # choose the sizes
     python bench_search.py --json                  # the same figures as one JSON object
 
-Exact search reads every row of the index for every query: 1M x 384 float32 is 1.5 GB. So no
-exact method can beat   bound = bytes scanned / memory read bandwidth,   and this script
-measures that bandwidth on the machine it runs on. For each N it times, on the same random
-unit vectors and the same queries, the median over --repeats queries of
-
-    matvec   scores = index @ q                             the arithmetic alone
-    core     scores = index @ q; top_k(scores, k)           what rag_from_scratch.search runs,
-                                                            on the column-major index that
-                                                            build_index returns
-    rowmajor the same on a row-major index                  what a plain np.stack gives
-    argsort  scores = index @ q; np.argsort(-scores)[:k]    the tutorial's first version
-    faiss    faiss.IndexFlatIP.search(q, k)                 exact inner product, in C++
-
-each in milliseconds and as a multiple of the bound (1.00x: as fast as memory allows).
-Then two figures on real text: the memory of a sparse TF-IDF index of 10,000 chunks next to
-what the tutorial's dense .toarray() would need (computed, not allocated), and how many
-chunks per second MiniLM encodes.
-Everything runs offline on the CPU. Timings move from run to run and with other work on the
-machine; compare the ratios measured side by side in one run.
+Exact search reads the whole index for every query, so none beats
+bound = index bytes / memory read bandwidth, measured here next to each method. On the same
+random unit vectors and queries it times matvec (index @ q alone), core (what search runs:
+index @ q on build_index's column-major matrix, then top_k), rowmajor (the same on a row-major
+matrix), argsort (the tutorial's first version) and FAISS IndexFlatIP, in ms and as multiples
+of the bound. Then, on real text: a sparse TF-IDF index of 10,000 chunks against the
+tutorial's dense .toarray() (computed, not allocated), and MiniLM's chunks per second.
+Offline, on the CPU; timings move with other work on the machine: compare ratios in one run.
 """
 
 from __future__ import annotations
@@ -35,23 +24,19 @@ if __name__ == "__main__":      # Ctrl-C while the imports below load: one line,
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
 import numpy as np
 
-import rag_cli  # noqa: E402
+import rag_cli
 import rag_from_scratch as rag
 from ir_collections import DEFAULT_COLLECTION, load_collection
 
 # The core's defaults, read from its function signatures (one source of truth).
-CHUNK_SIZE = rag.defaults(rag.build_chunks)["chunk_size"]   # the tutorial's 50 words
-OVERLAP = rag.defaults(rag.build_chunks)["overlap"]         # and 10 shared
+CHUNK_SIZE, OVERLAP = rag.defaults(rag.build_chunks).values()   # the tutorial's 50 words, 10 shared
 TOP_K = rag.defaults(rag.search)["k"]
-
-# ---------------------------------------------------------------------------
-# Defaults
-# ---------------------------------------------------------------------------
 SIZES = [10_000, 100_000, 1_000_000]   # index rows to benchmark
 DIM = 384              # all-MiniLM-L6-v2 vector length
 REPEATS = 9            # timed queries per method (plus one untimed warm-up); median reported
@@ -62,9 +47,7 @@ SEED = 0               # random vectors and queries are the same on every run
 MB = 1e6               # decimal megabytes, as disk and memory makers count
 
 
-# ---------------------------------------------------------------------------
-# 1. Data and timing
-# ---------------------------------------------------------------------------
+# == 1. Data and timing =====================================================================
 def random_unit_vectors(n: int, dim: int = DIM, seed: int = SEED) -> np.ndarray:
     """n random float32 rows of length 1: Gaussian directions are uniform on the sphere."""
     vectors = np.random.default_rng(seed).standard_normal((n, dim), dtype=np.float32)
@@ -79,38 +62,22 @@ def query_vectors(repeats: int, dim: int = DIM, seed: int = SEED) -> np.ndarray:
     return random_unit_vectors(repeats + 1, dim, seed + 1)
 
 
-def read_buffer(buffer_mb: int = BANDWIDTH_MB) -> np.ndarray:
-    """A float32 buffer far bigger than the CPU caches, every page already touched."""
-    return np.ones(int(buffer_mb * MB) // 4, dtype=np.float32)
-
-
 def read_bandwidth(buffer: np.ndarray, repeats: int = REPEATS) -> dict:
     """Memory read speed in GB/s: the best of two kernels that read the buffer once."""
-    kernels = {"np.dot(buffer, buffer)": lambda: np.dot(buffer, buffer),
-               "buffer.sum()": lambda: buffer.sum()}
-    best = {}
-    for name, kernel in kernels.items():
-        kernel()                                  # warm-up
-        seconds = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            kernel()
-            seconds.append(time.perf_counter() - start)
-        best[name] = buffer.nbytes / np.median(seconds) / 1e9
+    kernels = {"np.dot(buffer, buffer)": lambda _: np.dot(buffer, buffer),
+               "buffer.sum()": lambda _: buffer.sum()}
+    best = {name: buffer.nbytes / np.median(timed(kernel, range(repeats + 1))[0]) / 1e9
+            for name, kernel in kernels.items()}
     kernel = max(best, key=best.get)
-    return {"gb_per_s": best[kernel], "kernel": kernel, "all_gb_per_s": best}
+    return {"gb_per_s": best[kernel], "kernel": kernel}
 
 
 def thread_counts() -> dict:
     """CPUs, how busy they already are, and how many threads BLAS and FAISS may use."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None    # not on Windows
-    counts = {"cpus": os.cpu_count(), "load_before": load}
-    try:
-        from threadpoolctl import threadpool_info
-        counts["blas"] = max((p["num_threads"] for p in threadpool_info()
-                              if p["user_api"] == "blas"), default=None)
-    except ImportError:
-        counts["blas"] = None
+    from threadpoolctl import threadpool_info          # installed with scikit-learn
+    counts = {"cpus": os.cpu_count(), "load_before": load, "blas": max(
+        (p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=None)}
     try:
         import faiss
         counts["faiss"] = faiss.omp_get_max_threads()
@@ -119,9 +86,19 @@ def thread_counts() -> dict:
     return counts
 
 
-# ---------------------------------------------------------------------------
-# 2. Exact search at N = 10k, 100k, 1M
-# ---------------------------------------------------------------------------
+def timed(function, inputs) -> tuple[list[float], list]:
+    """Seconds of each call function(x) after the first (a warm-up: wakes threads, fills
+    caches), and what the calls returned."""
+    function(inputs[0])
+    seconds, outputs = [], []
+    for x in inputs[1:]:
+        start = time.perf_counter()
+        outputs.append(function(x))
+        seconds.append(time.perf_counter() - start)
+    return seconds, outputs
+
+
+# == 2. Exact search at N = 10k, 100k, 1M ===================================================
 def search_methods(index: np.ndarray, k: int) -> tuple[dict, str | None]:
     """name -> function(q) returning the k best ids (matvec: the scores); and why no FAISS."""
     # Same numbers, stored column by column as build_index does: `@` then runs BLAS's
@@ -149,21 +126,15 @@ def bench_size(n: int, k: int, repeats: int, buffer: np.ndarray, dim: int = DIM,
     index = random_unit_vectors(n, dim, seed)
     methods, no_faiss = search_methods(index, k)
     queries = query_vectors(repeats, dim, seed)
-    seconds = {name: [] for name in methods}
-    ids = {name: [] for name in methods if name != "matvec"}
-    bandwidths = []
+    seconds, ids, bandwidths = {}, {}, []
     # One method at a time: FAISS's OpenMP threads and NumPy's BLAS threads each spin for
     # a while after a call, so alternating them per query would time their fight for cores.
     for name, method in methods.items():
         # The bandwidth is measured next to every method: on a shared machine it changes.
         bandwidths.append(read_bandwidth(buffer, repeats))
-        method(queries[0])                        # warm-up: wakes threads, fills caches
-        for q in queries[1:]:
-            start = time.perf_counter()
-            out = method(q)
-            seconds[name].append(time.perf_counter() - start)
-            if name in ids:
-                ids[name].append(np.asarray(out).tolist())
+        seconds[name], found = timed(method, queries)
+        if name != "matvec":
+            ids[name] = [np.asarray(out).tolist() for out in found]
     measured = [b["gb_per_s"] for b in bandwidths]
     read_gb_per_s = float(np.median(measured))
     bound_ms = index.nbytes / (read_gb_per_s * 1e9) * 1e3
@@ -184,9 +155,7 @@ def bench_size(n: int, k: int, repeats: int, buffer: np.ndarray, dim: int = DIM,
     return result
 
 
-# ---------------------------------------------------------------------------
-# 3. TF-IDF at scale and MiniLM throughput, on real text
-# ---------------------------------------------------------------------------
+# == 3. TF-IDF at scale and MiniLM throughput, on real text =================================
 def synthetic_texts(n: int, words: int = CHUNK_SIZE, vocabulary: int = 30_000,
                     seed: int = SEED) -> list[str]:
     """n made-up texts whose word frequencies fall off like real text's (Zipf's law)."""
@@ -225,11 +194,8 @@ def bench_tfidf(chunks: list[dict], questions: list[str], k: int = TOP_K,
     index = rag.build_index(chunks, embedder)              # SciPy CSR: only the non-zeros
     build_s = time.perf_counter() - start
     rows, terms = index.shape
-    seconds = []
-    for question in (questions * repeats)[:repeats]:
-        start = time.perf_counter()
-        rag.search(question, index, chunks, embedder, k=k)
-        seconds.append(time.perf_counter() - start)
+    seconds, _ = timed(lambda q: rag.search(q, index, chunks, embedder, k=k),
+                       (questions * (repeats + 1))[:repeats + 1])
     return {
         "chunks": rows, "terms": terms, "nonzeros": int(index.nnz),
         "sparse_mb": (index.data.nbytes + index.indices.nbytes + index.indptr.nbytes) / MB,
@@ -256,9 +222,7 @@ def bench_minilm(texts: list[str], embedder=None) -> dict:
             "model_load_s": load_s, "torch_threads": torch.get_num_threads()}
 
 
-# ---------------------------------------------------------------------------
-# 4. Report
-# ---------------------------------------------------------------------------
+# == 4. Report =============================================================================
 def print_report(report: dict) -> None:
     """Aligned tables: milliseconds and multiples of the memory bound."""
     threads, runs = report["threads"], report["search"]
@@ -306,14 +270,11 @@ def print_report(report: dict) -> None:
         print(f"\n(MiniLM skipped: {report['minilm_skipped']})")
 
 
-# ---------------------------------------------------------------------------
-# 5. Command line
-# ---------------------------------------------------------------------------
+# == 5. Command line ========================================================================
 def parse_args(argv=None):
     """Command-line flags; defaults come from the block at the top of this file."""
-    from rag_cli import OneLineParser
-    p = OneLineParser(description="Exact-search latency against the memory bound, "
-                                            "TF-IDF memory at scale, MiniLM throughput.")
+    p = rag_cli.OneLineParser(description="Exact-search latency against the memory bound, "
+                                          "TF-IDF memory at scale, MiniLM throughput.")
     p.add_argument("--sizes", type=int, nargs="*", default=SIZES,
                    help="index sizes N (default: %(default)s); none skips the search test")
     p.add_argument("--k", type=int, default=TOP_K, help="results per query (default: %(default)s)")
@@ -332,13 +293,10 @@ def parse_args(argv=None):
 def available_memory() -> int | None:
     """Bytes of memory the system can still give us (Linux), or None where we cannot tell."""
     try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+        found = re.search(r"MemAvailable:\s+(\d+)", Path("/proc/meminfo").read_text())
     except OSError:
-        pass
-    return None
+        return None
+    return int(found.group(1)) * 1024 if found else None
 
 
 def check_args(args) -> None:
@@ -358,14 +316,13 @@ def check_args(args) -> None:
                          f"{free / 1e9:.1f} GB is free: pass smaller --sizes")
 
 
-def run(args) -> dict:
+def measure(args) -> dict:
     """Run the chosen benchmarks and return every figure in one dict."""
     report = {"repeats": args.repeats, "buffer_mb": args.bandwidth_mb,
               "threads": thread_counts(), "search": []}
-    if args.sizes:
-        buffer = read_buffer(args.bandwidth_mb)
-        for n in args.sizes:
-            report["search"].append(bench_size(n, args.k, args.repeats, buffer))
+    if args.sizes:       # far bigger than the CPU caches, every page already touched
+        buffer = np.ones(int(args.bandwidth_mb * MB) // 4, dtype=np.float32)
+        report["search"] = [bench_size(n, args.k, args.repeats, buffer) for n in args.sizes]
         del buffer
     wanted = max(args.tfidf_chunks, args.minilm_chunks)
     if wanted:
@@ -382,18 +339,17 @@ def run(args) -> dict:
     return report
 
 
-def main(argv=None) -> int:
-    """Run the benchmark; bad input becomes one line on stderr and exit status 1."""
-    args = parse_args(argv)
+def run(args) -> None:
+    """Check the flags, measure, print tables or JSON."""
+    check_args(args)
+    try:
+        report = measure(args)
+    except MemoryError:
+        raise RuntimeError("out of memory: try smaller --sizes") from None
+    print(json.dumps(report, indent=1)) if args.json else print_report(report)
 
-    def work():
-        check_args(args)
-        try:
-            report = run(args)
-        except MemoryError:
-            raise RuntimeError("out of memory: try smaller --sizes") from None
-        print(json.dumps(report, indent=1)) if args.json else print_report(report)
-    return rag_cli.run_cli(work)          # the one error path; Ctrl-C is let in here
+
+main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":

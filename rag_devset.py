@@ -7,11 +7,11 @@ the pages, how well retrieval finds the right file, and what the extractive gene
     python rag_devset.py --show-answers        # every answer, worst first
     python rag_devset.py --docs my_docs/ --questions my_questions.jsonl
 
-The development set (data/devset/README.md says where it comes from and how its questions
-were written): 19 pages of MkDocs' documentation with admonitions, code, tables and a long
-changelog; 38 questions asked as users ask them, each with the files that answer it and a
-phrase the answer must contain, and 8 the pages cannot answer. Settings are tuned here, never
-on the tutorial's ten policies alone. Offline; MiniLM runs on this machine's cores.
+The development set (data/devset/README.md: its source, how the questions were written):
+19 pages of MkDocs' documentation (admonitions, code, tables, a long changelog); 38 questions
+in users' words, each with the files that answer it and a phrase the answer must contain, and
+8 the pages cannot answer. Settings are tuned here, never on the tutorial's ten policies
+alone. Offline; MiniLM runs on this machine's cores.
 """
 
 
@@ -42,15 +42,10 @@ ARTEFACTS = {
 }
 
 
-def prose(text: str) -> str:
-    """A chunk's text with its fenced code blocks taken out."""
-    return re.sub(r"```[^\n]*\n.*?\n```", "", text, flags=re.S)
-
-
 def artefact_counts(chunks: list[dict], fits) -> dict:
     """How many chunks show each kind of left-over markup, and the other faults of a chunk."""
-    counts = {name: sum(bool(re.search(p, prose(c["text"]))) for c in chunks)
-              for name, p in ARTEFACTS.items()}
+    prose = [re.sub(r"```[^\n]*\n.*?\n```", "", c["text"], flags=re.S) for c in chunks]  # no code
+    counts = {name: sum(bool(re.search(p, text)) for text in prose) for name, p in ARTEFACTS.items()}
     code = [c for c in chunks if "```" in c["text"]]
     counts["code block on one line"] = sum("\n" not in c["text"] for c in code)
     counts["longer than the model reads"] = sum(not fits(c["text"]) for c in chunks)
@@ -83,7 +78,7 @@ def run(args) -> None:
     for name, n in artefact_counts(chunks, fits).items():
         print(f"  {n:5d}  {name}")
 
-    answerable = [{"question": g["question"], "relevant": g["relevant"]} for g in gold if g["answerable"]]
+    answerable = [g for g in gold if g["answerable"]]
     print(f"\n== Retrieval ({len(answerable)} answerable questions, by file) ==")
     print(f"  {'variant':<9} hit@1  hit@{K}  mrr@{K}")
     for name, context in (("plain", False), ("context", True)):

@@ -7,19 +7,13 @@ rag_experiments.py: change one setting at a time and measure what it does to ret
     python rag_experiments.py --collection data/cisi          # a real test collection
     python rag_experiments.py --collection data/cisi --json   # the same as one JSON object
 
-A to E are the tutorial's "common mistakes" and print its figures line for line:
-  A embedding backend        B chunk size and overlap     C what a 12-word chunk looks like
-  D chunks in the prompt     E does the top chunk hold the answer?
-F to I are the tutorial's practice exercises, measured:
-  F sentence-aware chunking  G BM25 and hybrid retrieval  H refusing unanswerable questions
-  I merging overlapping chunks before the prompt
-J is a classic idea beyond the tutorial: Rocchio pseudo-relevance feedback.
+A to E print the tutorial's "common mistakes" figures line for line: A embedding backend,
+B chunk size and overlap, C a 12-word chunk, D chunks in the prompt, E does the top chunk hold
+the answer? F to I measure its exercises: F sentence-aware chunking, G BM25 and hybrids,
+H refusing unanswerable questions, I merging overlapping chunks. J is Rocchio feedback.
+Tables add MRR, nDCG and 95% bootstrap intervals: with ten questions, one moves a rate by 0.10.
+Offline and free; without MiniLM the TF-IDF and BM25 parts run and the skips are named.
 The test-collection scores (--collection) live in ir_test_collections.py.
-Beside hit rate and recall the tables show MRR and nDCG, and where two settings are compared,
-a 95% bootstrap interval: with ten questions, one question moves a rate by 0.10.
-
-Everything runs offline and costs nothing. Without the MiniLM model the TF-IDF and BM25
-parts still run, and the output says which experiments were skipped and why.
 """
 
 from __future__ import annotations
@@ -56,16 +50,13 @@ HR05_DOC = {
 }
 HR05_QUESTION = {"question": "Can I take a day off for a festival that is not on the holiday list?",
                  "relevant": {"HR-05"}}
-LAB_DOC, LAB_QUESTION = HR05_DOC, HR05_QUESTION
 
-# ---------------------------------------------------------------------------
-# Defaults: the one place they live (the CLI reads them from here; the retrieval maths'
-# own defaults, BM25_K1, BM25_B, HYBRID_WEIGHT, RRF_K, ROCCHIO_*, live in rag_retrieval.py)
-# ---------------------------------------------------------------------------
+# The one place the defaults live; the retrieval maths' own (BM25_K1, ...) are in rag_retrieval.py.
 SIZE, OVERLAP = rag.defaults(rag.build_chunks).values()   # the tutorial's 50 words, 10 shared
+CHUNKS = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)      # its 17 chunks: A, D, G, H and J
 EXPERIMENTS = "ABCDEFGHIJ"
-
 FATHERS = "How much time off do new fathers get?"     # the question Experiments E and F follow
+NO_MATPLOTLIB = "matplotlib is not installed: run `pip install matplotlib` (needed only for --plot)"
 
 # Questions the ten documents cannot answer: a good assistant should refuse them all.
 UNANSWERABLE = [
@@ -95,20 +86,21 @@ ANSWER_FACTS = {
 }
 
 
-# ---------------------------------------------------------------------------
-# 1. Shared helpers: indexes, rankings from scores
-# ---------------------------------------------------------------------------
+# == 1. Shared helpers: indexes, rankings from scores, the rows every table prints ==========
 def setup(backend: str, chunks: list[dict], minilm: rag.Embedder | None = None):
     """(embedder, index) for these chunks: TF-IDF is refit (cheap), MiniLM reuses one model."""
     embedder = rag.Embedder("tfidf") if backend == "tfidf" else minilm
     return embedder, rag.build_index(chunks, embedder)
 
 
+def dense(scores) -> np.ndarray:
+    """A score matrix as a NumPy array (TF-IDF's products are sparse)."""
+    return scores.toarray() if hasattr(scores, "toarray") else np.asarray(scores)
+
+
 def score_matrix(questions: list[str], index, embedder: rag.Embedder) -> np.ndarray:
     """Cosine score of every question against every row: row i is `index @ q_i`."""
-    q = embedder.encode(questions, sparse=True)       # sparse for TF-IDF, dense for MiniLM
-    scores = q @ index.T
-    return scores.toarray() if hasattr(scores, "toarray") else np.asarray(scores)
+    return dense(embedder.encode(questions, sparse=True) @ index.T)   # sparse for TF-IDF
 
 
 def row(m1: dict, m3: dict) -> dict:
@@ -116,6 +108,17 @@ def row(m1: dict, m3: dict) -> dict:
     return {"hit@1": m1["hit_rate"], "recall@1": m1["recall"], "hit@3": m3["hit_rate"],
             "recall@3": m3["recall"], "mrr@3": m3["mrr"], "ndcg@3": m3["ndcg"],
             "hit@1_ci": bootstrap_ci(per_question(m1, "hit")), "hits@1": per_question(m1, "hit")}
+
+
+def rates(chunks: list[dict], embedder, index, verbose: bool = False) -> dict:
+    """row() of the core's Step 6 evaluation (k=1 printed question by question if verbose)."""
+    m1 = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=1, verbose=verbose)
+    return row(m1, rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=3))
+
+
+def score_rates(scores: np.ndarray, chunks: list[dict], eval_set=rag.EVAL_SET) -> dict:
+    """row() for rankings given as a score matrix (questions x chunks)."""
+    return row(*(evaluate_scores(scores, chunks, eval_set, k) for k in (1, 3)))
 
 
 def print_more(rows: dict[str, dict]) -> None:
@@ -136,9 +139,14 @@ def print_difference(label: str, diff: tuple[float, float, float]) -> None:
     print(f"  {label}: {d:+.2f} [{lo:+.2f}, {hi:+.2f}]  ({verdict})")
 
 
-# ---------------------------------------------------------------------------
-# 2. Sentence-aware chunks and merged prompts
-# ---------------------------------------------------------------------------
+def hit_difference(label: str, before: dict, after: dict) -> tuple[float, float, float]:
+    """after's hit@1 minus before's, question by question: printed, and returned."""
+    diff = paired_bootstrap(before["hits@1"], after["hits@1"])
+    print_difference(label, diff)
+    return diff
+
+
+# == 2. Sentence-aware chunks and merged prompts ============================================
 def sentence_chunks(text: str, max_words: int) -> list[str]:
     """Pack whole sentences into chunks of at most max_words words (a longer sentence is cut)."""
     chunks, current = [], []
@@ -190,33 +198,22 @@ def merge_overlapping(retrieved: list[dict]) -> list[dict]:
              "chunk_id": f"{p['doc_id']}#{'+'.join(map(str, p['parts']))}"} for p in passages]
 
 
-# ---------------------------------------------------------------------------
-# 3. The experiments: each prints its block and returns what it measured
-# ---------------------------------------------------------------------------
+# == 3. The experiments: each prints its block and returns what it measured =================
 def experiment_a(minilm=None) -> dict:
     """A: TF-IDF against MiniLM on the tutorial's 50-word chunks."""
     print(f"== Experiment A: embedding backend (chunk_size={SIZE}, overlap={OVERLAP}) ==")
-    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
-    rows = {}
-    for backend in ["tfidf"] + (["minilm"] if minilm else []):
-        embedder, index = setup(backend, chunks, minilm)
-        m1 = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=1,
-                                    verbose=(backend == "tfidf"))
-        m3 = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=3)
-        rows[backend] = row(m1, m3)
+    rows = {backend: rates(CHUNKS, *setup(backend, CHUNKS, minilm), verbose=(backend == "tfidf"))
+            for backend in ["tfidf"] + (["minilm"] if minilm else [])}
     for backend, r in rows.items():
         print(f"{backend:<7} hit@1={r['hit@1']:.2f} recall@1={r['recall@1']:.2f} | "
               f"hit@3={r['hit@3']:.2f} recall@3={r['recall@3']:.2f}")
     print_more(rows)
-    result = dict(rows)
     if minilm:
-        result["minilm-tfidf hit@1"] = paired_bootstrap(rows["tfidf"]["hits@1"],
-                                                        rows["minilm"]["hits@1"])
-        print_difference("hit@1, minilm - tfidf", result["minilm-tfidf hit@1"])
-    return result
+        rows["minilm-tfidf hit@1"] = hit_difference("hit@1, minilm - tfidf", rows["tfidf"],
+                                                    rows["minilm"])
+    return rows
 
 
-B_SETTINGS = [(12, 0), (12, 4), (SIZE, OVERLAP), (500, 0)]
 B_SWEEP = [6, 8, 12, 16, 20, 30, 40, 50, 80]       # chunk sizes for the chart
 
 
@@ -224,26 +221,21 @@ def experiment_b(minilm) -> dict:
     """B: how chunk size and overlap move MiniLM's scores."""
     print("== Experiment B: chunk size and overlap (MiniLM) ==")
     rows = {}
-    for size, overlap in B_SETTINGS:
+    for size, overlap in [(12, 0), (12, 4), (SIZE, OVERLAP), (500, 0)]:
         chunks = rag.build_chunks(rag.CORPUS, size, overlap)
-        embedder, index = setup("minilm", chunks, minilm)
-        m1 = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=1)
-        m3 = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=3)
-        rows[f"size={size} overlap={overlap}"] = {**row(m1, m3), "chunks": len(chunks),
-                                                  "size": size, "overlap": overlap}
-        print(f"size={size:<4}overlap={overlap:<3}chunks={len(chunks):<3} hit@1={m1['hit_rate']:.2f} "
-              f"recall@1={m1['recall']:.2f} recall@3={m3['recall']:.2f}")
+        r = rows[f"size={size} overlap={overlap}"] = {
+            **rates(chunks, *setup("minilm", chunks, minilm)), "chunks": len(chunks)}
+        print(f"size={size:<4}overlap={overlap:<3}chunks={len(chunks):<3} hit@1={r['hit@1']:.2f} "
+              f"recall@1={r['recall@1']:.2f} recall@3={r['recall@3']:.2f}")
     print_more(rows)
-    result = {"settings": rows}
-    result["50/10 - 12/0 hit@1"] = paired_bootstrap(rows["size=12 overlap=0"]["hits@1"],
-                                                    rows[f"size={SIZE} overlap={OVERLAP}"]["hits@1"])
-    print_difference(f"hit@1, size={SIZE} overlap={OVERLAP} minus size=12 overlap=0",
-                     result["50/10 - 12/0 hit@1"])
+    result = {"settings": rows, "50/10 - 12/0 hit@1": hit_difference(
+        f"hit@1, size={SIZE} overlap={OVERLAP} minus size=12 overlap=0",
+        rows["size=12 overlap=0"], rows[f"size={SIZE} overlap={OVERLAP}"])}
     # A finer sweep for the chart: no overlap, and a quarter of the chunk repeated.
-    from rag_cli import progress                    # on stderr: the printed figures stay clean
     sweep = {0.0: [], 0.25: []}
     settings = [(share, size) for share in sweep for size in B_SWEEP]
-    for share, size in progress(settings, len(settings), "chunking and encoding the sweep", " sizes"):
+    for share, size in rag_cli.progress(settings, len(settings), "chunking and encoding the sweep",
+                                        " sizes"):         # on stderr: the figures stay clean
         chunks = rag.build_chunks(rag.CORPUS, size, int(size * share))
         embedder, index = setup("minilm", chunks, minilm)
         sweep[share].append(rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder,
@@ -255,8 +247,8 @@ def experiment_b(minilm) -> dict:
     return result
 
 
-def experiment_c() -> dict:
-    """C: the sick-leave policy cut into 12-word chunks with no overlap."""
+def experiment_c(minilm=None) -> dict:
+    """C: the sick-leave policy cut into 12-word chunks with no overlap (no model needed)."""
     print("== Experiment C: what a 12-word chunk with no overlap looks like ==")
     pieces = [c for c in rag.build_chunks(rag.CORPUS, 12, 0) if c["doc_id"] == "HR-02"]
     for c in pieces:
@@ -270,22 +262,20 @@ D_KS = [1, 3, 5, 10]
 def experiment_d(minilm) -> dict:
     """D: more chunks in the prompt: precision falls and the prompt grows."""
     print(f"== Experiment D: stuffing more chunks into the prompt (MiniLM, size={SIZE}, overlap={OVERLAP}) ==")
-    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
-    embedder, index = setup("minilm", chunks, minilm)
+    embedder, index = setup("minilm", CHUNKS, minilm)
     first = rag.EVAL_SET[0]["question"]
     rows = {}
     for k in D_KS:
-        m = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=k)
-        words = len(rag.build_prompt(first, rag.search(first, index, chunks, embedder, k)).split())
+        m = rag.evaluate_retrieval(rag.EVAL_SET, index, CHUNKS, embedder, k=k)
+        words = len(rag.build_prompt(first, rag.search(first, index, CHUNKS, embedder, k)).split())
         rows[k] = {"precision": m["precision"], "recall": m["recall"], "mrr": m["mrr"],
                    "ndcg": m["ndcg"], "prompt_words": words,
                    "precision_ci": bootstrap_ci(per_question(m, "precision"))}
         print(f"k={k:<3}precision@k={m['precision']:.2f}  prompt length for Q1={words} words")
     print(f"  {'':<5}recall@k  mrr   ndcg@k  precision@k [95% interval]")
     for k, r in rows.items():
-        lo, hi = r["precision_ci"]
-        print(f"  k={k:<3}{r['recall']:.2f}      {r['mrr']:.2f}  {r['ndcg']:.2f}    "
-              f"{r['precision']:.2f} [{lo:.2f}, {hi:.2f}]")
+        print(f"  k={k:<3}{r['recall']:.2f}      {r['mrr']:.2f}  {r['ndcg']:.2f}    {r['precision']:.2f}"
+              " [{:.2f}, {:.2f}]".format(*r["precision_ci"]))
     return {"k": rows}
 
 
@@ -304,23 +294,18 @@ def experiment_e(minilm) -> dict:
     return result
 
 
-F_SETTINGS = [("words", 12, 0), ("words", 12, 4), ("words", SIZE, OVERLAP),
-              ("sentences", 12, 0), ("sentences", 25, 0), ("sentences", 50, 0)]
-
-
 def experiment_f(minilm) -> dict:
     """F: chunks of whole sentences against the word window."""
     print("== Experiment F: sentence-aware chunks against the word window (MiniLM) ==")
     rows = {}
-    for kind, size, overlap in F_SETTINGS:
+    for kind, size, overlap in [("words", 12, 0), ("words", 12, 4), ("words", SIZE, OVERLAP),
+                                ("sentences", 12, 0), ("sentences", 25, 0), ("sentences", 50, 0)]:
         chunks = (rag.build_chunks(rag.CORPUS, size, overlap) if kind == "words"
                   else build_sentence_chunks(rag.CORPUS, size))
         embedder, index = setup("minilm", chunks, minilm)
-        m1 = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=1)
-        m3 = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=3)
         top = rag.search(FATHERS, index, chunks, embedder, k=1)[0]
         label = f"words {size}/{overlap}" if kind == "words" else f"sentences <={size}"
-        rows[label] = {**row(m1, m3), "chunks": len(chunks), "top": top,
+        rows[label] = {**rates(chunks, embedder, index), "chunks": len(chunks), "top": top,
                        "has_answer": "4 weeks" in top["text"]}
     width = max(map(len, rows)) + 1
     print(f"{'chunking':<{width}}chunks hit@1 recall@1 recall@3 mrr@3 ndcg@3  top chunk for "
@@ -330,12 +315,8 @@ def experiment_f(minilm) -> dict:
               f"{r['recall@3']:8.2f} {r['mrr@3']:5.2f} {r['ndcg@3']:6.2f}  "
               f"{r['top']['score']:.3f} {r['top']['chunk_id']:<8} {'yes' if r['has_answer'] else 'no'}")
     print("  top chunk, sentences <=25: " + rows["sentences <=25"]["top"]["text"])
-    result = {"settings": rows}
-    result["sentences<=12 - words 12/0 hit@1"] = paired_bootstrap(
-        rows["words 12/0"]["hits@1"], rows["sentences <=12"]["hits@1"])
-    print_difference("hit@1, sentences <=12 minus words 12/0",
-                     result["sentences<=12 - words 12/0 hit@1"])
-    return result
+    return {"settings": rows, "sentences<=12 - words 12/0 hit@1": hit_difference(
+        "hit@1, sentences <=12 minus words 12/0", rows["words 12/0"], rows["sentences <=12"])}
 
 
 def bm25_worked_example(chunks: list[dict], question: str, term: str, chunk_id: str) -> dict:
@@ -368,8 +349,7 @@ def bm25_worked_example(chunks: list[dict], question: str, term: str, chunk_id: 
 def method_scores(questions: list[str], chunks: list[dict], minilm=None) -> dict[str, np.ndarray]:
     """Score matrices (questions x chunks) of every retrieval method that can run here."""
     scores = {"tfidf": score_matrix(questions, *reversed(setup("tfidf", chunks)))}
-    vectorizer, weights = bm25_matrix([c["text"] for c in chunks])
-    scores["bm25"] = bm25_scores(questions, vectorizer, weights)
+    scores["bm25"] = bm25_scores(questions, *bm25_matrix([c["text"] for c in chunks]))
     if minilm:
         scores["minilm"] = score_matrix(questions, *reversed(setup("minilm", chunks, minilm)))
         scores["0.5 tfidf + 0.5 minilm"] = hybrid_scores(scores["tfidf"], scores["minilm"])
@@ -381,20 +361,16 @@ def method_scores(questions: list[str], chunks: list[dict], minilm=None) -> dict
 def experiment_g(minilm=None) -> dict:
     """G: BM25, the weighted hybrid and rank fusion, on the tutorial corpus and the lab's."""
     print(f"== Experiment G: BM25 and hybrid retrieval (size={SIZE}, overlap={OVERLAP}) ==")
-    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
-    result = {"worked_example": bm25_worked_example(chunks, FATHERS, "fathers", "HR-04#0")}
+    result = {"worked_example": bm25_worked_example(CHUNKS, FATHERS, "fathers", "HR-04#0")}
     corpora = {"tutorial": (rag.CORPUS, rag.EVAL_SET),
-               "lab": (rag.CORPUS + [LAB_DOC], rag.EVAL_SET + [LAB_QUESTION])}
+               "lab": (rag.CORPUS + [HR05_DOC], rag.EVAL_SET + [HR05_QUESTION])}
     tables = {}
     for name, (corpus, eval_set) in corpora.items():
         chunks = rag.build_chunks(corpus, SIZE, OVERLAP)
         questions = [item["question"] for item in eval_set]
-        tables[name] = {}
-        for method, scores in method_scores(questions, chunks, minilm).items():
-            m1 = evaluate_scores(scores, chunks, eval_set, 1)
-            m3 = evaluate_scores(scores, chunks, eval_set, 3)
-            tops = {q: chunks[int(np.argmax(s))]["doc_id"] for q, s in zip(questions, scores)}
-            tables[name][method] = {**row(m1, m3), "top_doc": tops}
+        tables[name] = {method: {**score_rates(scores, chunks, eval_set), "top_doc": {
+            q: chunks[int(np.argmax(s))]["doc_id"] for q, s in zip(questions, scores)}}
+            for method, scores in method_scores(questions, chunks, minilm).items()}
     width = max(len(m) for m in tables["tutorial"]) + 1
     print(f"{'':<{width}}tutorial: 10 docs, 10 questions  | lab: 11 docs, 11 questions")
     print(f"{'method':<{width}}hit@1 recall@1 mrr@3 ndcg@3      | hit@1 recall@1 mrr@3 ndcg@3")
@@ -408,12 +384,10 @@ def experiment_g(minilm=None) -> dict:
         print(f"  {method:<{width}}new fathers -> {r['top_doc'][FATHERS]:<6}  "
               f"vacation (lab) -> {tables['lab'][method]['top_doc'][vacation]}")
     result.update(tables)
-    if minilm:
-        for name in tables:
-            diff = paired_bootstrap(tables[name]["minilm"]["hits@1"],
-                                    tables[name]["0.5 tfidf + 0.5 minilm"]["hits@1"])
-            result[f"{name}: hybrid - minilm hit@1"] = diff
-            print_difference(f"hit@1 on the {name} set, 0.5 tfidf + 0.5 minilm minus minilm", diff)
+    for name in tables if minilm else []:
+        result[f"{name}: hybrid - minilm hit@1"] = hit_difference(
+            f"hit@1 on the {name} set, 0.5 tfidf + 0.5 minilm minus minilm",
+            tables[name]["minilm"], tables[name]["0.5 tfidf + 0.5 minilm"])
     return result
 
 
@@ -430,9 +404,9 @@ def best_threshold(answerable: list[float], unanswerable: list[float]) -> dict:
         precision = tp / max(said_refuse.sum(), 1)
         recall = tp / refuse.sum()
         f1 = 2 * precision * recall / (precision + recall) if tp else 0.0
-        accuracy = np.mean(said_refuse == refuse)
         if best is None or f1 > best["f1"]:
-            best = {"threshold": float(t), "f1": float(f1), "accuracy": float(accuracy)}
+            best = {"threshold": float(t), "f1": float(f1),
+                    "accuracy": float(np.mean(said_refuse == refuse))}
     best["separable"] = bool(max(unanswerable) < min(answerable))
     return best
 
@@ -440,15 +414,12 @@ def best_threshold(answerable: list[float], unanswerable: list[float]) -> dict:
 def experiment_h(minilm=None) -> dict:
     """H: can a threshold on the top score tell answerable from unanswerable questions?"""
     print(f"== Experiment H: refusing questions the documents cannot answer (size={SIZE}, overlap={OVERLAP}) ==")
-    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
     answerable = [item["question"] for item in rag.EVAL_SET]
-    all_scores = method_scores(answerable + UNANSWERABLE, chunks, minilm)
+    all_scores = method_scores(answerable + UNANSWERABLE, CHUNKS, minilm)
     result = {}
     print(f"{'method':<8}{'answerable top score':<22}{'unanswerable top score':<24}"
           f"best threshold  F1    accuracy  separable")
-    for method in ["tfidf", "bm25", "minilm"]:
-        if method not in all_scores:
-            continue
+    for method in [m for m in ["tfidf", "bm25", "minilm"] if m in all_scores]:
         top = all_scores[method].max(axis=1)
         yes, no = top[:len(answerable)].tolist(), top[len(answerable):].tolist()
         best = best_threshold(yes, no)
@@ -466,17 +437,17 @@ def experiment_h(minilm=None) -> dict:
 def experiment_i(minilm) -> dict:
     """I: merge overlapping chunks of one document before the prompt; same facts, fewer words."""
     print("== Experiment I: merging overlapping chunks before the prompt (MiniLM) ==")
-    result = {}
     print(f"{'setting':<24}prompt words, 10 questions  shorter  answer phrase in prompt  "
           f"chunk text kept")
+    result = {}
     for size, overlap, k in [(SIZE, OVERLAP, 3), (12, 4, 5)]:
         chunks = rag.build_chunks(rag.CORPUS, size, overlap)
         embedder, index = setup("minilm", chunks, minilm)
         before = after = shorter = facts_before = facts_after = kept = 0
         for item in rag.EVAL_SET:
             retrieved = rag.search(item["question"], index, chunks, embedder, k)
-            merged = merge_overlapping(retrieved)
-            p1, p2 = rag.build_prompt(item["question"], retrieved), rag.build_prompt(item["question"], merged)
+            p1 = rag.build_prompt(item["question"], retrieved)
+            p2 = rag.build_prompt(item["question"], merge_overlapping(retrieved))
             before, after = before + len(p1.split()), after + len(p2.split())
             shorter += len(p2.split()) < len(p1.split())
             facts = ANSWER_FACTS[item["question"]]
@@ -496,46 +467,38 @@ def experiment_j(minilm=None) -> dict:
     """J: Rocchio pseudo-relevance feedback: move each question toward its top chunks, search again."""
     print(f"== Experiment J: Rocchio feedback, q' = {ROCCHIO_A:g} q + {ROCCHIO_B:g} * mean of the "
           f"top {ROCCHIO_M} chunks (size={SIZE}, overlap={OVERLAP}) ==")
-    chunks = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)
     questions = [item["question"] for item in rag.EVAL_SET]
     rows = {}
     for backend in ["tfidf"] + (["minilm"] if minilm else []):
-        embedder, index = setup(backend, chunks, minilm)
+        embedder, index = setup(backend, CHUNKS, minilm)
         plain = score_matrix(questions, index, embedder)
         moved = rocchio(embedder.encode(questions, sparse=True), index, plain)
-        fed = moved @ index.T
-        for label, scores in [(backend, plain), (f"{backend} + rocchio", fed)]:
-            scores = scores.toarray() if hasattr(scores, "toarray") else np.asarray(scores)
-            rows[label] = row(evaluate_scores(scores, chunks, rag.EVAL_SET, 1),
-                              evaluate_scores(scores, chunks, rag.EVAL_SET, 3))
+        rows[backend] = score_rates(plain, CHUNKS)
+        rows[f"{backend} + rocchio"] = score_rates(dense(moved @ index.T), CHUNKS)
     width = max(map(len, rows)) + 2
     print(f"{'method':<{width}}hit@1 recall@1 recall@3 mrr@3")
     for label, r in rows.items():
         print(f"{label:<{width}}{r['hit@1']:.2f}  {r['recall@1']:.2f}     {r['recall@3']:.2f}     "
               f"{r['mrr@3']:.2f}")
     print_more(rows)
-    result = dict(rows)
     for backend in [label for label in rows if "+" not in label]:
-        diff = paired_bootstrap(rows[backend]["hits@1"], rows[f"{backend} + rocchio"]["hits@1"])
-        result[f"{backend}: rocchio - plain hit@1"] = diff
-        print_difference(f"hit@1, {backend} + rocchio minus {backend}", diff)
-    return result
+        rows[f"{backend}: rocchio - plain hit@1"] = hit_difference(
+            f"hit@1, {backend} + rocchio minus {backend}", rows[backend], rows[f"{backend} + rocchio"])
+    return rows
 
 
-EXPERIMENT_FUNCTIONS = {"A": experiment_a, "B": experiment_b, "C": experiment_c,
-                        "D": experiment_d, "E": experiment_e, "F": experiment_f,
-                        "G": experiment_g, "H": experiment_h, "I": experiment_i,
-                        "J": experiment_j}
+EXPERIMENT_FUNCTIONS = dict(zip(EXPERIMENTS, [experiment_a, experiment_b, experiment_c,
+                                              experiment_d, experiment_e, experiment_f,
+                                              experiment_g, experiment_h, experiment_i,
+                                              experiment_j]))
 NEEDS_MINILM = set("BDEFI")          # A, G, H and J run their TF-IDF and BM25 parts without it
 NO_EMBEDDINGS = set("C")
 
 
 def run_experiments(letters: str = EXPERIMENTS, minilm: rag.Embedder | None = None,
                     plot_dir: str | None = None) -> dict:
-    """Run the chosen experiments in order; return {letter: measured numbers, "skipped": {...}}.
-
-    minilm: a MiniLM Embedder to share (every text is embedded once), or None to load one.
-    """
+    """Run the chosen experiments in order, sharing one MiniLM (loaded if None): every text is
+    embedded once. Returns {letter: measured numbers, "skipped": {letter: why}}."""
     letters = parse_letters(letters)
     results, skipped = {}, {}
     if minilm is None and set(letters) - NO_EMBEDDINGS:
@@ -546,11 +509,8 @@ def run_experiments(letters: str = EXPERIMENTS, minilm: rag.Embedder | None = No
             skipped = {x: reason for x in letters if x in NEEDS_MINILM}
             if set(letters) & set("AGHJ"):
                 print(f"[info] {reason}: A, G, H and J show their TF-IDF and BM25 rows only\n")
-    for letter in letters:
-        if letter in skipped:
-            continue
-        function = EXPERIMENT_FUNCTIONS[letter]
-        results[letter] = function() if letter in NO_EMBEDDINGS else function(minilm)
+    for letter in [x for x in letters if x not in skipped]:
+        results[letter] = EXPERIMENT_FUNCTIONS[letter](minilm)
         print()
     if skipped:
         print(f"skipped {', '.join(skipped)}: they measure MiniLM, and "
@@ -567,8 +527,7 @@ def run_experiments(letters: str = EXPERIMENTS, minilm: rag.Embedder | None = No
 
 def parse_letters(letters: str) -> str:
     """'A,B,e' or 'ABE' -> 'ABE' in run order; an unknown letter is a ValueError."""
-    picked = [x for x in re.split(r"[,\s]*", letters.upper()) if x]
-    picked = [ch for x in picked for ch in x]
+    picked = re.sub(r"[,\s]", "", letters.upper())
     unknown = sorted(set(picked) - set(EXPERIMENTS))
     if unknown or not picked:
         raise ValueError(f"unknown experiment {', '.join(unknown) or repr(letters)}: "
@@ -576,9 +535,7 @@ def parse_letters(letters: str) -> str:
     return "".join(x for x in EXPERIMENTS if x in picked)
 
 
-# ---------------------------------------------------------------------------
-# 4. Charts
-# ---------------------------------------------------------------------------
+# == 4. Charts ==============================================================================
 def write_plots(results: dict, folder: str) -> list[str]:
     """PNG charts of B (chunk size), D (k) and H (refusal scores); returns the paths written."""
     try:
@@ -586,10 +543,9 @@ def write_plots(results: dict, folder: str) -> list[str]:
         matplotlib.use("Agg")                        # files only, no window
         import matplotlib.pyplot as plt
     except ImportError:
-        raise RuntimeError("matplotlib is not installed: run `pip install matplotlib` "
-                           "(needed only for --plot)") from None
+        raise RuntimeError(NO_MATPLOTLIB) from None
     out = plot_folder(folder, claim=True)
-    paths = []
+    figures = {}
     if "B" in results:
         sweep = results["B"]["sweep"]
         fig, ax = plt.subplots(figsize=(6.4, 4))
@@ -601,10 +557,9 @@ def write_plots(results: dict, folder: str) -> list[str]:
         ax.minorticks_off()                          # no "6x10^1" labels between ours
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right")
-        paths.append(save(fig, out / "b_chunk_size.png"))
+        figures["b_chunk_size.png"] = fig
     if "D" in results:
-        ks = list(results["D"]["k"])
-        rows = list(results["D"]["k"].values())
+        ks, rows = list(results["D"]["k"]), list(results["D"]["k"].values())
         fig, ax = plt.subplots(figsize=(6.4, 4))
         ax.plot(ks, [r["precision"] for r in rows], marker="o", color="tab:blue")
         ax.set(xlabel="k (chunks put in the prompt)", ylabel="precision@k", ylim=(0, 1.05),
@@ -616,17 +571,17 @@ def write_plots(results: dict, folder: str) -> list[str]:
         twin.set_ylim(0, None)
         ax.set_xticks(ks)
         ax.grid(alpha=0.3)
-        paths.append(save(fig, out / "d_top_k.png"))
+        figures["d_top_k.png"] = fig
     if "H" in results:
-        methods = [m for m in results["H"] if isinstance(results["H"][m], dict)]
+        methods = list(results["H"])
         fig, axes = plt.subplots(1, len(methods), figsize=(3.2 * len(methods), 4), squeeze=False)
         rng = np.random.default_rng(SEED)             # a little sideways jitter so dots don't hide
         for ax, method in zip(axes[0], methods):
             r = results["H"][method]
             for x, (group, color) in enumerate([("answerable", "tab:green"),
                                                 ("unanswerable", "tab:red")]):
-                ys = r[group]
-                ax.scatter(x + rng.uniform(-0.12, 0.12, len(ys)), ys, color=color, alpha=0.8)
+                ax.scatter(x + rng.uniform(-0.12, 0.12, len(r[group])), r[group], color=color,
+                           alpha=0.8)
             ax.axhline(r["threshold"], color="grey", linestyle="--")
             ax.set_xticks([0, 1], ["answerable", "unanswerable"])
             ax.set_xlim(-0.5, 1.5)
@@ -634,40 +589,31 @@ def write_plots(results: dict, folder: str) -> list[str]:
                          fontsize=10)
         axes[0][0].set_ylabel("top retrieval score")
         fig.suptitle("H: top scores of answerable and unanswerable questions")
-        paths.append(save(fig, out / "h_refusal_scores.png"))
-    return paths
+        figures["h_refusal_scores.png"] = fig
+    for name, fig in figures.items():
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)                               # free its memory
+    return [str(out / name) for name in figures]
 
 
 def plot_folder(folder: str, claim: bool = False) -> Path:
-    """The --plot folder if the kit may write there (new, empty or marked as ours);
-    claim=True creates and marks it."""
+    """The --plot folder if the kit may write there (new, empty or ours); claim=True marks it."""
     from rag_storage import check_writable, claim_folder, refuse_foreign_folder
     out = refuse_foreign_folder(folder, "--plot")
-    if not claim:
-        check_writable(out, "--plot")
-        return out
-    return claim_folder(out, "--plot")
+    if claim:
+        return claim_folder(out, "--plot")
+    check_writable(out, "--plot")
+    return out
 
 
-def save(fig, path: Path) -> str:
-    """Write one figure as PNG and free its memory."""
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    import matplotlib.pyplot as plt
-    plt.close(fig)
-    return str(path)
-
-
-# ---------------------------------------------------------------------------
-# 5. Command line
-# ---------------------------------------------------------------------------
+# == 5. Command line ========================================================================
 def parse_args(argv=None):
     """Command-line flags; every default comes from the block at the top of the file."""
     from embedding_cache import CACHE_DIR
     from ir_collections import GRADE_READINGS
-    from rag_cli import OneLineParser
-    p = OneLineParser(description="Measure what each RAG setting does to retrieval: "
-                                            "the tutorial's experiments A-J, or a test collection.")
+    p = rag_cli.OneLineParser(description="Measure what each RAG setting does to retrieval: "
+                                          "the tutorial's experiments A-J, or a test collection.")
     p.add_argument("--only", default=None,
                    help=f"experiments to run, e.g. B or A,B,E (default: all of {EXPERIMENTS})")
     p.add_argument("--plot", metavar="DIR", help="also write PNG charts into DIR (needs matplotlib)")
@@ -676,8 +622,8 @@ def parse_args(argv=None):
                         "collection folder, tuned settings cross-validated")
     p.add_argument("--json", action="store_true", help="with --collection: print one JSON object")
     p.add_argument("--grades", default="auto",
-                   help=f"with --collection: how to read relevance grades: auto (by the "
-                        f"relevance file's layout) or one of {', '.join(GRADE_READINGS)} "
+                   help=f"with --collection: how to read relevance grades: auto (higher "
+                        f"when the file's grades differ, else binary) or one of {', '.join(GRADE_READINGS)} "
                         f"(default: %(default)s)")
     p.add_argument("--cache", default=None,
                    help=f"with --collection: folder for cached document vectors "
@@ -687,28 +633,22 @@ def parse_args(argv=None):
 
 def check_flags(args) -> None:
     """Every flag checked before any slow work: a bad one is one line, nothing written."""
-    for flag, value in [("--plot", args.plot), ("--cache", args.cache),
-                        ("--collection", args.collection)]:
-        if value is not None and not value.strip():
-            raise ValueError(f"{flag} needs a path, got an empty string")
+    rag_cli.refuse_empty(args, ("plot", "cache", "collection"), "a path")
     if args.collection is None:
-        for flag, value in [("--json", args.json or None), ("--cache", args.cache),
-                            ("--grades", None if args.grades == "auto" else args.grades)]:
-            if value is not None:
+        for flag, given in [("--json", args.json), ("--cache", args.cache is not None),
+                            ("--grades", args.grades != "auto")]:
+            if given:
                 raise ValueError(f"{flag} goes with --collection PATH")
-    else:
-        for flag, value in [("--only", args.only), ("--plot", args.plot)]:
-            if value is not None:
-                raise ValueError(f"{flag} is for the experiments A-J; it does not go with "
-                                 f"--collection")
+    for flag, value in [("--only", args.only), ("--plot", args.plot)]:
+        if args.collection is not None and value is not None:
+            raise ValueError(f"{flag} is for the experiments A-J; it does not go with --collection")
     if args.only is not None:
         parse_letters(args.only)
     if args.plot is not None:
         plot_folder(args.plot)
         import importlib.util                      # before the work, not after it
         if importlib.util.find_spec("matplotlib") is None:
-            raise RuntimeError("matplotlib is not installed: run `pip install matplotlib` "
-                               "(needed only for --plot)")
+            raise RuntimeError(NO_MATPLOTLIB)
 
 
 def run(args) -> None:

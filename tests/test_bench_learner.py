@@ -16,9 +16,17 @@ def test_bad_numbers_are_one_line(capsys):
 
 def test_the_build_benchmark_times_one_thread_against_every_core(capsys):
     import os
-    assert bench_learner.main(["--part", "build", "--abstracts", "40"]) == 0
+    import re
+    assert bench_learner.main(["--part", "build", "--abstracts", "2"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"== Encoding 40 abstracts at once (wall seconds, {os.cpu_count()} cores) =="
-    rows = [line.split()[:2] for line in out[1:]]
-    assert rows == [[load, f"{n}"] for load in ("idle", "busy") for n in sorted({1, os.cpu_count()})]
-    assert all("x the speed of 1 thread" in line for line in out[1:])
+    cores = sorted({1, os.cpu_count()})
+    assert out[0] == (f"== A MiniLM --docs index of 2 CISI abstracts, a file each: each run a "
+                      f"fresh process, {os.cpu_count()} cores (wall seconds, peak memory) ==")
+    steps = [line.split(" s ")[0].rsplit(None, 1)[0].strip() for line in out[1:-1]]
+    assert steps == [f"build, {load}, {n} thread(s)" for load in ("idle", "busy") for n in cores] \
+        + ["reuse, nothing changed", "update, one file edited"]
+    assert all(" MB " in line for line in out[1:-1])
+    assert all(line.endswith("x the speed of 1 thread") for line in out[1:1 + 2 * len(cores)])
+    assert re.search(r"\(loaded the saved index \(\d+ chunks, not re-embedded\)\)$", out[-3])
+    assert re.search(r"\(updated the index: 1 file\(s\) changed or removed, \d+ chunks embedded, "
+                     r"\d+ reused\)$", out[-2])
