@@ -355,12 +355,6 @@ def make_retriever(chunks: list[dict], index, embedder, hybrid=None, reranker=No
 # ---------------------------------------------------------------------------
 # 7. Scoring the variants side by side; the retriever the command line asks for
 # ---------------------------------------------------------------------------
-def evaluate(eval_set: list[dict], retrieve, k: int) -> dict:
-    """The core's Step 6 metrics at k for any retriever (hit@1 of the same ranking included)."""
-    import rag_from_scratch as rag
-    return rag.evaluate_retrieval(eval_set, None, None, None, k=k, retrieve=retrieve)
-
-
 def variant_name(hybrid=None, reranker=None, context: bool = False) -> str:
     """A row label: "plain", "hybrid rrf", "hybrid 0.3 + rerank + context", ..."""
     parts = ([f"hybrid {hybrid}"] if hybrid is not None else []) + (["rerank"] if reranker else []) \
@@ -371,13 +365,15 @@ def variant_name(hybrid=None, reranker=None, context: bool = False) -> str:
 def compare_variants(eval_set, chunks, index, embedder, k, hybrid="rrf", reranker=None, allowed=None,
                      context_vectors=None):
     """{name: metrics} for plain, hybrid, rerank (if a reranker is given), context, and all."""
+    import rag_from_scratch as rag
     settings = [{}, {"hybrid": hybrid}] + ([{"reranker": reranker}] if reranker else []) \
         + [{"context": True}, {"hybrid": hybrid, "reranker": reranker, "context": True}]
     rows = {}
     for chosen in settings:
         retrieve = make_retriever(chunks, index, embedder, allowed=allowed, **chosen,
                                   context_vectors=context_vectors)
-        rows[variant_name(**chosen)] = {**evaluate(eval_set, retrieve, k), "timing": retrieve.timing}
+        metrics = rag.evaluate_retrieval(eval_set, None, None, None, k=k, retrieve=retrieve)
+        rows[variant_name(**chosen)] = {**metrics, "timing": retrieve.timing}
     return rows
 
 
@@ -419,7 +415,8 @@ def print_comparison(rows: dict, k: int) -> None:
 
 def print_variant(eval_set, retrieve, k: int, name: str) -> None:
     """The Step 6 line for the chosen retrieval, so it reads beside the plain one."""
-    m = evaluate(eval_set, retrieve, k)
+    import rag_from_scratch as rag
+    m = rag.evaluate_retrieval(eval_set, None, None, None, k=k, retrieve=retrieve)
     plural = "s" if len(eval_set) != 1 else ""
     print(f"\n== Retrieval evaluation with {name} ({len(eval_set)} question{plural}) ==")
     print(f"k={k}: hit_rate={m['hit_rate']:.2f}  recall={m['recall']:.2f}  precision={m['precision']:.2f}  "
