@@ -6,14 +6,13 @@ check.py: grade the five functions of lab/starter.py, with a hint for each one t
     python lab/check.py --module rag_from_scratch    # grade the reference: all PASS
     LAB_MODULE=rag_from_scratch python -m pytest lab # the same checks through pytest
 
-Every check compares your function with a trusted reference: values worked out by hand,
-the tutorial's printed figures, NumPy and scikit-learn. It needs no torch and no network.
-
-Your code runs in a child process that only calls your functions and sends back what they
-return, as plain data (JSON); this process checks those values, so nothing your file does
-can change the verdict. Each function has a time limit (--time-limit, 10 s) and, on Linux, a
-memory limit (--memory-mb, 1024): sys.exit(), an endless loop, a list that grows without end
-or a crash is that function's FAIL with a hint. Exit status 0 only when all five pass.
+Every check compares your function with a trusted reference: values worked out by hand, the
+tutorial's printed figures, NumPy and scikit-learn. No torch, no network. Your code runs in a
+child process that calls your functions and sends back what they return as plain data (JSON);
+the checks run here, on those values, so nothing in your file can change the verdict. Each
+function has a time limit (--time-limit, 10 s) and, on Linux, a memory limit (--memory-mb,
+1024): sys.exit(), an endless loop, a list that grows without end or a crash is that
+function's FAIL with a hint. Exit status 0 only when all five pass; 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -31,8 +30,6 @@ if __name__ == "__main__":      # Ctrl-C while the imports below load: one line,
 
 import argparse  # noqa: E402
 import contextlib
-import copy
-import importlib
 import importlib.util
 import io
 import json
@@ -43,11 +40,12 @@ import subprocess
 import textwrap
 import threading
 import time
+import traceback
 
 import numpy as np
 
 import rag_from_scratch as rag
-from rag_cli import OneLineParser, leave, one_line, run_cli
+from rag_cli import OneLineParser, leave, one_line, refuse_empty, run_cli
 
 STARTER = LAB / "starter.py"
 FUNCTIONS = ("chunk_text", "cosine_similarity", "search", "build_prompt", "evaluate_retrieval")
@@ -103,24 +101,14 @@ def load_module(spec: str):
 # ---------------------------------------------------------------------------
 # What search and evaluate_retrieval are given: the tutorial's TF-IDF index, and a toy one
 # ---------------------------------------------------------------------------
-def tfidf_setup():
-    """Tutorial chunks (50 words, overlap 10), a fitted TF-IDF embedder and its index."""
-    chunks = rag.build_chunks(rag.CORPUS, 50, 10)
-    embedder = rag.Embedder("tfidf")
-    return chunks, embedder, rag.build_index(chunks, embedder)
-
-
-class ToyEmbedder:
+class ToyEmbedder(dict):
     """Maps a few known texts to hand-picked vectors, so every score is easy to follow."""
 
     backend = "toy"
 
-    def __init__(self, vectors: dict[str, list[float]]):
-        self.vectors = vectors
-
     def encode(self, texts: list[str], sparse: bool = False) -> np.ndarray:
         """One unit-length row per text."""
-        rows = np.array([self.vectors[t] for t in texts], dtype=float)
+        rows = np.array([self[t] for t in texts], dtype=float)
         return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
 
@@ -144,13 +132,15 @@ TOY_EXPECTED = {1: (0.5, 0.375, 0.5), 2: (0.75, 0.625, 0.625),
 
 
 def setups() -> dict:
-    """By name, the (eval_set, index, chunks, embedder) that the graded functions are given."""
-    chunks, embedder, index = tfidf_setup()
-    vectors = {c["text"]: np.eye(4)[i].tolist() for i, c in enumerate(TOY_CHUNKS)}
-    toy = ToyEmbedder({**vectors, **{q: w for q, w, _ in TOY_QUESTIONS}})
-    toy_eval = [{"question": q, "relevant": set(rel)} for q, _, rel in TOY_QUESTIONS]
-    return {"tfidf": (copy.deepcopy(rag.EVAL_SET), index, chunks, embedder),
-            "toy": (toy_eval, toy.encode(list(vectors)), copy.deepcopy(TOY_CHUNKS), toy)}
+    """By name, the (eval_set, index, chunks, embedder) the graded functions are given."""
+    chunks = rag.build_chunks(rag.CORPUS, 50, 10)        # the tutorial's 17 chunks
+    tfidf = rag.Embedder("tfidf")
+    toy = ToyEmbedder({c["text"]: np.eye(4)[i].tolist() for i, c in enumerate(TOY_CHUNKS)})
+    toy_index = toy.encode(list(toy))
+    toy.update({q: weights for q, weights, _ in TOY_QUESTIONS})
+    return {"tfidf": (rag.EVAL_SET, rag.build_index(chunks, tfidf), chunks, tfidf),
+            "toy": ([{"question": q, "relevant": rel} for q, _, rel in TOY_QUESTIONS], toy_index,
+                    [dict(c) for c in TOY_CHUNKS], toy)}
 
 
 def expect_value_error(call, description: str) -> None:
@@ -172,9 +162,9 @@ def close(a, b, tol: float = 1e-6) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# The checks: they run here, on the plain values the graded functions returned over there
-# (mod.search(q, k, on="tfidf") runs search(q, index, chunks, embedder, k) on that setup),
-# and each raises AssertionError with a sentence saying what went wrong
+# The checks run here, on the plain values the graded functions returned in the child
+# (mod.search(q, k, on="tfidf") is search(q, index, chunks, embedder, k) on that setup);
+# each raises AssertionError with a sentence saying what went wrong
 # ---------------------------------------------------------------------------
 def check_chunk_text(mod) -> None:
     """Hand-made cases, the tutorial's chunk counts, and the overlap property on every document."""
@@ -222,7 +212,8 @@ def check_cosine_similarity(mod) -> None:
     for a, b, expected in cases:
         got = f(a, b)
         assert isinstance(got, float), f"cosine_similarity returned {type(got).__name__}, not float"
-        assert close(got, expected), f"cosine_similarity({a}, {b}) = {got!r}, expected {expected:.6f}"
+        assert close(got, expected), (f"cosine_similarity({a}, {b}) = {got!r}, "
+                                      f"expected {expected:.6f}")
     assert close(f([0.2, -1.0, 3.0], [2.0, -10.0, 30.0]), 1.0), (
         "a vector and 10 times that vector point the same way: cosine 1.0, yours is not "
         "(is it the raw dot product?)")
@@ -238,7 +229,7 @@ def check_cosine_similarity(mod) -> None:
 def check_search(mod) -> None:
     """Scores and order against scikit-learn's cosine on TF-IDF, the toy index, and bad input."""
     from sklearn.metrics.pairwise import cosine_similarity as reference
-    chunks, embedder, _ = tfidf_setup()
+    _, _, chunks, embedder = setups()["tfidf"]
     chunk_vectors = embedder.encode([c["text"] for c in chunks])
     questions = ["I forgot my password. How do I reset it?",
                  "How much time off do new fathers get?",
@@ -323,7 +314,7 @@ def check_evaluate_retrieval(mod) -> None:
     lines = [line.strip() for line in mod.last["printed"].splitlines() if line.strip()]
     assert len(lines) == len(TOY_QUESTIONS), (f"verbose=True should print one line per question "
                                               f"({len(TOY_QUESTIONS)}), yours printed {len(lines)}")
-    for line, (question, _, _), expected in zip(lines, TOY_QUESTIONS, ("HIT", "MISS", "MISS", "HIT")):
+    for line, (question, _, _), expected in zip(lines, TOY_QUESTIONS, "HIT MISS MISS HIT".split()):
         assert line.split()[0] == expected and question in line, (
             f"the verbose line for {question!r} should start with {expected} and show "
             f"the question; yours is {line!r}")
@@ -347,13 +338,14 @@ def run_check(name: str, mod) -> str | None:
     try:
         CHECKS[name](mod)
         return None
-    except NotImplementedError as exc:       # its message: the function that raised it
+    except NotImplementedError as exc:           # its message: the function that raised it
         reason = ("still a TODO (it raises NotImplementedError)" if str(exc) == name else
                   f"it calls {exc}(), which is still a TODO: finish that first")
     except AssertionError as exc:
         reason = str(exc)
     except SystemExit as exc:
-        reason = f"it calls sys.exit({exc.code}), which ends the whole program: return the result instead"
+        reason = (f"it calls sys.exit({exc.code}), which ends the whole program: "
+                  f"return the result instead")
     except MemoryError:
         reason = ("it ran out of memory: does every loop move forward and stop? "
                   "(print the loop variable for a small input)")
@@ -368,13 +360,11 @@ def fail(name: str, reason: str) -> str:
 
 
 # ---------------------------------------------------------------------------
-# The child: it loads the graded module and answers calls, one JSON line each way. Its
-# limits are hard (soft = hard), and it runs in its own session, killed as a group at the end.
+# The child: it loads the graded module, then answers one JSON call per line with a JSON reply
 # ---------------------------------------------------------------------------
 TIME_LIMIT_S = 10.0          # per graded function; the reference needs well under 1 s each
 MEMORY_LIMIT_MB = 1024       # on top of what the grader itself uses
 START_LIMIT_S = 120.0        # the child's own imports (NumPy, scikit-learn) on a busy laptop
-REPLY_LIMIT = 2**20          # characters in one reply
 # The lab functions each graded function calls: it is graded with the reference versions of
 # these, so a FAIL names the function that is wrong (a buggy search must not fail
 # evaluate_retrieval, which only calls it).
@@ -386,7 +376,8 @@ def answer(module, request: dict, given: dict) -> str:
     name, args, reply = request["name"], request["args"], {}
     if request["on"]:            # search(q, k) -> search(q, index, chunks, embedder, k)
         eval_set, index, chunks, embedder = given[request["on"]]
-        args = ([args.pop(0)] if name == "search" else [eval_set]) + [index, chunks, embedder] + args
+        first = [args.pop(0)] if name == "search" else [eval_set]
+        args = first + [index, chunks, embedder] + args
         reply["chunks"] = chunks             # as the call leaves them
     function, printed = getattr(module, name, None), io.StringIO()
     callees = {f: getattr(module, f, None) for f in CALLS.get(name, ())}
@@ -398,28 +389,21 @@ def answer(module, request: dict, given: dict) -> str:
             reply["value"] = function(*args, **request["kwargs"])
     except SystemExit as exc:
         reply["exit"] = repr(exc.code)
-    except Exception as exc:
+    except Exception as exc:     # a TODO says which function raised it
         reply["raised"] = type(exc).__name__
-        reply["message"] = todo_origin(exc) if isinstance(exc, NotImplementedError) else one_line(exc)
+        reply["message"] = (traceback.extract_tb(exc.__traceback__)[-1].name
+                            if isinstance(exc, NotImplementedError) else one_line(exc))
     finally:
         vars(module).update(callees)
     reply["printed"] = printed.getvalue()
     try:
         return json.dumps(reply, default=lambda value: f"<{type(value).__name__}>")
-    except Exception:                # a cycle, keys JSON cannot hold: a value no check accepts
+    except Exception:            # a cycle, or keys JSON cannot hold: a value no check accepts
         return json.dumps({"value": "<not plain data>", "printed": ""})
 
 
-def todo_origin(exc: BaseException) -> str:
-    """Name of the function whose body raised the exception (the innermost frame)."""
-    tb = exc.__traceback__
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb.tb_frame.f_code.co_name
-
-
 def limit(memory_mb: int, cpu_s: int) -> None:
-    """Hard limits the graded code cannot raise again: CPU seconds and, on Linux, memory."""
+    """Hard limits (soft = hard: the graded code cannot raise them): CPU time, memory on Linux."""
     try:
         import resource
     except ImportError:                              # Windows: only the parent's time limit
@@ -436,72 +420,66 @@ def limit(memory_mb: int, cpu_s: int) -> None:
 
 
 def child(spec: str, memory_mb: int, time_limit: float) -> int:
-    """Load the graded module, then answer one request per line of stdin."""
-    replies = os.fdopen(os.dup(1), "w")
+    """Load the graded module, then answer each request read from stdin."""
+    replies = os.fdopen(os.dup(1), "w", buffering=1)      # line-buffered: each reply at once
     os.dup2(2, 1)                # what the graded code prints goes to stderr, not the replies
-
-    def send(reply) -> None:
-        replies.write((reply if isinstance(reply, str) else json.dumps(reply)) + "\n")
-        replies.flush()
-
     try:                         # the grader's own imports and data come before the limits
         given = setups()
     except Exception as exc:
-        send({"broken": f"{type(exc).__name__}: {one_line(exc)}"})
+        print(json.dumps({"broken": f"{type(exc).__name__}: {one_line(exc)}"}), file=replies)
         return 1
     limit(memory_mb, int(START_LIMIT_S + time_limit * (len(FUNCTIONS) + 1)))
-    send({"ready": True})
+    print('{"ready": true}', file=replies)
     try:
-        module = load_module(spec)
+        module, reply = load_module(spec), {"loaded": True}
     except SystemExit as exc:
-        send({"exit": repr(exc.code)})
-        return 0
+        module, reply = None, {"exit": repr(exc.code)}
     except Exception as exc:                         # a typo in the file: the parent says so
-        send({"error": f"{type(exc).__name__}: {one_line(exc)}"})
-        return 0
-    send({"loaded": True})
-    for line in sys.stdin:
-        send(answer(module, json.loads(line), given))
+        module, reply = None, {"error": f"{type(exc).__name__}: {one_line(exc)}"}
+    print(json.dumps(reply), file=replies)
+    for line in sys.stdin if module else ():
+        print(answer(module, json.loads(line), given), file=replies)
     return 0
 
 
 # ---------------------------------------------------------------------------
-# The parent: it asks, and trusts nothing but the plain values in the replies
+# The parent: it asks the child, and trusts nothing but the plain values of its replies
 # ---------------------------------------------------------------------------
 class Gone(BaseException):
-    """The child ended or ran out of time (not an Exception: no check may take it for a FAIL)."""
+    """The child ended or ran out of time (no check's `except Exception` may take it)."""
+
+
+RAISED = {kind.__name__: kind for kind in (ValueError, MemoryError, NotImplementedError)}
 
 
 class Graded:
-    """The graded module as the checks see it: mod.chunk_text(...) runs over there."""
+    """The graded module as the checks see it: mod.chunk_text(...) runs over there, and
+    .last is the whole last reply (its "printed" output, search's "chunks")."""
 
     def __init__(self, ask):
-        self.ask = ask            # request -> reply: from a child, or in this process (tests)
-        self.last = {}            # the last reply, for its "printed" output and "chunks"
+        self.ask, self.last = ask, {}      # ask: request -> reply, in a child or (tests) here
 
     def __getattr__(self, name: str):
         def call(*args, on=None, **kwargs):
-            reply = self.last = self.ask({"name": name, "args": list(args), "kwargs": kwargs,
+            self.last = reply = self.ask({"name": name, "args": list(args), "kwargs": kwargs,
                                           "on": on})
             if "value" in reply:
                 return reply["value"]
             if "exit" in reply:
                 raise SystemExit(reply["exit"])
-            known = {"ValueError": ValueError, "MemoryError": MemoryError,
-                     "NotImplementedError": NotImplementedError}
-            kind = known.get(reply.get("raised")) or type(str(reply.get("raised")), (Exception,), {})
-            raise kind(reply.get("message"))
+            raised = str(reply.get("raised"))
+            raise (RAISED.get(raised) or type(raised, (Exception,), {}))(reply.get("message"))
         return call
 
 
 def in_process(module) -> Graded:
-    """The checks' view of a module already imported here (tests; no isolation)."""
+    """The checks' view of a module imported in this process (tests; no isolation)."""
     given = setups()
     return Graded(lambda request: json.loads(answer(module, request, given)))
 
 
 class Child:
-    """A child process serving the graded module; everything it starts ends with it."""
+    """A child process serving the graded module, in a session of its own."""
 
     def __init__(self, spec: str, memory_mb: int, time_limit: float):
         command = [sys.executable, str(Path(__file__).resolve()), "--child", "--module", spec,
@@ -512,33 +490,32 @@ class Child:
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, errors="replace", **group)
         self.time_limit, self.deadline = time_limit, 0.0
-        self.lines = queue.Queue(maxsize=1)          # read ahead one line, so a flood waits
+        self.lines = queue.Queue(maxsize=1)          # one line read ahead: a flood just waits
         threading.Thread(target=self.read, daemon=True).start()
 
     def read(self) -> None:
-        """Queue the child's lines, then "" (a thread, since Windows pipes have no select)."""
-        for line in iter(lambda: self.proc.stdout.readline(REPLY_LIMIT), ""):
+        """Queue each line of at most 1 MB, then "" (a thread: Windows pipes have no select)."""
+        for line in iter(lambda: self.proc.stdout.readline(2**20), ""):
             self.lines.put(line)
         self.lines.put("")
 
-    def next(self, seconds: float):
-        """The next reply as a dict; "timeout" after `seconds`, "ended" once the child is gone."""
+    def reply(self, seconds: float):
+        """The next reply, a dict; "timeout" after `seconds`; "ended" once the child is gone."""
         try:
             line = self.lines.get(timeout=max(seconds, 0))
         except queue.Empty:
             return "timeout"
-        try:
-            reply = json.loads(line) if line else "ended"
-        except (ValueError, RecursionError):
-            reply = None
-        return reply if isinstance(reply, dict) or reply == "ended" else {"raised": "BadReply"}
+        with contextlib.suppress(ValueError, RecursionError):
+            reply = json.loads(line or '"ended"')
+            return reply if isinstance(reply, dict) or reply == "ended" else {}
+        return {}
 
     def ask(self, request: dict) -> dict:
         """Send one call and wait for its reply until self.deadline."""
         with contextlib.suppress(OSError):           # a child that is gone shows below
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
-        reply = self.next(self.deadline - time.monotonic())
+        reply = self.reply(self.deadline - time.monotonic())
         if reply == "timeout":
             raise Gone(f"it did not finish within {self.time_limit:g} s: is there a loop that "
                        f"never stops (a step of 0, a condition that stays true)?")
@@ -548,20 +525,15 @@ class Child:
         return reply
 
     def how_it_ended(self) -> str:
-        """The child's exit status in words (killed first if it closed its output but lives)."""
+        """The child's exit status in words (killed, if it closed its output but lives on)."""
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
         self.end()
-        if self.proc.returncode >= 0:
-            return f"exit status {self.proc.returncode}"
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(-self.proc.returncode).name}"
-        return f"killed by signal {-self.proc.returncode}"
+        code = self.proc.returncode
+        return f"exit status {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
 
     def end(self) -> None:
-        """Kill the child and all its process group (what it started with fork, os.system)."""
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
+        """Kill the child and its whole process group: what it started (os.system, fork) too."""
         if os.name == "nt":
             self.proc.kill()
         else:
@@ -569,54 +541,47 @@ class Child:
                 os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
+    def grade(self, names: list[str]):
+        """Yield (name, None or why + hint) for each function; stop early if the child is gone."""
+        ready = self.reply(START_LIMIT_S)
+        if ready != {"ready": True}:
+            detail = ready.get("broken") if isinstance(ready, dict) else self.how_it_ended()
+            raise RuntimeError(f"the grader cannot start its checks ({detail}): "
+                               f"install numpy, scipy and scikit-learn")
+        problem = self.import_problem(self.reply(self.time_limit))
+        for name in names:
+            self.deadline = time.monotonic() + self.time_limit
+            try:
+                yield name, fail(name, problem) if problem else run_check(name, Graded(self.ask))
+            except Gone as gone:
+                yield name, fail(name, str(gone))
+                return
 
-def grade_in(child: Child, names: list[str], settle) -> None:
-    """Grade `names` with one child; return early if it is gone (the caller starts another)."""
-    ready = child.next(START_LIMIT_S)
-    if ready != {"ready": True}:
-        detail = ready.get("broken") if isinstance(ready, dict) else child.how_it_ended()
-        raise RuntimeError(f"the grader cannot start its checks ({detail}): "
-                           f"install numpy, scipy and scikit-learn")
-    problem = import_problem(child, child.next(child.time_limit))
-    for name in names:
-        if problem:                              # nothing can run: every function fails
-            settle(name, fail(name, problem))
-            continue
-        child.deadline = time.monotonic() + child.time_limit
-        try:
-            settle(name, run_check(name, Graded(child.ask)))
-        except Gone as gone:
-            return settle(name, fail(name, str(gone)))
-
-
-def import_problem(child: Child, loaded) -> str | None:
-    """None if the module imported, else why importing it fails every function."""
-    if loaded == {"loaded": True}:
-        return None
-    if loaded == "timeout":
-        return (f"importing the module did not finish within {child.time_limit:g} s: is there "
-                f"an endless loop outside the functions?")
-    if "error" in loaded:
-        raise ValueError(f"cannot load the module to grade: {loaded['error']}")
-    how = f"sys.exit({loaded['exit']})" if "exit" in loaded else child.how_it_ended()
-    return (f"importing the module ends the program ({how}): remove sys.exit() or exit() "
-            f"from the top level of the file")
+    def import_problem(self, loaded) -> str | None:
+        """None if the module imported, else why importing it fails every function."""
+        if loaded == {"loaded": True}:
+            return None
+        if loaded == "timeout":
+            return (f"importing the module did not finish within {self.time_limit:g} s: is "
+                    f"there an endless loop outside the functions?")
+        if "error" in loaded:
+            raise ValueError(f"cannot load the module to grade: {loaded['error']}")
+        how = f"sys.exit({loaded['exit']})" if "exit" in loaded else self.how_it_ended()
+        return (f"importing the module ends the program ({how}): remove sys.exit() or exit() "
+                f"from the top level of the file")
 
 
 def grade(spec: str, time_limit: float = TIME_LIMIT_S, memory_mb: int = MEMORY_LIMIT_MB,
           report=None, names=FUNCTIONS) -> dict[str, str | None]:
     """Grade each function in a child process; {name: None if it passes, else why + hint}."""
     results = {}
-
-    def settle(name: str, problem: str | None) -> None:
-        results[name] = problem
-        if report:
-            report(name, problem)
-
     while len(results) < len(names):                 # a child that is gone is replaced
         child = Child(spec, memory_mb, time_limit)
         try:
-            grade_in(child, [name for name in names if name not in results], settle)
+            for name, problem in child.grade([name for name in names if name not in results]):
+                results[name] = problem
+                if report:
+                    report(name, problem)
         finally:
             child.end()
     return results
@@ -637,18 +602,19 @@ def print_result(name: str, problem: str | None) -> None:
 
 
 def grade_and_print(args) -> int:
-    """Grade the chosen module, print one line per function; return how many pass."""
+    """Grade the chosen module, one line per function; exit status 0 only if all five pass."""
     if not (0 < args.time_limit <= 3600 and 0 < args.memory_mb <= 1_000_000):   # nan fails too
         raise ValueError("--time-limit and --memory-mb must be positive numbers "
                          "(at most 3600 seconds and 1,000,000 MB)")
+    refuse_empty(args, ("module",), "a file or a module name")
     spec = module_spec(args.module)
-    shown = Path(spec).relative_to(ROOT) if spec.endswith(".py") and spec.startswith(str(ROOT)) else spec
+    shown = Path(spec).relative_to(ROOT) if Path(spec).is_relative_to(ROOT) else spec
     print(f"grading {shown}", flush=True)
     results = grade(spec, args.time_limit, args.memory_mb, report=print_result)
     passed = sum(problem is None for problem in results.values())
     print(f"{passed}/{len(FUNCTIONS)} functions pass"
           + ("" if passed == len(FUNCTIONS) else ": fix the first FAIL, then run this again"))
-    return passed
+    return 0 if passed == len(FUNCTIONS) else 1
 
 
 def main(argv=None) -> int:
@@ -664,11 +630,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.child:
         return child(args.module, args.memory_mb, args.time_limit)
-    if args.module is not None and not args.module.strip():
-        p.error("--module needs a file or a module name, got an empty string")
-    outcome = {"passed": 0}
-    status = run_cli(lambda: outcome.update(passed=grade_and_print(args)))
-    return status or (0 if outcome["passed"] == len(FUNCTIONS) else 1)
+    return run_cli(grade_and_print, args)
 
 
 if __name__ == "__main__":

@@ -159,9 +159,9 @@ def test_tfidf_part_b_time_off_edit_fixes_the_fathers_question():
 
 def test_vacation_edit_touches_only_hr01_and_leaves_the_corpus_alone():
     before = [dict(d) for d in rag.CORPUS]
-    edited = tasks.with_vacation_synonym(tasks.extended_corpus())
+    edited = tasks.with_vacation_synonym(tasks.EXTENDED_CORPUS)
     assert rag.CORPUS == before
-    changed = [d["doc_id"] for d, e in zip(tasks.extended_corpus(), edited) if d != e]
+    changed = [d["doc_id"] for d, e in zip(tasks.EXTENDED_CORPUS, edited) if d != e]
     assert changed == ["HR-01"]
     assert "24 days of paid annual leave (vacation) per calendar year" in edited[0]["text"]
 
@@ -556,7 +556,7 @@ def test_quiz_numbers_match_what_the_code_measures():
     """The figures the quiz relies on, recomputed here with the core module."""
     quiz = (LAB / "QUIZ.md").read_text() + (LAB / "QUIZ_KEY.md").read_text()
     assert len(rag.build_chunks(rag.CORPUS)) == 17 and "documents become 17 chunks" in quiz
-    assert len(rag.build_chunks(tasks.extended_corpus())) == 18 and "in Task 2 gives 18" in quiz
+    assert len(rag.build_chunks(tasks.EXTENDED_CORPUS)) == 18 and "in Task 2 gives 18" in quiz
     assert rag.chunk_text(" ".join(map(str, range(200))), 50, 10)[2].split()[0] == "80"
     assert round(rag.cosine_similarity([1, 1, 0, 0], [1, 0, 1, 0]), 2) == 0.5
     ranks = [rag.retrieval_metrics(r, {"X"}, 3)["rr"] for r in
@@ -677,15 +677,17 @@ def starter_with(tmp_path, tail: str) -> str:
     """lab/starter.py, unfinished, with `tail` appended, as a file outside the repository."""
     starter = (LAB / "starter.py").read_text()
     path = tmp_path / "starter.py"
-    path.write_text(starter.replace("Path(__file__).resolve().parent.parent", repr(str(ROOT))) + tail)
+    path.write_text(starter.replace("Path(__file__).resolve().parent.parent", repr(str(ROOT)))
+                    + tail)
     return str(path)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses Linux limits and fds")
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_a_starter_that_attacks_the_grader_passes_nothing(attack, tmp_path):
-    done = subprocess.run([sys.executable, "lab/check.py", "--module", starter_with(tmp_path, ATTACKS[attack])],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    starter = starter_with(tmp_path, ATTACKS[attack])
+    done = subprocess.run([sys.executable, "lab/check.py", "--module", starter], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "PASS" not in done.stdout, done.stdout + done.stderr
     assert "0/5 functions pass" in done.stdout, done.stdout + done.stderr
 
