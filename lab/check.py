@@ -270,7 +270,7 @@ def check_search(mod) -> None:
 
 
 def check_build_prompt(mod) -> None:
-    """The exact prompt layout for one and for two retrieved chunks, written out by hand."""
+    """The exact prompt layout for one and for two retrieved chunks, as the core writes it."""
     retrieved = [
         {"chunk_id": "HR-01#0", "doc_id": "HR-01", "title": "Annual leave policy",
          "text": "You get 24 days.", "score": 0.61},
@@ -278,14 +278,8 @@ def check_build_prompt(mod) -> None:
          "text": "Book travel 7 days ahead.", "score": 0.33},
     ]
     question = "How many days of leave do I get?"
-    expected_two = ("Context:\n"
-                    "[HR-01] Annual leave policy\nYou get 24 days.\n\n"
-                    "[FIN-02] Business travel policy\nBook travel 7 days ahead.\n\n"
-                    f"Question: {question}\nAnswer:")
-    expected_one = ("Context:\n[HR-01] Annual leave policy\nYou get 24 days.\n\n"
-                    f"Question: {question}\nAnswer:")
-    for chosen, expected in ((retrieved, expected_two), (retrieved[:1], expected_one)):
-        got = mod.build_prompt(question, chosen)
+    for chosen in (retrieved, retrieved[:1]):
+        got, expected = mod.build_prompt(question, chosen), rag.build_prompt(question, chosen)
         if got != expected:
             want_lines, got_lines = expected.split("\n"), str(got).split("\n")
             n = next((i for i, (w, g) in enumerate(zip(want_lines, got_lines)) if w != g),
@@ -467,8 +461,10 @@ class Graded:
                 return reply["value"]
             if "exit" in reply:
                 raise SystemExit(reply["exit"])
-            raised = str(reply.get("raised"))
-            raise (RAISED.get(raised) or type(raised, (Exception,), {}))(reply.get("message"))
+            raised = str(reply.get("raised"))            # any name at all: type() must not fail
+            kind = RAISED.get(raised) or type(raised if raised.isidentifier() else "Exception",
+                                              (Exception,), {})
+            raise kind(reply.get("message"))
         return call
 
 
@@ -530,7 +526,11 @@ class Child:
             self.proc.wait(timeout=10)
         self.end()
         code = self.proc.returncode
-        return f"exit status {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
+        if code >= 0:
+            return f"exit status {code}"
+        with contextlib.suppress(ValueError):     # never a ValueError: a check would count it
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
 
     def end(self) -> None:
         """Kill the child and its whole process group: what it started (os.system, fork) too."""

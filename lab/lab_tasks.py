@@ -143,7 +143,7 @@ def task3(embedder: rag.Embedder, reveal: bool = False) -> dict:
         titled = rows[f"(b) {label}"]["per_question"]
         for item, before, after in zip(eval_set, base["per_question"], titled):
             if before["hit"] != after["hit"]:
-                    print(f"  (b) {label} turns a {'HIT' if before['hit'] else 'MISS'} into a "
+                print(f"  (b) {label} turns a {'HIT' if before['hit'] else 'MISS'} into a "
                       f"{'HIT' if after['hit'] else 'MISS'}: {item['question']}")
     winners = [label for label, m in rows.items() if m["k"] == 1 and m["hit_rate"] == 1.0
                and verdict(m, eval_set, festival) == "HIT"]
