@@ -477,6 +477,8 @@ def in_process(module) -> Graded:
 class Child:
     """A child process serving the graded module, in a session of its own."""
 
+    adopts = False      # main() sets it where this process adopts what the graded code leaves
+
     def __init__(self, spec: str, memory_mb: int, time_limit: float):
         command = [sys.executable, str(Path(__file__).resolve()), "--child", "--module", spec,
                    "--memory-mb", str(memory_mb), "--time-limit", str(time_limit)]
@@ -540,6 +542,10 @@ class Child:
             with contextlib.suppress(OSError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+        if self.adopts:                          # what a fork + setsid took out of the group
+            for _ in range(100):                 # its own children are adopted in turn
+                if not kill_adopted():
+                    break
 
     def grade(self, names: list[str]):
         """Yield (name, None or why + hint) for each function; stop early if the child is gone."""
@@ -569,6 +575,25 @@ class Child:
         how = f"sys.exit({loaded['exit']})" if "exit" in loaded else self.how_it_ended()
         return (f"importing the module ends the program ({how}): remove sys.exit() or exit() "
                 f"from the top level of the file")
+
+
+def adopt_orphans() -> bool:
+    """Linux: be the parent of what the graded code leaves running (PR_SET_CHILD_SUBREAPER)."""
+    import ctypes
+    return sys.platform == "linux" and ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0
+
+
+def kill_adopted() -> int:
+    """Kill and reap the children this process adopted, and say how many (a command line has
+    no other children once its child grader has ended)."""
+    count = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError):       # gone meanwhile
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():   # its ppid
+                os.kill(int(stat.parent.name), signal.SIGKILL)
+                os.waitpid(int(stat.parent.name), 0)
+                count += 1
+    return count
 
 
 def grade(spec: str, time_limit: float = TIME_LIMIT_S, memory_mb: int = MEMORY_LIMIT_MB,
@@ -630,6 +655,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.child:
         return child(args.module, args.memory_mb, args.time_limit)
+    if argv is None:        # the command line itself: a test runner has children of its own
+        Child.adopts = adopt_orphans()
     return run_cli(grade_and_print, args)
 
 

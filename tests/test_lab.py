@@ -703,3 +703,17 @@ def test_what_the_graded_code_starts_in_the_background_ends_with_the_grader(tmp_
     while time.monotonic() < deadline and child_is_alive(pid):
         time.sleep(0.05)
     assert not child_is_alive(pid)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a subreaper is Linux only")
+def test_a_fork_and_setsid_in_the_graded_code_ends_with_the_command_line_grader(tmp_path):
+    pid_file = tmp_path / "escaped.pid"
+    tail = ("import os, time\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    time.sleep(120)\n"
+            f"    os._exit(0)\nopen({str(pid_file)!r}, 'w').write(str(pid))\n")
+    status, out = run("lab/check.py", "--module", starter_with(tmp_path, tail))
+    assert status == 1 and "0/5 functions pass" in out, out
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + LATE_S
+    while time.monotonic() < deadline and child_is_alive(pid):
+        time.sleep(0.05)
+    assert not child_is_alive(pid)
