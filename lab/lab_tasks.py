@@ -12,53 +12,35 @@ evaluator (rag_from_scratch.py); this file only changes the data and prints the 
 from __future__ import annotations
 
 import sys
-
-if __name__ == "__main__":      # Ctrl-C while the imports below load: held until run_cli
-    import signal
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # find rag_from_scratch.py
 
-import rag_from_scratch as rag  # noqa: E402
-from rag_cli import OneLineParser, leave, run_cli  # noqa: E402
-from rag_experiments import HR05_DOC, HR05_QUESTION  # noqa: E402  (the new policy of Task 2)
+if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
+    import rag_cli
+    rag_cli.quiet_interrupts()
 
-# The core's defaults, read from its function signatures (one source of truth).
-BACKENDS = rag.Embedder.BACKENDS          # "auto", "minilm", "tfidf"
-BACKEND = rag.defaults(rag.Embedder)["backend"]
-MODEL_NAME = rag.defaults(rag.Embedder)["model"]
+import rag_from_scratch as rag  # noqa: E402
+from rag_cli import OneLineParser, leave, run_cli
+from rag_experiments import HR05_DOC, HR05_QUESTION, setup   # HR-05: the new policy of Task 2
 
 # ---------------------------------------------------------------------------
 # Lab data: the new policy and its labelled question (Task 2), and the synonym edit (Task 3c)
 # ---------------------------------------------------------------------------
+EXTENDED_CORPUS = rag.CORPUS + [HR05_DOC]                   # 11 documents
+EXTENDED_EVAL_SET = rag.EVAL_SET + [HR05_QUESTION]          # 11 questions
 VACATION_QUESTION = rag.EVAL_SET[0]["question"]     # the one Task 2 breaks
 SYNONYM_BEFORE = "24 days of paid annual leave per"
 SYNONYM_AFTER = "24 days of paid annual leave (vacation) per"
 TITLE_SEPARATORS = {'"Title. text"': ". ", '"Title\\ntext"': "\n"}
 
 
-def extended_corpus() -> list[dict]:
-    """The tutorial corpus plus HR-05 (11 documents)."""
-    return rag.CORPUS + [HR05_DOC]
-
-
-def extended_eval_set() -> list[dict]:
-    """The tutorial questions plus the festival question (11 questions)."""
-    return rag.EVAL_SET + [HR05_QUESTION]
-
-
 def with_vacation_synonym(corpus: list[dict]) -> list[dict]:
     """A copy of the corpus whose HR-01 says "annual leave (vacation)", the word users type."""
-    edited = []
-    for doc in corpus:
-        if doc["doc_id"] == "HR-01":
-            if SYNONYM_BEFORE not in doc["text"]:
-                raise ValueError(f"HR-01 no longer contains {SYNONYM_BEFORE!r}: update the lab")
-            doc = {**doc, "text": doc["text"].replace(SYNONYM_BEFORE, SYNONYM_AFTER)}
-        edited.append(doc)
+    edited = [{**doc, "text": doc["text"].replace(SYNONYM_BEFORE, SYNONYM_AFTER)}
+              if doc["doc_id"] == "HR-01" else doc for doc in corpus]
+    if edited == corpus:
+        raise ValueError(f"HR-01 no longer contains {SYNONYM_BEFORE!r}: update the lab")
     return edited
 
 
@@ -68,25 +50,14 @@ def with_titles(chunks: list[dict], separator: str) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------
-# Shared steps: one index per experiment, and the tutorial's output lines
+# Shared steps: one index per experiment (setup refits TF-IDF on each corpus), and the
+# tutorial's output lines
 # ---------------------------------------------------------------------------
-def indexed(chunks: list[dict], embedder: rag.Embedder):
-    """Index the chunks; TF-IDF gets a fresh embedder since it learns each corpus's vocabulary."""
-    if embedder.backend == "tfidf":
-        embedder = rag.Embedder("tfidf")
-    return rag.build_index(chunks, embedder), embedder
-
-
 def evaluate(eval_set: list[dict], chunks: list[dict], embedder: rag.Embedder,
              k: int, verbose: bool = False) -> dict:
     """Index the chunks and run the core evaluator at one k."""
-    index, embedder = indexed(chunks, embedder)
+    embedder, index = setup(embedder.backend, chunks, embedder)
     return rag.evaluate_retrieval(eval_set, index, chunks, embedder, k=k, verbose=verbose)
-
-
-def say(message: str) -> None:
-    """A progress line on stderr, so a slow step never looks stuck and never mixes with figures."""
-    print(message, file=sys.stderr, flush=True)
 
 
 def metrics_line(m: dict) -> str:
@@ -102,7 +73,7 @@ def verdict(m: dict, eval_set: list[dict], question: str) -> str:
 
 def prompt_words(eval_set: list[dict], chunks: list[dict], embedder: rag.Embedder, k: int) -> float:
     """Average length in words of the prompt sent for each question at this k."""
-    index, embedder = indexed(chunks, embedder)
+    embedder, index = setup(embedder.backend, chunks, embedder)
     lengths = [len(rag.build_prompt(item["question"],
                                     rag.search(item["question"], index, chunks, embedder, k)).split())
                for item in eval_set]
@@ -128,16 +99,16 @@ def task1(embedder: rag.Embedder) -> dict:
 def task2(embedder: rag.Embedder) -> dict:
     """Add HR-05 and its question, then re-run the same evaluation."""
     print("== Task 2: add a document and a labelled question ==")
-    corpus, eval_set = extended_corpus(), extended_eval_set()
-    chunks = rag.build_chunks(corpus)
-    print(f"{len(corpus)} documents -> {len(chunks)} chunks")
-    index, fitted = indexed(chunks, embedder)
+    chunks = rag.build_chunks(EXTENDED_CORPUS)
+    print(f"{len(EXTENDED_CORPUS)} documents -> {len(chunks)} chunks")
+    fitted, index = setup(embedder.backend, chunks, embedder)
     top = rag.search(HR05_QUESTION["question"], index, chunks, fitted, k=3)
     print(f"top 3 for the new question: {HR05_QUESTION['question']}")
     rag.print_results(top)
     results = {}
     for k in (1, 3):
-        results[k] = rag.evaluate_retrieval(eval_set, index, chunks, fitted, k=k, verbose=(k == 1))
+        results[k] = rag.evaluate_retrieval(EXTENDED_EVAL_SET, index, chunks, fitted, k=k,
+                                            verbose=(k == 1))
         print(metrics_line(results[k]))
     return {"chunks": len(chunks), "top": top, **results}
 
@@ -146,15 +117,14 @@ def task3(embedder: rag.Embedder, reveal: bool = False) -> dict:
     """Try three fixes one at a time; keep the one that wins on the numbers. The verdict is
     printed only with reveal=True (--reveal), after students have read the table."""
     print("== Task 3: fix the regression, one change at a time ==")
-    eval_set = extended_eval_set()
-    chunks = rag.build_chunks(extended_corpus())
+    eval_set, chunks = EXTENDED_EVAL_SET, rag.build_chunks(EXTENDED_CORPUS)
     festival = HR05_QUESTION["question"]
-    say(f"measuring 5 changes, one new index each ({embedder.backend}) ...")
+    print(f"measuring 5 changes, one new index each ({embedder.backend}) ...", file=sys.stderr)
     rows = {"Task 2 as it is": evaluate(eval_set, chunks, embedder, 1),
             "(a) k=2": evaluate(eval_set, chunks, embedder, 2)}
     for label, separator in TITLE_SEPARATORS.items():
         rows[f"(b) {label}"] = evaluate(eval_set, with_titles(chunks, separator), embedder, 1)
-    synonym_chunks = rag.build_chunks(with_vacation_synonym(extended_corpus()))
+    synonym_chunks = rag.build_chunks(with_vacation_synonym(EXTENDED_CORPUS))
     rows['(c) HR-01 "(vacation)"'] = evaluate(eval_set, synonym_chunks, embedder, 1)
 
     print(f"{'change':<24} {'k':>2}  {'hit':>4}  {'recall':>6}  {'vacation Q':<10}  {'festival Q'}")
@@ -170,12 +140,11 @@ def task3(embedder: rag.Embedder, reveal: bool = False) -> dict:
           f"{newline:.2f} with a newline")
     base = rows["Task 2 as it is"]
     for label in TITLE_SEPARATORS:
-        changed = [(item, before, after) for item, before, after
-                   in zip(eval_set, base["per_question"], rows[f"(b) {label}"]["per_question"])
-                   if before["hit"] != after["hit"]]
-        for item, before, after in changed:
-            print(f"  (b) {label} turns a {'HIT' if before['hit'] else 'MISS'} into a "
-                  f"{'HIT' if after['hit'] else 'MISS'}: {item['question']}")
+        titled = rows[f"(b) {label}"]["per_question"]
+        for item, before, after in zip(eval_set, base["per_question"], titled):
+            if before["hit"] != after["hit"]:
+                print(f"  (b) {label} turns a {'HIT' if before['hit'] else 'MISS'} into a "
+                      f"{'HIT' if after['hit'] else 'MISS'}: {item['question']}")
     winners = [label for label, m in rows.items() if m["k"] == 1 and m["hit_rate"] == 1.0
                and verdict(m, eval_set, festival) == "HIT"]
     if not reveal:
@@ -183,7 +152,7 @@ def task3(embedder: rag.Embedder, reveal: bool = False) -> dict:
               "Decide from the table, then run: python lab/lab_tasks.py --task 3 --reveal")
         return {**rows, "prompt_words": words}
     print("restores hit@1=1.00 at k=1 with the festival question still a HIT: "
-          + (", ".join(winners) if winners else "none of them"))
+          + (", ".join(winners) or "none of them"))
     if not winners:                  # say which miss no change reached (TF-IDF: the fathers one)
         for i, item in enumerate(eval_set):
             if not any(m["per_question"][i]["hit"] for m in rows.values() if m["k"] == 1):
@@ -208,8 +177,7 @@ def task4(embedder: rag.Embedder) -> dict:
         print("minilm  (not run: this run uses TF-IDF only)")
 
     question = "How much time off do new fathers get?"
-    tfidf = rag.Embedder("tfidf")
-    index = rag.build_index(chunks, tfidf)
+    tfidf, index = setup("tfidf", chunks)
     analyse, vocabulary = tfidf.model.build_analyzer(), tfidf.model.vocabulary_
     terms = analyse(question)                       # the exact terms TF-IDF compares
     print(f'TF-IDF sees "{question}" as: {", ".join(terms)}')
@@ -236,9 +204,10 @@ def main(argv=None) -> int:
     """Run the chosen tasks; a bad setting becomes one line on stderr and exit status 1."""
     p = OneLineParser(description="The RAG lab: baseline, new document, regression, fixes.")
     p.add_argument("--task", type=int, choices=sorted(TASKS), help="run only this task")
-    p.add_argument("--backend", default=BACKEND, choices=BACKENDS,
+    defaults = rag.defaults(rag.Embedder)              # the core's, from its signature
+    p.add_argument("--backend", default=defaults["backend"], choices=rag.Embedder.BACKENDS,
                    help="embedding backend (default: %(default)s)")
-    p.add_argument("--model", default=MODEL_NAME, help="MiniLM model name or local folder")
+    p.add_argument("--model", default=defaults["model"], help="MiniLM model name or local folder")
     p.add_argument("--reveal", action="store_true", help="Task 3: also print which change wins")
     return run_cli(run_tasks, p.parse_args(argv))
 
@@ -246,7 +215,7 @@ def main(argv=None) -> int:
 def run_tasks(args) -> None:
     """Load the embedder once and run the chosen tasks with it."""
     if args.backend == "tfidf":     # MiniLM says "loading ..." itself
-        say("loading scikit-learn for TF-IDF ...")
+        print("loading scikit-learn for TF-IDF ...", file=sys.stderr)
     embedder = rag.Embedder(args.backend, args.model)
     for number in [args.task] if args.task else sorted(TASKS):
         if number != (args.task or 1):

@@ -23,9 +23,7 @@ from rag_from_scratch import (  # noqa: E402,F401
 )
 
 
-# ---------------------------------------------------------------------------
-# TODO 1: chunking
-# ---------------------------------------------------------------------------
+# ---------- TODO 1: chunking -----------------------------------------------
 def chunk_text(text: str, chunk_size: int = 50, overlap: int = 10) -> list[str]:
     """Split text into windows of `chunk_size` words; neighbours share `overlap` words.
 
@@ -37,9 +35,7 @@ def chunk_text(text: str, chunk_size: int = 50, overlap: int = 10) -> list[str]:
     raise NotImplementedError("TODO 1: write chunk_text")
 
 
-# ---------------------------------------------------------------------------
-# TODO 2: cosine similarity
-# ---------------------------------------------------------------------------
+# ---------- TODO 2: cosine similarity --------------------------------------
 def cosine_similarity(a, b) -> float:
     """cos(theta) = (a . b) / (||a|| * ||b||), returned as a Python float.
 
@@ -48,9 +44,7 @@ def cosine_similarity(a, b) -> float:
     raise NotImplementedError("TODO 2: write cosine_similarity")
 
 
-# ---------------------------------------------------------------------------
-# TODO 3: search
-# ---------------------------------------------------------------------------
+# ---------- TODO 3: search -------------------------------------------------
 def search(query: str, index, chunks: list[dict], embedder: "Embedder",
            k: int = 3) -> list[dict]:
     """Return the k chunks most similar to the query, best first, each with its score.
@@ -64,9 +58,7 @@ def search(query: str, index, chunks: list[dict], embedder: "Embedder",
     raise NotImplementedError("TODO 3: write search")
 
 
-# ---------------------------------------------------------------------------
-# TODO 4: prompt assembly
-# ---------------------------------------------------------------------------
+# ---------- TODO 4: prompt assembly ----------------------------------------
 def build_prompt(question: str, retrieved: list[dict]) -> str:
     """Put the retrieved chunks, each labelled with its source id, and the question in one message.
 
@@ -84,9 +76,7 @@ def build_prompt(question: str, retrieved: list[dict]) -> str:
     raise NotImplementedError("TODO 4: write build_prompt")
 
 
-# ---------------------------------------------------------------------------
-# TODO 5: retrieval evaluation
-# ---------------------------------------------------------------------------
+# ---------- TODO 5: retrieval evaluation -----------------------------------
 def evaluate_retrieval(eval_set: list[dict], index, chunks: list[dict], embedder: "Embedder",
                        k: int = 3, verbose: bool = False) -> dict:
     """Hit rate@k, recall@k and MRR averaged over the question set.

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -158,9 +159,9 @@ def test_tfidf_part_b_time_off_edit_fixes_the_fathers_question():
 
 def test_vacation_edit_touches_only_hr01_and_leaves_the_corpus_alone():
     before = [dict(d) for d in rag.CORPUS]
-    edited = tasks.with_vacation_synonym(tasks.extended_corpus())
+    edited = tasks.with_vacation_synonym(tasks.EXTENDED_CORPUS)
     assert rag.CORPUS == before
-    changed = [d["doc_id"] for d, e in zip(tasks.extended_corpus(), edited) if d != e]
+    changed = [d["doc_id"] for d, e in zip(tasks.EXTENDED_CORPUS, edited) if d != e]
     assert changed == ["HR-01"]
     assert "24 days of paid annual leave (vacation) per calendar year" in edited[0]["text"]
 
@@ -459,11 +460,11 @@ BUGS = {
 def test_check_catches_a_plausible_bug_in_one_function(bug):
     name, wrong = BUGS[bug]
     module = with_bug(name, wrong)
-    problem = check.run_check(name, module)
+    problem = check.run_check(name, check.in_process(module))
     assert problem is not None and f"hint: {check.HINTS[name]}" in problem
     assert "NotImplementedError" not in problem
     others = [f for f in check.FUNCTIONS if f != name]
-    assert all(check.run_check(f, module) is None for f in others)
+    assert all(check.run_check(f, check.in_process(module)) is None for f in others)
 
 
 def test_check_blames_the_unfinished_function_that_evaluate_calls():
@@ -473,8 +474,8 @@ def test_check_blames_the_unfinished_function_that_evaluate_calls():
     def evaluate_retrieval(eval_set, index, chunks, embedder, k=3, verbose=False):
         return [search(item["question"], index, chunks, embedder, k) for item in eval_set]
 
-    problem = check.run_check("evaluate_retrieval", with_bug("evaluate_retrieval",
-                                                             evaluate_retrieval))
+    module = with_bug("evaluate_retrieval", evaluate_retrieval)
+    problem = check.run_check("evaluate_retrieval", check.in_process(module))
     assert problem.startswith("it calls search(), which is still a TODO")
 
 
@@ -555,7 +556,7 @@ def test_quiz_numbers_match_what_the_code_measures():
     """The figures the quiz relies on, recomputed here with the core module."""
     quiz = (LAB / "QUIZ.md").read_text() + (LAB / "QUIZ_KEY.md").read_text()
     assert len(rag.build_chunks(rag.CORPUS)) == 17 and "documents become 17 chunks" in quiz
-    assert len(rag.build_chunks(tasks.extended_corpus())) == 18 and "in Task 2 gives 18" in quiz
+    assert len(rag.build_chunks(tasks.EXTENDED_CORPUS)) == 18 and "in Task 2 gives 18" in quiz
     assert rag.chunk_text(" ".join(map(str, range(200))), 50, 10)[2].split()[0] == "80"
     assert round(rag.cosine_similarity([1, 1, 0, 0], [1, 0, 1, 0]), 2) == 0.5
     ranks = [rag.retrieval_metrics(r, {"X"}, 3)["rr"] for r in
@@ -642,3 +643,77 @@ def test_a_buggy_search_is_blamed_not_the_correct_evaluate_retrieval_that_calls_
 
 def test_the_wheelhouse_is_never_committed():
     assert "/wheelhouse/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+# ---------------------------------------------------------------------------
+# A starter that attacks the grader still gets no PASS for its unfinished functions: the
+# verdict is worked out in the grader's own process, from plain values
+# ---------------------------------------------------------------------------
+ATTACKS = {
+    "replaces the grader's functions": "import sys\nmain = sys.modules['__main__']\n"
+        "main.run_check = main.fail = lambda *a: None\nmain.answer = lambda *a: 'null'\n",
+    "replaces the entries of CHECKS": "import sys\nchecks = sys.modules['__main__'].CHECKS\n"
+        "checks.update({name: (lambda mod: None) for name in checks})\n",
+    "writes forged lines to the report pipe": "import json, os\nfor fd in range(3, 64):\n"
+        "    for line in ({'loaded': True}, {'event': 'done', 'name': 'chunk_text', 'problem': None},"
+        " {'value': None}):\n"
+        "        try:\n            os.write(fd, (json.dumps(line) + '\\n').encode())\n"
+        "        except OSError:\n            pass\nos._exit(0)\n",
+    "returns a str whose __ne__ lies": "class Liar(str):\n    __eq__ = lambda self, other: True\n"
+        "    __ne__ = lambda self, other: False\n"
+        "def build_prompt(question, retrieved):\n    return Liar('')\n",
+    "patches builtins.abs": "import builtins\nbuiltins.abs = lambda x: 0\n"
+        "def cosine_similarity(a, b):\n    return 0.5\n",
+    "raises its memory limit back": "import resource\ntry:\n"
+        "    resource.setrlimit(resource.RLIMIT_AS, (-1, -1))\nexcept ValueError:\n    pass\n"
+        "from rag_from_scratch import chunk_text as reference\n"
+        "held = []\ndef chunk_text(text, chunk_size=50, overlap=10):\n"
+        "    held or held.append(bytearray(2 * 2**30))      # 2 GB, over the 1 GB limit\n"
+        "    return reference(text, chunk_size, overlap)\n",
+}
+
+
+def starter_with(tmp_path, tail: str) -> str:
+    """lab/starter.py, unfinished, with `tail` appended, as a file outside the repository."""
+    starter = (LAB / "starter.py").read_text()
+    path = tmp_path / "starter.py"
+    path.write_text(starter.replace("Path(__file__).resolve().parent.parent", repr(str(ROOT)))
+                    + tail)
+    return str(path)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses Linux limits and fds")
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_a_starter_that_attacks_the_grader_passes_nothing(attack, tmp_path):
+    starter = starter_with(tmp_path, ATTACKS[attack])
+    done = subprocess.run([sys.executable, "lab/check.py", "--module", starter], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "PASS" not in done.stdout, done.stdout + done.stderr
+    assert "0/5 functions pass" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups: POSIX")
+def test_what_the_graded_code_starts_in_the_background_ends_with_the_grader(tmp_path):
+    pid_file = tmp_path / "sleep.pid"
+    tail = f"import os\nos.system('sleep 120 > /dev/null 2>&1 & echo $! > {pid_file}')\n"
+    results = check.grade(starter_with(tmp_path, tail), names=("chunk_text",))
+    assert results["chunk_text"].startswith("still a TODO")
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + LATE_S
+    while time.monotonic() < deadline and child_is_alive(pid):
+        time.sleep(0.05)
+    assert not child_is_alive(pid)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a subreaper is Linux only")
+def test_a_fork_and_setsid_in_the_graded_code_ends_with_the_command_line_grader(tmp_path):
+    pid_file = tmp_path / "escaped.pid"
+    tail = ("import os, time\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    time.sleep(120)\n"
+            f"    os._exit(0)\nopen({str(pid_file)!r}, 'w').write(str(pid))\n")
+    status, out = run("lab/check.py", "--module", starter_with(tmp_path, tail))
+    assert status == 1 and "0/5 functions pass" in out, out
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + LATE_S
+    while time.monotonic() < deadline and child_is_alive(pid):
+        time.sleep(0.05)
+    assert not child_is_alive(pid)
