@@ -406,3 +406,12 @@ def test_the_openai_generator_without_its_package_says_what_to_install(monkeypat
     monkeypatch.setitem(sys.modules, "openai", None)          # as if `pip install openai` never ran
     with pytest.raises(RuntimeError, match=r"needs the openai package: pip install openai"):
         llm.openai_generator("http://127.0.0.1:1/v1", "m")
+
+
+def test_the_docs_and_the_lab_show_the_extractive_rows_these_tests_pin():
+    from pathlib import Path
+    for page in ("docs/generation.md", "lab/TASK5_generation.md"):
+        text = Path(ROOT, page).read_text(encoding="utf-8")
+        assert masked(TABLE_TFIDF).splitlines()[1] in masked(text), page
+    minilm = " ".join(TABLE_MINILM_ROW.split()[2:])
+    assert f"the extractive row is `{minilm}`" in Path(ROOT, "docs/generation.md").read_text()
