@@ -191,13 +191,10 @@ def unwrap(lines: list[str]) -> list[str]:
     out, fence, depth, i = [], None, 0, 0
     while i < len(lines):
         line = lines[i]
-        if fence is None:                            # a block quote's "> " markers go ...
-            depth = 0
-            while QUOTE.match(line):
-                line, depth = QUOTE.sub("", line, count=1), depth + 1
-        else:                                        # ... and as many in a code block quoted
-            for _ in range(depth):                   # with them, so "> > y" there is "> y"
-                line = QUOTE.sub("", line, count=1)
+        n = 0                      # a block quote's "> " markers go; in a quoted code block only
+        while QUOTE.match(line) and (fence is None or n < depth):   # as many as opened it,
+            line, n = QUOTE.sub("", line, count=1), n + 1           # so "> > y" there is "> y"
+        depth = n if fence is None else depth
         code = FENCE.match(line)
         if fence is None and code:
             fence = code.group(2)
@@ -294,12 +291,6 @@ def read_markdown(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
     return [(title, found) for title, found in sections if found]
 
 
-def text_blocks(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
-    """A .txt file: one section of paragraphs (blank lines separate them)."""
-    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text)]
-    return [("", [("text", p) for p in paragraphs if p])]
-
-
 # == Chunks sized by what the model reads =================================================
 def units(kind: str, text: str, words: int, fits) -> list[tuple[str, str]]:
     """A block as (kind, text) pieces: whole if it fits, else split where it may be. Prose over
@@ -364,8 +355,11 @@ def document_chunks(docs: list[dict], chunk_size: int = 50, fits=lambda text: Tr
     chunk longer than the model reads (`fits(text)` says if it does)."""
     chunks = []
     for doc in docs:
-        sections = (read_markdown(doc["text"]) if doc["doc_id"].lower().endswith(".md")
-                    else text_blocks(doc["text"]))
+        if doc["doc_id"].lower().endswith(".md"):
+            sections = read_markdown(doc["text"])
+        else:                                    # a .txt file: one section of paragraphs
+            paragraphs = (" ".join(p.split()) for p in re.split(r"\n\s*\n", doc["text"]))
+            sections = [("", [("text", p) for p in paragraphs if p])]
         n = 0
         for heading, blocks in sections:
             title = chunk_title(doc["doc_id"], heading)
@@ -525,7 +519,7 @@ def load_index(folder, meta: dict):
 
 def embed_reusing(texts: list[str], embedder, old_texts: list[str], old_vectors):
     """(vectors, embedded, reused): MiniLM vectors of `texts`, reusing the rows of `old_vectors`
-    whose text is unchanged (a MiniLM vector depends on its own text only: equal to a fresh build)."""
+    whose text is unchanged (a MiniLM vector depends on its own text: equal to a fresh build)."""
     row_of = {t: i for i, t in enumerate(old_texts)}
     rows = [row_of.get(t) for t in texts]
     keep = [i for i, r in enumerate(rows) if r is not None]
@@ -581,8 +575,7 @@ def truncation_line(report: dict, what: str = "chunks") -> str:
 
 
 def print_biggest_file(chunks: list[dict]) -> None:
-    """Name the file with the most chunks: a changelog or an API dump can crowd every answer,
-    and --exclude GLOB leaves it out."""
+    """Name the file with the most chunks: a changelog can crowd every answer (--exclude GLOB)."""
     from collections import Counter
     counts = Counter(c["doc_id"] for c in chunks)
     if len(counts) > 1:
@@ -643,12 +636,8 @@ def eval_item(item) -> dict:
 
 
 def load_eval_file(path, doc_ids=None) -> list[dict]:
-    """Read labelled questions from JSON Lines: {"question": "...", "relevant": ["file", ...]}.
-
-    With doc_ids (the files indexed), ids that name none of them are left out, and questions
-    left with no relevant file are dropped, both said in one line; if no question is left,
-    that is an error, since every score would be 0 and mean nothing.
-    """
+    """Labelled questions from JSON Lines. With doc_ids (the files indexed), ids that name none
+    are left out and questions left with none dropped, said in one line; none left is an error."""
     from rag_cli import read_jsonl
     eval_set = read_jsonl(path, eval_item, "evaluation file")
     if doc_ids is None:
@@ -679,12 +668,8 @@ SAFE_SOURCE = re.compile(r"[^\w .,/#()+>-]")   # no quotes, no '<', no line brea
 
 
 def build_fenced_prompt(question: str, retrieved: list[dict]) -> str:
-    """Like build_prompt, but each passage sits between markers it cannot forge.
-
-    The tag is 16 random hex digits drawn for each prompt, so no document (and no file or
-    heading name) can know it; the source name keeps only plain characters, so it cannot
-    carry a marker of its own.
-    """
+    """Like build_prompt, but each passage sits between markers it cannot forge: the tag is 16
+    random hex digits drawn for each prompt, and the source name keeps only plain characters."""
     tag = secrets.token_hex(8)
     blocks = []
     for r in retrieved:

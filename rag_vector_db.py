@@ -194,9 +194,8 @@ def chroma_search(collection, q: np.ndarray, k: int, where: dict | None = None):
 # `<=>` is pgvector's cosine distance (1 - cosine similarity); WHERE filters like any SQL.
 def pg_label(url: str | None, folder) -> str:
     """How the output names a Postgres: its folder, or its URL without the password."""
-    if url is None:
-        return f"embedded Postgres in {folder}"
-    return "Postgres at " + re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    return (f"embedded Postgres in {folder}" if url is None else
+            "Postgres at " + re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url))
 
 
 def embedded_postgres(folder) -> str:
@@ -259,20 +258,6 @@ def check_table_name(table: str) -> None:
                          f"lower-case letters, digits and _ (at most 63, not starting with a digit)")
 
 
-def pg_stored(conn, table: str):
-    """(metadata from the table's comment, row count), or None if there is no such table."""
-    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL, obj_description(to_regclass(%s), "
-                       "'pg_class')", (table, table)).fetchone()
-    if not row[0]:
-        return None
-    try:
-        metadata = json.loads(row[1] or "")
-    except ValueError:                           # no comment, or someone else's words
-        metadata = {}
-    count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-    return metadata, count
-
-
 def pg_open_table(conn, table: str, chunks: list[dict], vectors: np.ndarray, fp: dict,
                   label: str) -> list[str]:
     """Reuse a table of ours whose fingerprint matches, else (re)build it; return notes. Our mark
@@ -282,11 +267,16 @@ def pg_open_table(conn, table: str, chunks: list[dict], vectors: np.ndarray, fp:
     notes = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (table,))  # runs take turns
-        stored = pg_stored(conn, table)
-        if stored is not None:
-            metadata, count = stored
+        exists, comment = conn.execute("SELECT to_regclass(%s) IS NOT NULL, obj_description("
+                                       "to_regclass(%s), 'pg_class')", (table, table)).fetchone()
+        if exists:
+            try:
+                metadata = json.loads(comment or "")
+            except ValueError:                   # no comment, or someone else's words
+                metadata = {}
             if not is_our_store(metadata):
                 raise refuse_foreign("Postgres table", table, label)
+            count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
             reasons = mismatch(metadata, fp, count, len(chunks))
             if not reasons:
                 return [f"reused {count} chunks already in table {table}"]
@@ -392,11 +382,8 @@ def qdrant_search(client, name: str, q: np.ndarray, k: int, only: list[str] | No
 # == 6. Command line =======================================================================
 def where_label(args) -> str:
     """How the Chroma section names the client it used."""
-    if args.host:
-        return f"server at {args.host}:{args.port}"
-    if args.persist:
-        return f"persistent client at {args.persist}"
-    return "in-memory client"
+    return (f"server at {args.host}:{args.port}" if args.host else
+            f"persistent client at {args.persist}" if args.persist else "in-memory client")
 
 
 def show(store: str, filter_kind: str, notes: list[str], search, args, chunks, sql=None,
