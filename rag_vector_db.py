@@ -59,7 +59,7 @@ PG_START_S = 60.0                     # deadline for the embedded Postgres to st
 TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}$")   # a Postgres identifier that needs no quotes
 
 
-# == 1. The vectors every engine shares ====================================================
+# == 1. What every engine shares ===========================================================
 def dense(index) -> np.ndarray:
     """FAISS and Chroma take dense float32 rows; TF-IDF indexes arrive as sparse matrices."""
     rows = index.toarray() if hasattr(index, "toarray") else index
@@ -85,6 +85,32 @@ def same_ranking(ids: list[str], numpy_scores: np.ndarray, chunks: list[dict],
         abs(numpy_scores[position[cid]] - s) < TIE for cid, s in zip(ids, best))
 
 
+def mismatch(stored: dict | None, wanted: dict, count: int, expected: int) -> list[str]:
+    """Reasons a stored collection cannot answer for this run (empty list: it can)."""
+    stored = stored or {}
+    reasons = [f"{key} {stored.get(key, 'unknown')}, now {value}"
+               for key, value in wanted.items() if stored.get(key) != value]
+    if not reasons and count != expected:
+        reasons.append(f"{count} chunks stored, now {expected}")
+    return reasons
+
+
+def rebuild_note(kind: str, name: str, reasons: list[str]) -> str:
+    """The line that says why a stored copy is rebuilt rather than used."""
+    return f"rebuilding {kind} {name}: it was built with a different " + "; ".join(reasons)
+
+
+def reach(what: str, seconds: float, work, check: str, failed: str, fix: str | None = None):
+    """work() within `seconds` (else TimeoutError naming `what` and `check`); any other failure
+    (refused, unknown host, not that kind of server): one line, `failed`, why, `fix` or `check`."""
+    try:
+        return with_deadline(what, seconds, work, check)
+    except TimeoutError:
+        raise
+    except Exception as exc:
+        raise RuntimeError(f"{failed} ({one_line(exc)}): {fix or check}") from None
+
+
 # == 2. FAISS: an exact inner-product index ================================================
 def faiss_search(vectors: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-k (scores, row numbers) from faiss.IndexFlatIP; inner product == cosine on unit rows."""
@@ -99,17 +125,6 @@ def faiss_search(vectors: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray
 
 
 # == 3. Chroma: in memory, on disk, or on a server =========================================
-def reach(what: str, seconds: float, work, check: str, failed: str, fix: str | None = None):
-    """work() within `seconds` (else TimeoutError naming `what` and `check`); any other failure
-    (refused, unknown host, not that kind of server): one line, `failed`, why, `fix` or `check`."""
-    try:
-        return with_deadline(what, seconds, work, check)
-    except TimeoutError:
-        raise
-    except Exception as exc:
-        raise RuntimeError(f"{failed} ({one_line(exc)}): {fix or check}") from None
-
-
 def chroma_client(persist: str | None = None, host: str | None = None, port: int = PORT):
     """An in-memory, on-disk (`persist`) or server (`host`, `port`) Chroma client."""
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")   # no usage reports leave the machine
@@ -133,21 +148,6 @@ def chroma_client(persist: str | None = None, host: str | None = None, port: int
             raise RuntimeError(f"cannot keep a Chroma database in {persist} ({exc}): give "
                                f"--persist a folder you can write to") from None
     return chromadb.EphemeralClient(settings=settings)
-
-
-def mismatch(stored: dict | None, wanted: dict, count: int, expected: int) -> list[str]:
-    """Reasons a stored collection cannot answer for this run (empty list: it can)."""
-    stored = stored or {}
-    reasons = [f"{key} {stored.get(key, 'unknown')}, now {value}"
-               for key, value in wanted.items() if stored.get(key) != value]
-    if not reasons and count != expected:
-        reasons.append(f"{count} chunks stored, now {expected}")
-    return reasons
-
-
-def rebuild_note(kind: str, name: str, reasons: list[str]) -> str:
-    """The line that says why a stored copy is rebuilt rather than used."""
-    return f"rebuilding {kind} {name}: it was built with a different " + "; ".join(reasons)
 
 
 def open_collection(client, name: str, chunks: list[dict], vectors: np.ndarray,
@@ -191,7 +191,6 @@ def chroma_search(collection, q: np.ndarray, k: int, where: dict | None = None):
 
 
 # == 4. Postgres with pgvector: a table per collection, searched with SQL ==================
-# `<=>` is pgvector's cosine distance (1 - cosine similarity); WHERE filters like any SQL.
 def pg_label(url: str | None, folder) -> str:
     """How the output names a Postgres: its folder, or its URL without the password."""
     return (f"embedded Postgres in {folder}" if url is None else
@@ -297,6 +296,7 @@ def pg_open_table(conn, table: str, chunks: list[dict], vectors: np.ndarray, fp:
     return notes
 
 
+# `<=>` is pgvector's cosine distance (1 - cosine similarity); WHERE filters like any SQL.
 def pg_sql(table: str, only: list[str] | None = None) -> str:
     """The search query, with %(q)s for the question's vector (and %(only)s for the filter)."""
     where = " WHERE doc_id = ANY(%(only)s)" if only else ""
