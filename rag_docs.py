@@ -12,6 +12,7 @@ changes (with MiniLM only the changed files are embedded again), and a fenced pr
 """
 
 import fnmatch
+import io
 import json
 import os
 import re
@@ -22,8 +23,10 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from rag_storage import (INDEX_FORMAT, claim_folder, folder_lock, refuse_foreign_folder, sha256_bytes,
-                         sha256_file, write_atomic)
+from rag_cli import read_jsonl, refuse_empty
+from rag_retrieval import split_sentences, with_context
+from rag_storage import (INDEX_FORMAT, check_writable, claim_folder, folder_lock, refuse_foreign_folder,
+                         sha256_bytes, sha256_file, write_atomic)
 
 MAX_FILE_BYTES = 2_000_000   # bigger files are logs and dumps, not notes: skipped with one line
 SUFFIXES = (".md", ".txt")
@@ -296,7 +299,6 @@ def units(kind: str, text: str, words: int, fits) -> list[tuple[str, str]]:
     """A block as (kind, text) pieces: whole if it fits, else split where it may be. Prose over
     `words` words splits at sentences, lists at items, tables at rows; code stays whole while
     the model reads it whole, then splits between lines (each piece fenced, language kept)."""
-    from rag_retrieval import split_sentences
     if fits(text) and (kind in ("code", "table") or len(text.split()) <= words):
         return [(kind, text)]
     if kind == "code":
@@ -430,7 +432,6 @@ def model_identity(embedder) -> str:
 
 def vectors_bytes(index) -> tuple[str, bytes]:
     """(file name, bytes) for the vectors: .npz for sparse TF-IDF, .npy for dense; no pickle."""
-    import io
     buffer = io.BytesIO()
     if hasattr(index, "toarray"):
         from scipy import sparse
@@ -479,7 +480,6 @@ def read_checked(path: Path, digest: str) -> bytes | None:
 
 def parse_vectors(name: str, data: bytes):
     """Vectors from saved bytes: sparse (.npz) or dense (.npy); nothing is ever unpickled."""
-    import io
     if name.endswith(".npz"):
         from scipy import sparse
         return sparse.load_npz(io.BytesIO(data)).tocsr()
@@ -545,7 +545,6 @@ def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta):
 def context_vectors(chunks, embedder, saved_chunks=None, saved=None):
     """MiniLM vectors of each chunk with its title in front ("file > heading\ntext", --context),
     reusing the saved ones whose text is unchanged; None for TF-IDF (it refits in a blink)."""
-    from rag_retrieval import with_context
     if embedder.backend != "minilm":
         return None
     old = (saved or {}).get("context_vectors")
@@ -638,7 +637,6 @@ def eval_item(item) -> dict:
 def load_eval_file(path, doc_ids=None) -> list[dict]:
     """Labelled questions from JSON Lines. With doc_ids (the files indexed), ids that name none
     are left out and questions left with none dropped, said in one line; none left is an error."""
-    from rag_cli import read_jsonl
     eval_set = read_jsonl(path, eval_item, "evaluation file")
     if doc_ids is None:
         return eval_set
@@ -682,8 +680,6 @@ def build_fenced_prompt(question: str, retrieved: list[dict]) -> str:
 # == For the command line (rag_cli.py) ====================================================
 def check_args(args) -> None:
     """--docs, --index and --eval: what can be checked before any slow work."""
-    from rag_cli import refuse_empty
-    from rag_storage import check_writable
     refuse_empty(args, ("docs", "index", "eval"), "a path")
     if args.docs is None and (args.index or args.eval or args.exclude):
         raise ValueError("--index, --eval and --exclude work with --docs FOLDER")
