@@ -5,20 +5,14 @@ rag_docs.py: the same pipeline over your own .md and .txt files, with a saved in
     python rag_from_scratch.py --docs my_notes/ --index .rag_index --question "..."  # saved, reused
     python rag_from_scratch.py --docs my_notes/ --eval qa.jsonl                       # score it
 
-What this adds to rag_from_scratch.py, none of it needed to understand RAG:
-  - loading a folder: UTF-8 text only; files that are binary, not UTF-8, too big, unreadable
-    or outside the folder (a symlink to /etc/passwd) are named on stderr and skipped;
-  - Markdown split at headings (a '#' line inside a code fence is code), so citations read
-    "file > heading"; YAML front matter is dropped and its `tags:` kept as metadata;
-  - a saved index (vectors, chunks and meta with checksums; see rag_storage.py for why a
-    folder that is not ours is refused and how saves stay whole), rebuilt with the reason
-    when files, backend, model (its content, not only its name) or chunking change; with
-    MiniLM, only the files that changed are embedded again;
-  - a fenced prompt: retrieved text is quoted data between markers it cannot forge.
+What this adds, none of it needed to understand RAG (docs/your-documents.md says more):
+loading a folder (a bad file is named and skipped), Markdown read as structure, chunks sized
+by what the model reads, a saved index rebuilt with the reason when anything it was made from
+changes (with MiniLM only the changed files are embedded again), and a fenced prompt.
 """
 
 import fnmatch
-import hashlib
+import io
 import json
 import os
 import re
@@ -29,8 +23,10 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from rag_storage import (INDEX_FORMAT, claim_folder, folder_lock, refuse_foreign_folder, sha256_bytes,
-                         sha256_file, write_atomic)
+from rag_cli import read_jsonl, refuse_empty
+from rag_retrieval import split_sentences, with_context
+from rag_storage import (INDEX_FORMAT, check_writable, claim_folder, folder_lock, refuse_foreign_folder,
+                         sha256_bytes, sha256_file, write_atomic)
 
 MAX_FILE_BYTES = 2_000_000   # bigger files are logs and dumps, not notes: skipped with one line
 SUFFIXES = (".md", ".txt")
@@ -41,11 +37,8 @@ FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re
 
 
 def split_front_matter(text: str) -> tuple[list[str], str]:
-    """(tags, text without front matter): `tags: [a, b]`, a `- a` list or one `tags: a`.
-
-    The block is YAML, read with PyYAML's safe_load (quoted commas, comments and nested keys
-    read as YAML says). A block that is not valid YAML is still dropped, with no tags.
-    """
+    """(tags, text without front matter): `tags: [a, b]`, a `- a` list or one `tags: a`, read
+    with PyYAML's safe_load. A block that is not valid YAML is still dropped, with no tags."""
     import yaml
     match = FRONT_MATTER.match(text)
     if not match:
@@ -54,10 +47,10 @@ def split_front_matter(text: str) -> tuple[list[str], str]:
         meta = yaml.safe_load(match.group(1))
     except yaml.YAMLError:
         meta = None
-    tags = meta.get("tags") if isinstance(meta, dict) else None
-    tags = [tags] if isinstance(tags, (str, int, float)) else tags if isinstance(tags, list) else []
-    return [str(t).strip() for t in tags if isinstance(t, (str, int, float)) and str(t).strip()], \
-        text[match.end():]
+    tags = meta.get("tags", []) if isinstance(meta, dict) else []
+    tags = [str(t).strip() for t in (tags if isinstance(tags, list) else [tags])
+            if isinstance(t, (str, int, float)) and str(t).strip()]
+    return tags, text[match.end():]
 
 
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029]")   # not \t, \n, \r
@@ -123,11 +116,8 @@ def note_paths(root: Path) -> list[Path]:
 
 
 def load_documents(folder, exclude=()) -> list[dict]:
-    """Read every .md and .txt file under `folder` as {doc_id, title, text, tags}.
-
-    doc_id is the path relative to the folder; `exclude` holds glob patterns matched against
-    it ("CHANGELOG.md", "reference/*", "*/release-notes.md").
-    """
+    """Every .md and .txt file under `folder` as {doc_id, title, text, tags}; doc_id is the
+    path inside the folder, which `exclude`'s glob patterns match ("reference/*")."""
     if not str(folder).strip():
         raise ValueError("--docs needs a folder path, got an empty string")
     root = Path(folder).expanduser().resolve()
@@ -139,9 +129,6 @@ def load_documents(folder, exclude=()) -> list[dict]:
     for path in note_paths(root):
         rel = path.relative_to(root).as_posix()
         if any(fnmatch.fnmatch(rel, pattern) for pattern in exclude or ()):
-            continue
-        if not (path.is_file() or path.is_symlink()):          # a FIFO or a device named *.md
-            skip(rel, "not a regular file (a FIFO, a socket or a device); not read")
             continue
         text = read_note(path, rel, root)
         if text is not None:
@@ -195,6 +182,11 @@ def plain(line: str) -> str:
     return REF_LINK.sub(r"\1", LINK.sub(r"\1", TAG.sub("", line)))
 
 
+def closes(line: str, fence: str) -> bool:
+    """Does `line` close a code block opened by `fence`? The same character, at least as many."""
+    return line.strip().startswith(fence) and set(line.strip()) == {fence[0]}
+
+
 def unwrap(lines: list[str]) -> list[str]:
     """Admonitions and tabs, whose body is indented 4 spaces, become their title then the body
     dedented; /// and ::: fences are dropped, keeping a title written after '|' or in [ ].
@@ -202,17 +194,14 @@ def unwrap(lines: list[str]) -> list[str]:
     out, fence, depth, i = [], None, 0, 0
     while i < len(lines):
         line = lines[i]
-        if fence is None:                            # a block quote's "> " markers go ...
-            depth = 0
-            while QUOTE.match(line):
-                line, depth = QUOTE.sub("", line, count=1), depth + 1
-        else:                                        # ... and as many in a code block quoted
-            for _ in range(depth):                   # with them, so "> > y" there is "> y"
-                line = QUOTE.sub("", line, count=1)
+        n = 0                      # a block quote's "> " markers go; in a quoted code block only
+        while QUOTE.match(line) and (fence is None or n < depth):   # as many as opened it,
+            line, n = QUOTE.sub("", line, count=1), n + 1           # so "> > y" there is "> y"
+        depth = n if fence is None else depth
         code = FENCE.match(line)
         if fence is None and code:
             fence = code.group(2)
-        elif fence and line.strip().startswith(fence) and set(line.strip()) == {fence[0]}:
+        elif fence and closes(line, fence):
             fence = None
         opener = INDENTED_OPENER.match(line) if fence is None else None
         block = BLOCK_FENCE.match(line) if fence is None and not code else None
@@ -266,23 +255,19 @@ def read_markdown(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
         sections.append((" > ".join(t for _, t in path), blocks))
         path, blocks = [(n, t) for n, t in path if n < level] + [(level, title)], []
 
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        fence = FENCE.match(line)
+    rest = iter(lines)
+    for line in rest:
+        fence, heading = FENCE.match(line), ATX.match(line)
         if fence:                                  # code: verbatim until a fence as long
             end_block()
             indent, mark, language = len(fence.group(1)), fence.group(2), fence.group(3)
-            code, i = [], i + 1
-            while i < len(lines) and not (lines[i].strip().startswith(mark)
-                                          and set(lines[i].strip()) == {mark[0]}):
-                code.append(lines[i][indent:] if lines[i][:indent].isspace() else lines[i].lstrip())
-                i += 1
+            code = []
+            for inner in rest:
+                if closes(inner, mark):
+                    break
+                code.append(inner[indent:] if inner[:indent].isspace() else inner.lstrip())
             blocks.append(("code", "\n".join([f"```{language}", *code, "```"])))
-            i += 1
-            continue
-        heading = ATX.match(line)
-        if heading:
+        elif heading:
             start_section(len(heading.group(1)), heading_text(heading.group(2) or ""))
         elif SETEXT.match(line) and kind == "text" and para:
             title = heading_text(" ".join(para))
@@ -296,28 +281,17 @@ def read_markdown(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
             end_block()                              # a blank line, a rule (---), a link target
         elif kind == "table" and "|" in line:
             para.append(line.strip())
-        elif LIST_ITEM.match(line):
-            if kind != "list":
-                end_block()
-                kind = "list"
-            para.append(line.strip())
-        elif kind == "list" and line.startswith((" ", "\t")) and para:
+        elif kind == "list" and para and line.startswith((" ", "\t")) and not LIST_ITEM.match(line):
             para[-1] += " " + line.strip()           # a list item's continued line
-        else:
-            if kind not in (None, "text"):
+        else:                                        # a list item, or a line of prose
+            new = "list" if LIST_ITEM.match(line) else "text"
+            if kind != new:
                 end_block()
-            kind = "text"
+            kind = new
             para.append(line.strip())
-        i += 1
     end_block()
     sections.append((" > ".join(t for _, t in path), blocks))
     return [(title, found) for title, found in sections if found]
-
-
-def text_blocks(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
-    """A .txt file: one section of paragraphs (blank lines separate them)."""
-    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text)]
-    return [("", [("text", p) for p in paragraphs if p])]
 
 
 # == Chunks sized by what the model reads =================================================
@@ -325,7 +299,6 @@ def units(kind: str, text: str, words: int, fits) -> list[tuple[str, str]]:
     """A block as (kind, text) pieces: whole if it fits, else split where it may be. Prose over
     `words` words splits at sentences, lists at items, tables at rows; code stays whole while
     the model reads it whole, then splits between lines (each piece fenced, language kept)."""
-    from rag_retrieval import split_sentences
     if fits(text) and (kind in ("code", "table") or len(text.split()) <= words):
         return [(kind, text)]
     if kind == "code":
@@ -384,8 +357,11 @@ def document_chunks(docs: list[dict], chunk_size: int = 50, fits=lambda text: Tr
     chunk longer than the model reads (`fits(text)` says if it does)."""
     chunks = []
     for doc in docs:
-        sections = (read_markdown(doc["text"]) if doc["doc_id"].lower().endswith(".md")
-                    else text_blocks(doc["text"]))
+        if doc["doc_id"].lower().endswith(".md"):
+            sections = read_markdown(doc["text"])
+        else:                                    # a .txt file: one section of paragraphs
+            paragraphs = (" ".join(p.split()) for p in re.split(r"\n\s*\n", doc["text"]))
+            sections = [("", [("text", p) for p in paragraphs if p])]
         n = 0
         for heading, blocks in sections:
             title = chunk_title(doc["doc_id"], heading)
@@ -435,10 +411,7 @@ SETTINGS = [("backend", "the backend changed"), ("model", "the model changed"),
 
 def fingerprint(docs: list[dict]) -> str:
     """A short hash of every document's id and text: it changes when any file changes."""
-    h = hashlib.sha256()
-    for doc in docs:
-        h.update(f"{doc['doc_id']}\0{doc['text']}\0".encode("utf-8"))
-    return h.hexdigest()[:16]
+    return sha256_bytes("".join(f"{d['doc_id']}\0{d['text']}\0" for d in docs).encode("utf-8"))[:16]
 
 
 def file_hashes(docs: list[dict]) -> dict:
@@ -453,15 +426,12 @@ def model_identity(embedder) -> str:
         return embedder.model_name
     weights = sorted(p for p in Path(folder).iterdir()
                      if p.suffix in (".safetensors", ".bin") or p.name == "config.json")
-    h = hashlib.sha256()
-    for p in weights:
-        h.update(p.name.encode() + b"\0" + sha256_file(p).encode())
-    return f"{embedder.model_name}@{h.hexdigest()[:12]}"
+    digests = b"".join(p.name.encode() + b"\0" + sha256_file(p).encode() for p in weights)
+    return f"{embedder.model_name}@{sha256_bytes(digests)[:12]}"
 
 
 def vectors_bytes(index) -> tuple[str, bytes]:
     """(file name, bytes) for the vectors: .npz for sparse TF-IDF, .npy for dense; no pickle."""
-    import io
     buffer = io.BytesIO()
     if hasattr(index, "toarray"):
         from scipy import sparse
@@ -472,12 +442,8 @@ def vectors_bytes(index) -> tuple[str, bytes]:
 
 
 def save_index(folder, index, chunks: list[dict], meta: dict, context=None) -> None:
-    """Save vectors, chunks, the --context vectors if given, and meta.json (with the hashes
-    of the bytes written) to `folder`.
-
-    The folder is marked ours first and locked while saving; meta.json goes last, so an
-    interrupted save is detected on load and rebuilt, never half-used.
-    """
+    """Save vectors, chunks, the --context vectors if given, then meta.json with the hashes of
+    the bytes written: last, so an interrupted save is detected on load and rebuilt."""
     folder = claim_folder(folder, "--index")
     name, data = vectors_bytes(index)
     with folder_lock(folder):
@@ -514,7 +480,6 @@ def read_checked(path: Path, digest: str) -> bytes | None:
 
 def parse_vectors(name: str, data: bytes):
     """Vectors from saved bytes: sparse (.npz) or dense (.npy); nothing is ever unpickled."""
-    import io
     if name.endswith(".npz"):
         from scipy import sparse
         return sparse.load_npz(io.BytesIO(data)).tocsr()
@@ -522,12 +487,8 @@ def parse_vectors(name: str, data: bytes):
 
 
 def load_index(folder, meta: dict):
-    """(index, chunks, saved meta, why): why is None when the saved index matches `meta`.
-
-    A folder that is not ours raises ValueError and is never touched. A damaged index
-    comes back with the reason to rebuild; a stale one with its parts too, so an update
-    can reuse what did not change.
-    """
+    """(index, chunks, saved meta, why): why is None when the saved index matches `meta`, else
+    the reason to rebuild; when only the documents changed, the parts come back for reuse."""
     folder = claim_folder(folder, "--index")
     saved = read_meta(folder)
     if saved is None:
@@ -549,20 +510,16 @@ def load_index(folder, meta: dict):
             and all(isinstance(c, dict) and isinstance(c.get("text"), str) for c in chunks)
             and (saved["context_vectors"] is None or saved["context_vectors"].shape == index.shape)):
         return None, None, None, "the saved vectors and chunks do not match"
-    if saved.get("fingerprint") != meta["fingerprint"]:
-        return index, chunks, saved, "the documents changed"
-    stale = next((f"{what} ({saved.get(key)} -> {meta.get(key)})"
-                  for key, what in SETTINGS if saved.get(key) != meta.get(key)), None)
-    return index, chunks, saved, stale
+    for key, what in SETTINGS:
+        if saved.get(key) != meta.get(key):
+            return None, None, None, f"{what} ({saved.get(key)} -> {meta.get(key)})"
+    changed = saved.get("fingerprint") != meta["fingerprint"]
+    return index, chunks, saved, "the documents changed" if changed else None
 
 
 def embed_reusing(texts: list[str], embedder, old_texts: list[str], old_vectors):
-    """(vectors, embedded, reused): MiniLM vectors of `texts`, reusing the rows of
-    `old_vectors` whose text is unchanged, and how many texts went through the model.
-
-    A MiniLM vector depends only on its own text, so the result equals a fresh build; only
-    new and changed texts go through the model.
-    """
+    """(vectors, embedded, reused): MiniLM vectors of `texts`, reusing the rows of `old_vectors`
+    whose text is unchanged (a MiniLM vector depends on its own text: equal to a fresh build)."""
     row_of = {t: i for i, t in enumerate(old_texts)}
     rows = [row_of.get(t) for t in texts]
     keep = [i for i, r in enumerate(rows) if r is not None]
@@ -575,11 +532,7 @@ def embed_reusing(texts: list[str], embedder, old_texts: list[str], old_vectors)
 
 
 def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta):
-    """With MiniLM, embed only the chunks of changed or new files and reuse the rest.
-    TF-IDF's vocabulary depends on every file, so it refits instead (fast): None."""
-    if (embedder.backend != "minilm" or hasattr(saved_index, "toarray")
-            or any(saved.get(key) != meta.get(key) for key, _ in SETTINGS)):
-        return None
+    """MiniLM vectors of `chunks`, embedding only the chunks of changed or new files."""
     index, embedded, reused = embed_reusing([c["text"] for c in chunks], embedder,
                                             [c["text"] for c in saved_chunks], saved_index)
     old_files, new_files = saved.get("files") or {}, meta["files"]
@@ -592,7 +545,6 @@ def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta):
 def context_vectors(chunks, embedder, saved_chunks=None, saved=None):
     """MiniLM vectors of each chunk with its title in front ("file > heading\ntext", --context),
     reusing the saved ones whose text is unchanged; None for TF-IDF (it refits in a blink)."""
-    from rag_retrieval import with_context
     if embedder.backend != "minilm":
         return None
     old = (saved or {}).get("context_vectors")
@@ -622,8 +574,7 @@ def truncation_line(report: dict, what: str = "chunks") -> str:
 
 
 def print_biggest_file(chunks: list[dict]) -> None:
-    """Name the file with the most chunks: a changelog or an API dump can crowd every answer,
-    and --exclude GLOB leaves it out."""
+    """Name the file with the most chunks: a changelog can crowd every answer (--exclude GLOB)."""
     from collections import Counter
     counts = Counter(c["doc_id"] for c in chunks)
     if len(counts) > 1:
@@ -633,9 +584,8 @@ def print_biggest_file(chunks: list[dict]) -> None:
 
 
 def index_folder(args):
-    """(chunks, index, embedder, context) for a folder of your own files, reusing a saved
-    index when it is still valid. context: the --context vectors (MiniLM, with --context or
-    --compare), saved in the index too; else None."""
+    """(chunks, index, embedder, context) for a folder of your own files, reusing a saved index
+    while it is valid; context: the --context vectors (MiniLM, --context or --compare) or None."""
     docs = load_documents(args.docs, args.exclude)
     embedder = rag.Embedder(args.backend, args.model, cache=False)
     chunks = document_chunks(docs, args.chunk_size, model_fits(embedder))
@@ -645,29 +595,27 @@ def index_folder(args):
     meta = {"backend": embedder.backend, "model": model_identity(embedder),
             "chunk_size": args.chunk_size, "reader": READER,
             "fingerprint": fingerprint(docs), "files": file_hashes(docs)}
-    wants_context = (args.context or args.compare) and embedder.backend == "minilm"
-    index, context, why, saved_chunks, saved = None, None, "no --index", None, None
-    if args.index:
-        saved_index, saved_chunks, saved, why = load_index(args.index, meta)
-        if why is None:
-            index, chunks = saved_index, saved_chunks
-            embedder.fit([c["text"] for c in chunks])        # TF-IDF relearns its vocabulary
-            print(f"loaded the saved index from {args.index} ({len(chunks)} chunks, not re-embedded)")
-            context = saved["context_vectors"]
-        elif saved_index is not None:
-            index = update_index(saved_index, saved_chunks, saved, chunks, embedder, meta)
-        if index is None:
+    saved_index, saved_chunks, saved, why = (load_index(args.index, meta) if args.index
+                                             else (None, None, None, "no --index"))
+    minilm, context = embedder.backend == "minilm", None
+    if why is None:
+        index, chunks, context = saved_index, saved_chunks, saved["context_vectors"]
+        embedder.fit([c["text"] for c in chunks])        # TF-IDF relearns its vocabulary
+        print(f"loaded the saved index from {args.index} ({len(chunks)} chunks, not re-embedded)")
+    elif saved_index is not None and minilm:   # TF-IDF's words depend on every file: it refits
+        index = update_index(saved_index, saved_chunks, saved, chunks, embedder, meta)
+    else:
+        if args.index:
             print(f"building the index: {why}")
-    if index is None:
         index = rag.build_index(chunks, embedder)
-    if wants_context and context is None:
+    if (args.context or args.compare) and minilm and context is None:
         context = context_vectors(chunks, embedder, saved_chunks, saved)
         why = why or "the --context vectors were added"
     if args.index and why is not None:
         save_index(args.index, index, chunks, meta, context)
         print(f"saved the index to {args.index}" + (" (with the --context vectors)" if context is not None else ""))
     print(f"backend={embedder.backend}  index shape={index.shape}")
-    if embedder.backend == "minilm":
+    if minilm:
         model = embedder.model
         report = truncation([c["text"] for c in chunks], model.tokenizer, model.max_seq_length)
         print(truncation_line(report), file=sys.stderr)
@@ -687,13 +635,8 @@ def eval_item(item) -> dict:
 
 
 def load_eval_file(path, doc_ids=None) -> list[dict]:
-    """Read labelled questions from JSON Lines: {"question": "...", "relevant": ["file", ...]}.
-
-    With doc_ids (the files indexed), ids that name none of them are left out, and questions
-    left with no relevant file are dropped, both said in one line; if no question is left,
-    that is an error, since every score would be 0 and mean nothing.
-    """
-    from rag_cli import read_jsonl
+    """Labelled questions from JSON Lines. With doc_ids (the files indexed), ids that name none
+    are left out and questions left with none dropped, said in one line; none left is an error."""
     eval_set = read_jsonl(path, eval_item, "evaluation file")
     if doc_ids is None:
         return eval_set
@@ -723,12 +666,8 @@ SAFE_SOURCE = re.compile(r"[^\w .,/#()+>-]")   # no quotes, no '<', no line brea
 
 
 def build_fenced_prompt(question: str, retrieved: list[dict]) -> str:
-    """Like build_prompt, but each passage sits between markers it cannot forge.
-
-    The tag is 16 random hex digits drawn for each prompt, so no document (and no file or
-    heading name) can know it; the source name keeps only plain characters, so it cannot
-    carry a marker of its own.
-    """
+    """Like build_prompt, but each passage sits between markers it cannot forge: the tag is 16
+    random hex digits drawn for each prompt, and the source name keeps only plain characters."""
     tag = secrets.token_hex(8)
     blocks = []
     for r in retrieved:
@@ -741,8 +680,6 @@ def build_fenced_prompt(question: str, retrieved: list[dict]) -> str:
 # == For the command line (rag_cli.py) ====================================================
 def check_args(args) -> None:
     """--docs, --index and --eval: what can be checked before any slow work."""
-    from rag_cli import refuse_empty
-    from rag_storage import check_writable
     refuse_empty(args, ("docs", "index", "eval"), "a path")
     if args.docs is None and (args.index or args.eval or args.exclude):
         raise ValueError("--index, --eval and --exclude work with --docs FOLDER")

@@ -1,19 +1,15 @@
 """
 rag_storage.py: how the kit writes to disk and to databases without harming what is there.
 
-Three rules, used by the saved index, the embeddings cache and every vector store:
-  1. Mark first. Whatever the kit creates (a folder, a Chroma collection, a Postgres table,
-     a Qdrant collection) carries the kit's mark, put in place before anything else is written,
-     so even an interrupted first save is recognisably ours and can be rebuilt.
-  2. Refuse what is not ours. A folder or collection without the mark is never overwritten
-     or deleted: the run stops with one line instead.
-  3. Save whole or not at all. Files are written to a unique temporary name and renamed into
-     place (a rename is all-or-nothing), under a lock on the folder, so two runs saving at
-     once take turns. The lock is the operating system's (flock on Linux and macOS, a byte
-     lock on Windows): it is released when the process ends, even by kill -9, so no stale
-     lock is ever left behind.
+  1. Mark first: whatever the kit creates (a folder, a Chroma collection, a Postgres table, a
+     Qdrant collection) carries the kit's mark before anything else is written, so even an
+     interrupted first save is recognisably ours and can be rebuilt.
+  2. Refuse what is not ours: a folder or collection without the mark is never overwritten or
+     deleted; the run stops with one line instead.
+  3. Save whole or not at all: each file goes to a unique temporary name and is renamed into
+     place, under the operating system's lock on the folder (released when the process ends,
+     even by kill -9), so two runs saving at once take turns.
 
-    from rag_storage import claim_folder, folder_lock, write_atomic
     with folder_lock(claim_folder("my_index", "--index")):
         digest = write_atomic(Path("my_index") / "chunks.json", b"[]")
 """
@@ -33,7 +29,7 @@ INDEX_FORMAT = "rag_from_scratch-index-1"   # the saved index's layout; any othe
 
 
 def sha256_bytes(data: bytes) -> str:
-    """The hex SHA-256 of some bytes (used to check a file is what we wrote)."""
+    """The hex SHA-256 of some bytes."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -47,8 +43,7 @@ def sha256_file(path) -> str:
 
 
 def is_our_folder(folder) -> bool:
-    """True if the kit created `folder`: our mark, put down first when it was made, is the
-    only proof (a file's name or shape proves nothing)."""
+    """True if the kit created `folder`: our mark is the only proof (a file's name proves nothing)."""
     return (Path(folder) / MARK_FILE).is_file()
 
 
@@ -89,10 +84,8 @@ def check_writable(folder, flag: str) -> None:
 
 
 def write_atomic(path, data: bytes) -> str:
-    """Write `data` to `path` all-or-nothing; return the SHA-256 of exactly those bytes.
-
-    The temporary name is unique per call, so two writers never share (or delete) one.
-    """
+    """Write `data` to `path` all-or-nothing (a temporary name unique to this call, then a
+    rename); return the SHA-256 of exactly those bytes."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
     try:
@@ -109,11 +102,8 @@ def write_atomic(path, data: bytes) -> str:
 
 @contextmanager
 def folder_lock(folder):
-    """Hold an exclusive lock on `folder` while saving; another run waits its turn (and says so).
-
-    filelock's lock is the operating system's (flock, or a locked byte on Windows): released
-    when the process ends, even by kill -9. It never follows a link in place of the lock file.
-    """
+    """Hold filelock's exclusive lock on `folder` while saving; another run waits its turn
+    (and says so). The operating system releases it when the process ends, even by kill -9."""
     from filelock import FileLock, Timeout
     path = Path(folder) / LOCK_FILE
     if path.is_symlink():                         # older filelock versions would follow it

@@ -35,20 +35,16 @@ import numpy as np
 
 import rag_docs
 import rag_from_scratch as rag
-from rag_cli import OneLineParser, leave, one_line, run_cli, with_deadline
+from rag_cli import OneLineParser, leave, main_for, one_line, with_deadline
 from rag_storage import OWNER, claim_folder, is_our_store, refuse_foreign
 
-# The core's defaults, read from its function signatures (one source of truth).
+# Defaults (the CLI reads them from here); the core's are read from its function signatures.
 BACKENDS = rag.Embedder.BACKENDS          # "auto", "minilm", "tfidf"
+BACKEND = rag.defaults(rag.Embedder)["backend"]
+MODEL_NAME = rag.defaults(rag.Embedder)["model"]
 CHUNK_SIZE = rag.defaults(rag.build_chunks)["chunk_size"]   # the tutorial's 50 words
 OVERLAP = rag.defaults(rag.build_chunks)["overlap"]         # and 10 shared
 TOP_K = rag.defaults(rag.search)["k"]
-BACKEND = rag.defaults(rag.Embedder)["backend"]
-MODEL_NAME = rag.defaults(rag.Embedder)["model"]
-
-# ---------------------------------------------------------------------------
-# Defaults (the CLI reads them from here)
-# ---------------------------------------------------------------------------
 QUESTION = "My laptop was stolen at the airport. What should I do?"
 COLLECTION = "kestrelwood_policies"   # Chroma/Qdrant collection and Postgres table name
 FILTER_DOCS = ["FIN-01", "FIN-02"]    # the metadata filter: search only these documents
@@ -60,13 +56,10 @@ PG_FOLDER = HERE / "pg_db"            # the embedded Postgres's folder (git-igno
 QDRANT_PATH = HERE / "qdrant_db"      # Qdrant local mode's folder (git-ignored)
 CONNECT_S = 10.0                      # deadline for any server to answer its first request
 PG_START_S = 60.0                     # deadline for the embedded Postgres to start (initdb first)
-# Chroma collections made before the ownership mark carried these keys: they count as ours.
 TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}$")   # a Postgres identifier that needs no quotes
 
 
-# ---------------------------------------------------------------------------
-# 1. The vectors every engine shares
-# ---------------------------------------------------------------------------
+# == 1. What every engine shares ===========================================================
 def dense(index) -> np.ndarray:
     """FAISS and Chroma take dense float32 rows; TF-IDF indexes arrive as sparse matrices."""
     rows = index.toarray() if hasattr(index, "toarray") else index
@@ -76,74 +69,20 @@ def dense(index) -> np.ndarray:
 def index_fingerprint(corpus: list[dict], embedder: rag.Embedder, chunk_size: int,
                       overlap: int) -> dict:
     """What a stored index was built from; a stored copy is usable only if all of it matches."""
-    return {
-        "backend": embedder.backend,
-        "model": rag_docs.model_identity(embedder),   # name and weights, as --index checks
-        "chunk_size": chunk_size,
-        "overlap": overlap,
-        "corpus": rag_docs.fingerprint(corpus),     # changes when any document's id or text does
-        "space": "cosine",
-    }
+    return {"backend": embedder.backend,
+            "model": rag_docs.model_identity(embedder),   # name and weights, as --index checks
+            "chunk_size": chunk_size, "overlap": overlap,
+            "corpus": rag_docs.fingerprint(corpus),       # changes when any id or text does
+            "space": "cosine"}
 
 
 def same_ranking(ids: list[str], numpy_scores: np.ndarray, chunks: list[dict],
                  best: list[float]) -> bool:
-    """True if, rank by rank, each returned chunk has the NumPy score of that rank.
-
-    Comparing scores rather than ids lets two engines order tied chunks differently.
-    """
+    """True if, rank by rank, each returned chunk has the NumPy score of that rank (scores, not
+    ids, so two engines may order tied chunks differently)."""
     position = {c["chunk_id"]: i for i, c in enumerate(chunks)}
     return len(ids) == len(best) and all(
         abs(numpy_scores[position[cid]] - s) < TIE for cid, s in zip(ids, best))
-
-
-# ---------------------------------------------------------------------------
-# 2. FAISS: an exact inner-product index
-# ---------------------------------------------------------------------------
-def faiss_search(vectors: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k (scores, row numbers) from faiss.IndexFlatIP; inner product == cosine on unit rows."""
-    try:
-        import faiss
-    except ImportError:
-        raise RuntimeError("faiss is not installed: pip install faiss-cpu") from None
-    index = faiss.IndexFlatIP(vectors.shape[1])
-    index.add(vectors)
-    scores, rows = index.search(q.reshape(1, -1), k)
-    return scores[0], rows[0]
-
-
-# ---------------------------------------------------------------------------
-# 3. Chroma: in memory, on disk, or on a server
-# ---------------------------------------------------------------------------
-def chroma_client(persist: str | None = None, host: str | None = None, port: int = PORT):
-    """An in-memory, on-disk (`persist`) or server (`host`, `port`) Chroma client."""
-    os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")   # no usage reports leave the machine
-    try:
-        import chromadb
-        from chromadb.config import Settings
-    except ImportError:
-        raise RuntimeError("chromadb is not installed: pip install chromadb") from None
-    settings = Settings(anonymized_telemetry=False)
-    if host:
-        start = f"start one with `chroma run --host {host} --port {port} --path chroma_server_db`"
-        try:                    # the client asks the server for its tenant at once
-            return with_deadline(f"the Chroma server at {host}:{port}", CONNECT_S,
-                                 lambda: chromadb.HttpClient(host=host, port=port,
-                                                             settings=settings),
-                                 f"is it a Chroma server? {start}")
-        except TimeoutError:
-            raise
-        except Exception as exc:
-            raise RuntimeError(f"no Chroma server answers at {host}:{port} "
-                               f"({type(exc).__name__}): {start}") from None
-    if persist:
-        claim_folder(persist, "--persist")       # new, empty, or marked ours: a file's name proves nothing
-        try:
-            return chromadb.PersistentClient(path=persist, settings=settings)
-        except Exception as exc:          # a file in the way, no permission, a missing parent
-            raise RuntimeError(f"cannot keep a Chroma database in {persist} ({exc}): give "
-                               f"--persist a folder you can write to") from None
-    return chromadb.EphemeralClient(settings=settings)
 
 
 def mismatch(stored: dict | None, wanted: dict, count: int, expected: int) -> list[str]:
@@ -161,13 +100,60 @@ def rebuild_note(kind: str, name: str, reasons: list[str]) -> str:
     return f"rebuilding {kind} {name}: it was built with a different " + "; ".join(reasons)
 
 
+def reach(what: str, seconds: float, work, check: str, failed: str, fix: str | None = None):
+    """work() within `seconds` (else TimeoutError naming `what` and `check`); any other failure
+    (refused, unknown host, not that kind of server): one line, `failed`, why, `fix` or `check`."""
+    try:
+        return with_deadline(what, seconds, work, check)
+    except TimeoutError:
+        raise
+    except Exception as exc:
+        raise RuntimeError(f"{failed} ({one_line(exc)}): {fix or check}") from None
+
+
+# == 2. FAISS: an exact inner-product index ================================================
+def faiss_search(vectors: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k (scores, row numbers) from faiss.IndexFlatIP; inner product == cosine on unit rows."""
+    try:
+        import faiss
+    except ImportError:
+        raise RuntimeError("faiss is not installed: pip install faiss-cpu") from None
+    index = faiss.IndexFlatIP(vectors.shape[1])
+    index.add(vectors)
+    scores, rows = index.search(q.reshape(1, -1), k)
+    return scores[0], rows[0]
+
+
+# == 3. Chroma: in memory, on disk, or on a server =========================================
+def chroma_client(persist: str | None = None, host: str | None = None, port: int = PORT):
+    """An in-memory, on-disk (`persist`) or server (`host`, `port`) Chroma client."""
+    os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")   # no usage reports leave the machine
+    try:
+        import chromadb
+        from chromadb.config import Settings
+    except ImportError:
+        raise RuntimeError("chromadb is not installed: pip install chromadb") from None
+    settings = Settings(anonymized_telemetry=False)
+    if host:                    # the client asks the server for its tenant at once
+        start = f"start one with `chroma run --host {host} --port {port} --path chroma_server_db`"
+        return reach(f"the Chroma server at {host}:{port}", CONNECT_S,
+                     lambda: chromadb.HttpClient(host=host, port=port, settings=settings),
+                     f"is it a Chroma server? {start}",
+                     f"no Chroma server answers at {host}:{port}", start)
+    if persist:
+        claim_folder(persist, "--persist")       # new, empty, or marked ours: a file's name proves nothing
+        try:
+            return chromadb.PersistentClient(path=persist, settings=settings)
+        except Exception as exc:          # a file in the way, no permission, a missing parent
+            raise RuntimeError(f"cannot keep a Chroma database in {persist} ({exc}): give "
+                               f"--persist a folder you can write to") from None
+    return chromadb.EphemeralClient(settings=settings)
+
+
 def open_collection(client, name: str, chunks: list[dict], vectors: np.ndarray,
                     fp: dict, fresh: bool = False, where: str = "Chroma"):
-    """Return (collection, notes): reuse a stored collection whose fingerprint matches, else build it.
-
-    fresh=True always starts empty (the in-memory client lives only as long as this process).
-    A collection without our mark is someone else's: refused, never deleted.
-    """
+    """(collection, notes): reuse a collection of ours whose fingerprint matches, else (re)build
+    it; fresh=True always starts empty (the in-memory client lives as long as this process)."""
     from chromadb.errors import NotFoundError
     notes = []
     try:
@@ -191,12 +177,9 @@ def open_collection(client, name: str, chunks: list[dict], vectors: np.ndarray,
     collection = client.create_collection(   # the mark arrives with the collection itself
         name, configuration={"hnsw": {"space": "cosine"}},   # Chroma's default is squared L2
         metadata={"created_by": OWNER, **fp}, embedding_function=None)
-    collection.add(
-        ids=[c["chunk_id"] for c in chunks],
-        embeddings=vectors,
-        documents=[c["text"] for c in chunks],
-        metadatas=[{"doc_id": c["doc_id"], "title": c["title"]} for c in chunks],
-    )
+    collection.add(ids=[c["chunk_id"] for c in chunks], embeddings=vectors,
+                   documents=[c["text"] for c in chunks],
+                   metadatas=[{"doc_id": c["doc_id"], "title": c["title"]} for c in chunks])
     notes.append(f"added {len(chunks)} chunks to collection {name}")
     return collection, notes
 
@@ -207,20 +190,11 @@ def chroma_search(collection, q: np.ndarray, k: int, where: dict | None = None):
     return res["ids"][0], res["distances"][0]
 
 
-# ---------------------------------------------------------------------------
-# 4. Postgres with pgvector: a table per collection, searched with SQL
-# ---------------------------------------------------------------------------
-# `<=>` is pgvector's cosine distance (1 - cosine similarity); WHERE filters like any SQL.
-PG_SEARCH = ("SELECT chunk_id, embedding <=> %(q)s AS distance FROM {table}{where} "
-             "ORDER BY embedding <=> %(q)s LIMIT %(k)s")
-PG_ONLY = " WHERE doc_id = ANY(%(only)s)"
-
-
+# == 4. Postgres with pgvector: a table per collection, searched with SQL ==================
 def pg_label(url: str | None, folder) -> str:
     """How the output names a Postgres: its folder, or its URL without the password."""
-    if url is None:
-        return f"embedded Postgres in {folder}"
-    return "Postgres at " + re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    return (f"embedded Postgres in {folder}" if url is None else
+            "Postgres at " + re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url))
 
 
 def embedded_postgres(folder) -> str:
@@ -237,15 +211,10 @@ def embedded_postgres(folder) -> str:
     print(f"[info] embedded Postgres in {folder}: listens on a local socket only, stops when "
           f"this command exits, keeps its data in {folder / 'pgdata'} for the next run "
           f"(delete {folder} to remove it)", file=sys.stderr)
-    try:
-        server = with_deadline(f"the embedded Postgres in {folder} to start", PG_START_S,
-                               lambda: pgserver.get_server(folder / "pgdata"),
-                               f"see its log {folder / 'pgdata' / 'log'}")
-    except TimeoutError:
-        raise
-    except Exception as exc:                     # initdb or pg_ctl failed: its log says why
-        raise RuntimeError(f"the embedded Postgres in {folder} did not start "
-                           f"({one_line(exc)}): see its log {folder / 'pgdata' / 'log'}") from None
+    log = f"see its log {folder / 'pgdata' / 'log'}"    # initdb or pg_ctl failed: it says why
+    server = reach(f"the embedded Postgres in {folder} to start", PG_START_S,
+                   lambda: pgserver.get_server(folder / "pgdata"), log,
+                   f"the embedded Postgres in {folder} did not start")
     return server.get_uri()
 
 
@@ -259,14 +228,9 @@ def pg_connect(url: str | None, folder=PG_FOLDER):
                            '"psycopg[binary]" pgvector') from None
     label = pg_label(url, folder)
     target = url if url is not None else embedded_postgres(folder)
-    try:
-        conn = with_deadline(label, CONNECT_S,
-                             lambda: psycopg.connect(target, autocommit=True,
-                                                     connect_timeout=max(1, int(CONNECT_S))),
-                             "check the URL, and that the server runs and lets you in")
-    except psycopg.Error as exc:
-        raise RuntimeError(f"cannot connect to {label} ({one_line(exc)}): check the URL, and "
-                           f"that the server runs and lets you in") from None
+    conn = reach(label, CONNECT_S, lambda: psycopg.connect(
+        target, autocommit=True, connect_timeout=max(1, int(CONNECT_S))),
+        "check the URL, and that the server runs and lets you in", f"cannot connect to {label}")
     ensure_vector(conn, label)
     register_vector(conn)
     return conn
@@ -293,37 +257,25 @@ def check_table_name(table: str) -> None:
                          f"lower-case letters, digits and _ (at most 63, not starting with a digit)")
 
 
-def pg_stored(conn, table: str):
-    """(metadata from the table's comment, row count), or None if there is no such table."""
-    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL, obj_description(to_regclass(%s), "
-                       "'pg_class')", (table, table)).fetchone()
-    if not row[0]:
-        return None
-    try:
-        metadata = json.loads(row[1] or "")
-    except ValueError:                           # no comment, or someone else's words
-        metadata = {}
-    count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-    return metadata, count
-
-
 def pg_open_table(conn, table: str, chunks: list[dict], vectors: np.ndarray, fp: dict,
                   label: str) -> list[str]:
-    """Reuse a table of ours whose fingerprint matches, else (re)build it; return notes.
-
-    Our mark is the table's COMMENT (JSON with created_by and the fingerprint). The check,
-    the DROP, the CREATE, the COMMENT and the COPY are one transaction: all or nothing.
-    """
+    """Reuse a table of ours whose fingerprint matches, else (re)build it; return notes. Our mark
+    is the table's COMMENT (JSON); check, DROP, CREATE, COMMENT and COPY are one transaction."""
     from psycopg import sql
     check_table_name(table)
     notes = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (table,))  # runs take turns
-        stored = pg_stored(conn, table)
-        if stored is not None:
-            metadata, count = stored
+        exists, comment = conn.execute("SELECT to_regclass(%s) IS NOT NULL, obj_description("
+                                       "to_regclass(%s), 'pg_class')", (table, table)).fetchone()
+        if exists:
+            try:
+                metadata = json.loads(comment or "")
+            except ValueError:                   # no comment, or someone else's words
+                metadata = {}
             if not is_our_store(metadata):
                 raise refuse_foreign("Postgres table", table, label)
+            count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
             reasons = mismatch(metadata, fp, count, len(chunks))
             if not reasons:
                 return [f"reused {count} chunks already in table {table}"]
@@ -334,29 +286,29 @@ def pg_open_table(conn, table: str, chunks: list[dict], vectors: np.ndarray, fp:
                      f"embedding vector({vectors.shape[1]}) NOT NULL)")
         conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(
             sql.Identifier(table), sql.Literal(json.dumps({"created_by": OWNER, **fp}))))
-        pg_copy(conn, table, chunks, vectors)
+        # one binary COPY: far faster than one INSERT per row
+        with conn.cursor().copy(f"COPY {table} (id, chunk_id, doc_id, title, text, embedding) "
+                                f"FROM STDIN WITH (FORMAT BINARY)") as copy:
+            copy.set_types(["int4", "text", "text", "text", "text", "vector"])
+            for i, (c, v) in enumerate(zip(chunks, vectors)):
+                copy.write_row([i, c["chunk_id"], c["doc_id"], c["title"], c["text"], v])
     notes.append(f"created table {table} with {len(chunks)} chunks")
     return notes
 
 
-def pg_copy(conn, table: str, chunks: list[dict], vectors: np.ndarray) -> None:
-    """Load all rows with one binary COPY (far faster than one INSERT per row)."""
-    with conn.cursor().copy(f"COPY {table} (id, chunk_id, doc_id, title, text, embedding) "
-                            f"FROM STDIN WITH (FORMAT BINARY)") as copy:
-        copy.set_types(["int4", "text", "text", "text", "text", "vector"])
-        for i, (c, v) in enumerate(zip(chunks, vectors)):
-            copy.write_row([i, c["chunk_id"], c["doc_id"], c["title"], c["text"], v])
-
-
+# `<=>` is pgvector's cosine distance (1 - cosine similarity); WHERE filters like any SQL.
 def pg_sql(table: str, only: list[str] | None = None) -> str:
     """The search query, with %(q)s for the question's vector (and %(only)s for the filter)."""
-    return PG_SEARCH.format(table=table, where=PG_ONLY if only else "")
+    where = " WHERE doc_id = ANY(%(only)s)" if only else ""
+    return (f"SELECT chunk_id, embedding <=> %(q)s AS distance FROM {table}{where} "
+            f"ORDER BY embedding <=> %(q)s LIMIT %(k)s")
 
 
-def pg_shown(query: str, k: int, only: list[str] | None = None) -> str:
+def pg_shown(table: str, k: int, only: list[str] | None = None) -> str:
     """The query as the learner reads it: $q stands for the question's vector."""
     shown_only = "ARRAY[" + ", ".join(f"'{d}'" for d in only or []) + "]"
-    return query.replace("%(q)s", "$q").replace("%(k)s", str(k)).replace("%(only)s", shown_only)
+    query = pg_sql(table, only).replace("%(q)s", "$q").replace("%(k)s", str(k))
+    return query.replace("%(only)s", shown_only)
 
 
 def pg_search(conn, table: str, q: np.ndarray, k: int, only: list[str] | None = None):
@@ -366,19 +318,7 @@ def pg_search(conn, table: str, q: np.ndarray, k: int, only: list[str] | None = 
     return [r[0] for r in rows], [float(r[1]) for r in rows]
 
 
-# ---------------------------------------------------------------------------
-# 5. Qdrant: local mode in a folder, or a server by URL
-# ---------------------------------------------------------------------------
-def qdrant_label(target: str) -> str:
-    """How the output names a Qdrant: its server URL or its local folder."""
-    return f"server at {target}" if is_url(target) else f"local mode in {target}"
-
-
-def is_url(target: str) -> bool:
-    """True for http(s)://... (a Qdrant server); anything else is a local folder."""
-    return target.startswith(("http://", "https://"))
-
-
+# == 5. Qdrant: local mode in a folder, or a server by URL =================================
 def qdrant_client(target):
     """A QdrantClient: a server at an http(s) URL, or local mode in a folder (no server)."""
     try:
@@ -386,20 +326,14 @@ def qdrant_client(target):
     except ImportError:
         raise RuntimeError("qdrant-client is not installed: pip install qdrant-client") from None
     target = str(target)
-    if is_url(target):
-        def reach():                             # the overall deadline below is the one that counts
+    if target.startswith(("http://", "https://")):
+        def first_request():                     # the overall deadline is the one that counts
             client = QdrantClient(url=target, timeout=int(CONNECT_S) + 5, check_compatibility=False)
             client.get_collections()
             return client
-        try:
-            client = with_deadline(f"the Qdrant server at {target}", CONNECT_S, reach,
-                                   "check the URL and that the server runs")
-        except TimeoutError:
-            raise
-        except Exception as exc:                 # refused, unknown host, not Qdrant
-            raise RuntimeError(f"no Qdrant server answers at {target} ({one_line(exc)}): "
-                               f"check the URL and that the server runs") from None
-        return client
+        return reach(f"the Qdrant server at {target}", CONNECT_S, first_request,
+                     "check the URL and that the server runs",
+                     f"no Qdrant server answers at {target}")
     folder = claim_folder(target, "--qdrant")
     try:
         return QdrantClient(path=str(folder))
@@ -428,10 +362,8 @@ def qdrant_open(client, name: str, chunks: list[dict], vectors: np.ndarray, fp: 
         name, metadata={"created_by": OWNER, **fp},
         vectors_config=models.VectorParams(size=vectors.shape[1],
                                            distance=models.Distance.COSINE))
-    client.upsert(name, points=[
-        models.PointStruct(id=i, vector=v.tolist(), payload={
-            "chunk_id": c["chunk_id"], "doc_id": c["doc_id"], "title": c["title"],
-            "text": c["text"]})
+    client.upsert(name, points=[models.PointStruct(id=i, vector=v.tolist(), payload={
+        key: c[key] for key in ("chunk_id", "doc_id", "title", "text")})
         for i, (c, v) in enumerate(zip(chunks, vectors))])
     notes.append(f"added {len(chunks)} chunks to collection {name}")
     return notes
@@ -440,38 +372,42 @@ def qdrant_open(client, name: str, chunks: list[dict], vectors: np.ndarray, fp: 
 def qdrant_search(client, name: str, q: np.ndarray, k: int, only: list[str] | None = None):
     """Top-k (ids, cosine similarities) from Qdrant; `only` filters on the doc_id payload."""
     from qdrant_client import models
-    flt = None
-    if only:
-        flt = models.Filter(must=[models.FieldCondition(key="doc_id",
-                                                        match=models.MatchAny(any=list(only)))])
+    flt = models.Filter(must=[models.FieldCondition(
+        key="doc_id", match=models.MatchAny(any=list(only)))]) if only else None
     hits = client.query_points(name, query=np.asarray(q, dtype=np.float32).tolist(), limit=k,
                                query_filter=flt).points
     return [h.payload["chunk_id"] for h in hits], [float(h.score) for h in hits]
 
 
-# ---------------------------------------------------------------------------
-# 6. Command line
-# ---------------------------------------------------------------------------
+# == 6. Command line =======================================================================
 def where_label(args) -> str:
     """How the Chroma section names the client it used."""
-    if args.host:
-        return f"server at {args.host}:{args.port}"
-    if args.persist:
-        return f"persistent client at {args.persist}"
-    return "in-memory client"
+    return (f"server at {args.host}:{args.port}" if args.host else
+            f"persistent client at {args.persist}" if args.persist else "in-memory client")
 
 
-def print_filtered(ids: list[str], distances) -> None:
-    """The filtered result; if no chunk in it shares a word with the question (TF-IDF), say so."""
-    print(f"   {ids}")
-    if len(distances) and all(round(1 - float(d), 3) == 0 for d in distances):
+def show(store: str, filter_kind: str, notes: list[str], search, args, chunks, sql=None,
+         similarity: bool = False) -> list[str]:
+    """Print a store's notes, its top-k and its filtered search; return the top-k ids.
+    search(k, only) -> (ids, cosine distances, or similarities); sql(k, only): the query shown."""
+    for note in notes:
+        print(f"  ({note})")
+    if sql:
+        print(f"  SQL: {sql(args.k, None)}")
+    ids, values = search(args.k, None)
+    for cid, v in zip(ids, values):
+        print(f"  {v:.3f}  {cid}" if similarity else
+              f"  distance={v:.3f}  similarity={1 - v:.3f}  {cid}")
+    print(f"== {store} with a {filter_kind} filter (only {', '.join(args.only)}) ==")
+    k = min(FILTER_K, sum(c["doc_id"] in args.only for c in chunks))   # fewer if fewer are left
+    if sql:
+        print(f"  SQL: {sql(k, args.only)}")
+    found, values = search(k, args.only)
+    print(f"   {found}")
+    if values and all(round(v if similarity else 1 - v, 3) == 0 for v in map(float, values)):
         print("   (similarity 0.000: none of these shares a word with the question, so this order "
               "means nothing)")
-
-
-def filter_k(chunks: list[dict], only: list[str]) -> int:
-    """Results for the filtered query: FILTER_K, or fewer if the filter leaves fewer chunks."""
-    return min(FILTER_K, sum(c["doc_id"] in only for c in chunks))
+    return ids
 
 
 def show_chroma(args, client, chunks, vectors, q, fp) -> list[str]:
@@ -482,49 +418,32 @@ def show_chroma(args, client, chunks, vectors, q, fp) -> list[str]:
         collection, notes = open_collection(client, args.collection, chunks, vectors, fp,
                                             fresh=not (args.persist or args.host),
                                             where=f"the Chroma {where_label(args)}")
-        for note in notes:
-            print(f"  ({note})")
-        ids, distances = chroma_search(collection, q, args.k)
-        for cid, dist in zip(ids, distances):
-            print(f"  distance={dist:.3f}  similarity={1 - dist:.3f}  {cid}")
-        print(f"== Chroma with a metadata filter (only {', '.join(args.only)}) ==")
-        print_filtered(*chroma_search(collection, q, filter_k(chunks, args.only),
-                                      where={"doc_id": {"$in": list(args.only)}}))
+        return show("Chroma", "metadata", notes, lambda k, only: chroma_search(
+            collection, q, k, where={"doc_id": {"$in": list(only)}} if only else None),
+            args, chunks)
     except ChromaError as exc:
         raise RuntimeError(f"Chroma failed: {exc}") from None
-    return ids
 
 
 def show_pgvector(args, conn, chunks, vectors, q, fp) -> list[str]:
     """Print pgvector's top-k and its filtered search, with the SQL; return the top-k ids."""
     label = pg_label(args.pgvector or None, args.pg_folder)
     print(f"== pgvector ({label}, cosine distance <=>, our own embeddings) ==")
-    for note in pg_open_table(conn, args.collection, chunks, vectors, fp, label):
-        print(f"  ({note})")
-    print(f"  SQL: {pg_shown(pg_sql(args.collection), args.k)}")
-    ids, distances = pg_search(conn, args.collection, q, args.k)
-    for cid, dist in zip(ids, distances):
-        print(f"  distance={dist:.3f}  similarity={1 - dist:.3f}  {cid}")
-    print(f"== pgvector with a metadata filter (only {', '.join(args.only)}) ==")
-    k = filter_k(chunks, args.only)
-    print(f"  SQL: {pg_shown(pg_sql(args.collection, args.only), k, args.only)}")
-    print_filtered(*pg_search(conn, args.collection, q, k, args.only))
-    return ids
+    notes = pg_open_table(conn, args.collection, chunks, vectors, fp, label)
+    return show("pgvector", "metadata", notes,
+                lambda k, only: pg_search(conn, args.collection, q, k, only), args, chunks,
+                sql=lambda k, only: pg_shown(args.collection, k, only))
 
 
 def show_qdrant(args, client, chunks, vectors, q, fp) -> list[str]:
     """Print Qdrant's top-k and its filtered search; return the top-k ids."""
-    label = qdrant_label(args.qdrant)
+    server = args.qdrant.startswith(("http://", "https://"))
+    label = f"server at {args.qdrant}" if server else f"local mode in {args.qdrant}"
     print(f"== Qdrant ({label}, cosine, our own embeddings) ==")
-    for note in qdrant_open(client, args.collection, chunks, vectors, fp, f"Qdrant {label}"):
-        print(f"  ({note})")
-    ids, scores = qdrant_search(client, args.collection, q, args.k)
-    for cid, score in zip(ids, scores):
-        print(f"  {score:.3f}  {cid}")
-    print(f"== Qdrant with a payload filter (only {', '.join(args.only)}) ==")
-    only, similarities = qdrant_search(client, args.collection, q, filter_k(chunks, args.only), args.only)
-    print_filtered(only, [1 - s for s in similarities])   # Qdrant gives similarities, not distances
-    return ids
+    notes = qdrant_open(client, args.collection, chunks, vectors, fp, f"Qdrant {label}")
+    return show("Qdrant", "payload", notes,
+                lambda k, only: qdrant_search(client, args.collection, q, k, only), args, chunks,
+                similarity=True)
 
 
 def connect(args, skipped: dict, stack) -> dict:
@@ -548,6 +467,9 @@ def connect(args, skipped: dict, stack) -> dict:
 def run(args) -> None:
     """Search the same vectors with NumPy, FAISS, Chroma (and pgvector, Qdrant), and compare."""
     from contextlib import ExitStack
+    if not args.question.strip():
+        raise ValueError("the question is empty: pass some words to --question")
+    rag.chunk_text("", args.chunk_size, args.overlap)           # validates size and overlap
     chunks = rag.build_chunks(rag.CORPUS, args.chunk_size, args.overlap)
     if not 1 <= args.k <= len(chunks):
         raise ValueError(f"--k must be between 1 and the number of chunks ({len(chunks)}), "
@@ -655,17 +577,7 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def main(argv=None) -> int:
-    """Run the comparison; bad input or a missing server becomes one line on stderr, exit 1."""
-    return run_cli(check_and_run, parse_args(argv))
-
-
-def check_and_run(args) -> None:
-    """Reject bad flag values before any slow work, then run the comparison."""
-    if not args.question.strip():
-        raise ValueError("the question is empty: pass some words to --question")
-    rag.chunk_text("", args.chunk_size, args.overlap)           # validates size and overlap
-    run(args)
+main = main_for(run, parse_args)
 
 
 if __name__ == "__main__":
