@@ -265,7 +265,8 @@ def read_markdown(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
             for inner in rest:
                 if closes(inner, mark):
                     break
-                code.append(inner[indent:] if inner[:indent].isspace() else inner.lstrip())
+                # the fence's own indent comes off; a line indented less loses what it has
+                code.append(inner.lstrip() if inner[:indent].strip() else inner[indent:])
             blocks.append(("code", "\n".join([f"```{language}", *code, "```"])))
         elif heading:
             start_section(len(heading.group(1)), heading_text(heading.group(2) or ""))

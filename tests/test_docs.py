@@ -393,7 +393,8 @@ def test_headings_and_code_blocks_agree_with_markdown_it():
     """markdown-it-py (CommonMark) as the oracle for what is a heading and what is code."""
     from markdown_it import MarkdownIt
     text = ("# One\n\ntext\n\nTwo\n===\n\n    indented text\n\n```sh\n# shell comment\nls\n```\n\n"
-            "## Three ##\n\n~~~\n## not a heading\n~~~\n\nFour\n----\nend\n")
+            "## Three ##\n\n~~~\n## not a heading\n~~~\n\nFour\n----\nend\n"
+            "\n```py\ndef f():\n    return 1\n```\n\n  ```\n  a\n    b\n c\n  ```\n")   # indents kept
     tokens = MarkdownIt("commonmark").parse(text)
     headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
     fences = [t.content for t in tokens if t.type == "fence"]

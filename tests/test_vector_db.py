@@ -479,16 +479,23 @@ def pg_folder(request):
     yield folder
     server.cleanup()                                     # pg_ctl stop: signals that PID
     assert not (folder / "pgdata" / "postmaster.pid").exists()
-    assert stopped(pid)
+    assert stopped(pid, wait=LATE_S)     # it may still be exiting when pg_ctl returns
 
 
-def stopped(pid: int) -> bool:
-    """True if no process `pid` runs (a zombie awaiting its parent's wait() counts as stopped)."""
+def stopped(pid: int, wait: float = 0) -> bool:
+    """True once no process `pid` runs (a zombie awaiting its parent's wait() counts as
+    stopped), checked until `wait` seconds have passed."""
     import psutil
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def pg_url(folder, database="postgres", user="postgres"):
