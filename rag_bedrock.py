@@ -11,6 +11,7 @@ wraps it for `--generate` so a learner's first run fails kindly and never hangs:
 """
 
 import os
+import time
 
 import rag_from_scratch as rag
 from rag_cli import with_deadline
@@ -90,15 +91,40 @@ def explain(exc: Exception, model_id: str, region: str, attempts: int = ATTEMPTS
 
 
 def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
-                      deadline_s: float = DEADLINE_S):
-    """llm_fn(prompt, system_prompt) -> str for Bedrock, bounded in time, with advice on errors."""
+                      deadline_s: float = DEADLINE_S, stream: bool = False):
+    """llm_fn(prompt, system_prompt) -> str for Bedrock, bounded in time, with advice on errors;
+    stream=True: an iterator of the answer's text pieces (converse_stream)."""
     if not model_id or model_id.startswith("<"):
         raise ValueError("Amazon Bedrock needs a real --model-id (a model or inference-profile "
                          "id enabled in your account), not the placeholder")
     client = client or bedrock_client(region)
     attempts = (client.meta.config.retries or {}).get("total_max_attempts", ATTEMPTS)
 
+    def pieces(prompt: str, system_prompt: str):
+        """The answer's text as ConverseStream sends it (contentBlockDelta events), all within
+        deadline_s; the request is generate_with_bedrock's."""
+        from rag_docs import shown                  # no escape sequence reaches the terminal
+        deadline = time.monotonic() + deadline_s
+        try:
+            request = {"modelId": model_id,
+                       "system": [{"text": system_prompt or rag.SYSTEM_PROMPT}],
+                       "messages": [{"role": "user", "content": [{"text": prompt}]}],
+                       "inferenceConfig": {"maxTokens": 300, "temperature": 0.0}}
+            response = with_deadline(f"Amazon Bedrock in {region}", deadline_s,
+                                     lambda: client.converse_stream(**request),
+                                     "check your network")
+            for event in response["stream"]:      # reasoning deltas and metadata events: skipped
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"Amazon Bedrock was still answering after {deadline_s:g} s")
+                text = event.get("contentBlockDelta", {}).get("delta", {}).get("text")
+                if text:
+                    yield shown(text)
+        except Exception as exc:
+            raise explain(exc, model_id, region, attempts) from None
+
     def llm_fn(prompt: str, system_prompt: str) -> str:
+        if stream:
+            return pieces(prompt, system_prompt)
         try:
             from rag_docs import shown              # no escape sequence reaches the terminal
             return shown(with_deadline(f"Amazon Bedrock in {region}", deadline_s,

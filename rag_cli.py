@@ -197,6 +197,9 @@ def parse_args(argv=None):
                    help="write the answer: extractive (no model), local (SmolLM2), openai "
                         "(--llm-url), bedrock (Amazon Bedrock, BILLED; --generate says the same)")
     rag_llm.add_model_arguments(g)   # --llm-url, --llm-model, --api-key-env, --max-tokens, --threads
+    g.add_argument("--stream", action="store_true",
+                   help="print the answer piece by piece as it is written, then time to first "
+                        "piece and pieces/s")
     g = p.add_argument_group("your own files (rag_docs.py)")
     g.add_argument("--docs", metavar="FOLDER", help="use your own .md/.txt files instead of the sample")
     g.add_argument("--index", metavar="DIR", help="with --docs: save the index here and reuse it")
@@ -223,6 +226,8 @@ def parse_args(argv=None):
     if args.generate and args.generator not in (None, "bedrock"):
         raise ValueError("choose one: --generate (Amazon Bedrock, as in the tutorial) or --generator NAME")
     args.generator = "bedrock" if args.generate else args.generator
+    if args.stream and not args.generator:
+        raise ValueError("--stream shows an answer as it is written: add --generator NAME")
     return args
 
 
@@ -254,7 +259,7 @@ def run(args) -> None:
     llm = None
     if args.generator:                    # built first, so a missing model or key fails early
         import rag_llm
-        llm = rag_llm.make_generator(args.generator, args)
+        llm = rag_llm.make_generator(args.generator, args, args.stream)
     prompt_fn, system_prompt, eval_set = rag.build_prompt, rag.SYSTEM_PROMPT, rag.EVAL_SET
     context = None                        # --context's vectors, when a saved --index has them
     if args.docs:                         # your own folder instead of the sample

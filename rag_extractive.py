@@ -199,10 +199,12 @@ def extract_answer(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT,
     return " ".join(f"{c['text']} [{c['source']}]" for c in chosen)
 
 
-def extractive_generator(min_support: float = MIN_SUPPORT):
-    """llm_fn with no model: deterministic, numpy-free, answers from the prompt's own passages."""
-    def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
-        return extract_answer(prompt, system_prompt, min_support)
+def extractive_generator(min_support: float = MIN_SUPPORT, stream: bool = False):
+    """llm_fn with no model: deterministic, numpy-free, answers from the prompt's own passages;
+    stream=True: the same answer as an iterator, one cited sentence ("... [HR-01] ") at a time."""
+    def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT):
+        answer = extract_answer(prompt, system_prompt, min_support)
+        return iter(re.split(r"(?<=\] )", answer)) if stream else answer
     llm_fn.runtime, llm_fn.truncated = "no model", False
     return llm_fn
 

@@ -377,11 +377,7 @@ def evaluate_retrieval(eval_set: list[dict], index, chunks: list[dict], embedder
 def generate_with_bedrock(prompt: str, system_prompt: str = None,
                           model_id: str = "<YOUR_BEDROCK_MODEL_ID>", region: str = "us-east-1",
                           client=None) -> str:
-    """Send the prompt to a Bedrock model with the Converse API and return the answer text.
-
-    COSTS MONEY: billed per input and output token; needs AWS credentials. The system
-    prompt defaults to SYSTEM_PROMPT (Step 4). Pass `client` to reuse a boto3 client.
-    """
+    """Ask a Bedrock model with the Converse API (COSTS MONEY: billed per token; needs AWS keys)."""
     if not model_id or model_id.startswith("<"):
         raise ValueError("the model id is still the placeholder: pass a Bedrock model id or "
                          "inference-profile id enabled in your account")
@@ -401,16 +397,15 @@ def generate_with_bedrock(prompt: str, system_prompt: str = None,
 
 def rag_answer(question: str, index, chunks: list[dict], embedder: "Embedder", k: int = 3,
                llm_fn=None, system_prompt: str = None, prompt_fn=None, retrieve=None) -> dict:
-    """Retrieve, augment, then generate with any `llm_fn(prompt, system_prompt) -> str`.
-
-    retrieve(question, k) replaces Step 3's search; prompt_fn(question, chunks) Step 4's prompt.
-    """
+    """Retrieve, augment, then generate with any `llm_fn(prompt, system_prompt)` -> str (or
+    pieces); retrieve(question, k) replaces Step 3's search, prompt_fn(question, chunks) Step 4."""
     retrieve = retrieve or (lambda question, k: search(question, index, chunks, embedder, k=k))
     found = retrieve(question, k)
     # A chunk at score 0 shares no word with the question (TF-IDF): it only adds noise.
     retrieved = [r for r in found if round(r["score"], 3) != 0] or found
     prompt = (prompt_fn or build_prompt)(question, retrieved)
     answer = llm_fn(prompt, system_prompt or SYSTEM_PROMPT) if llm_fn else None
+    answer = answer if answer is None or isinstance(answer, str) else "".join(answer)   # a stream
     return {"question": question, "found": found, "retrieved": retrieved, "prompt": prompt,
             "answer": answer}
 
@@ -513,7 +508,11 @@ def answer_question(question, chunks, index, embedder, k, llm=None, retrieve=Non
         return
     print(f"\n== Step 7: the answer ({llm.name}) ==")
     answer = llm(asked["prompt"], system_prompt)
-    print(answer)
+    if isinstance(answer, str):
+        print(answer)
+    else:                                  # --stream: pieces shown as the model writes them
+        from rag_llm import print_stream
+        answer = print_stream(answer)
     cited = [r["title"] for r in asked["retrieved"]                # only what the answer cites
              if f"[{r['doc_id']}]" in answer or f"[{r['doc_id']} >" in answer]
     if cited:

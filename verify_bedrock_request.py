@@ -19,7 +19,7 @@ if __name__ == "__main__":      # Ctrl-C while the imports below load: one line,
     rag_cli.quiet_interrupts()
 
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 
 import rag_bedrock
 import rag_cli
@@ -113,6 +113,53 @@ def check_reasoning_block(prompt: str) -> str:
         return rag.generate_with_bedrock(prompt, model_id=MODEL_ID, client=client)
 
 
+# A ConverseStream reply as the service model describes it: a reasoning delta, the text in two
+# deltas, then the closing events. event_message() writes each in AWS's event-stream encoding.
+STREAM_EVENTS = [("messageStart", {"role": "assistant"}),
+                 ("contentBlockDelta", {"contentBlockIndex": 0,
+                                        "delta": {"reasoningContent": {"text": FAKE_REASONING}}}),
+                 ("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"text": FAKE_TEXT[:10]}}),
+                 ("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"text": FAKE_TEXT[10:]}}),
+                 ("contentBlockStop", {"contentBlockIndex": 1}),
+                 ("messageStop", {"stopReason": "end_turn"})]
+
+
+def event_message(kind: str, payload: dict, message_type: str = "event") -> bytes:
+    """One event-stream message: lengths and their CRC32, string headers, a JSON payload, CRC32."""
+    import binascii
+    import json
+    import struct
+    type_header = ":exception-type" if message_type == "exception" else ":event-type"
+    headers = b""
+    for name, value in ((type_header, kind), (":message-type", message_type),
+                        (":content-type", "application/json")):       # 7: a string header
+        headers += struct.pack("!B", len(name)) + name.encode()
+        headers += struct.pack("!BH", 7, len(value)) + value.encode()
+    body = json.dumps(payload).encode()
+    prelude = struct.pack("!II", 16 + len(headers) + len(body), len(headers))
+    message = prelude + struct.pack("!I", binascii.crc32(prelude)) + headers + body
+    return message + struct.pack("!I", binascii.crc32(message))
+
+
+def check_stream(prompt: str, events=STREAM_EVENTS) -> tuple[list[str], list[str]]:
+    """Stream one prompt through bedrock_generator(stream=True), botocore reading `events` (as
+    bytes, from no network); return the request's parameter names and the pieces."""
+    import io
+    import urllib3
+    from botocore.awsrequest import AWSResponse
+    client, sent = rag_bedrock.bedrock_client(BEDROCK_REGION), {}
+    client.meta.events.register("before-parameter-build.bedrock-runtime.ConverseStream",
+                                lambda params, **_: sent.update(params))
+    raw = b"".join(event_message(*event) for event in events)
+    reply = lambda request, **_: AWSResponse(request.url, 200, {}, urllib3.HTTPResponse(
+        io.BytesIO(raw), preload_content=False))             # instead of sending the request
+    client.meta.events.register("before-send.bedrock-runtime.ConverseStream", reply)
+    with redirect_stderr(io.StringIO()):             # the "waiting for Bedrock" line: no wait here
+        llm_fn = rag_bedrock.bedrock_generator(MODEL_ID, client=client, stream=True)
+        pieces = list(llm_fn(prompt, None))
+    return sorted(sent), pieces
+
+
 def main(argv=None) -> int:
     """Run every check, print what each found, and return 0 only if all of them hold."""
     from rag_cli import OneLineParser
@@ -137,6 +184,7 @@ def verify() -> int:
             names, text = check_request(prompt)
             complaint = check_wrong_name(prompt)
             kept = check_reasoning_block(prompt)
+            stream_names, pieces = check_stream(prompt)
         except (RuntimeError, ValueError, AssertionError, BotoCoreError) as exc:
             detail = " ".join(str(exc).split())
             print(f"error: the stubbed call failed ({detail}); if botocore does not know a "
@@ -159,6 +207,11 @@ def verify() -> int:
     print(f"A reasoning block before the text block is left out -> {kept!r}")
     if kept != FAKE_TEXT:
         failures.append(f"with a reasoning block the function returned {kept!r}")
+
+    print(f"ConverseStream: request parameters valid {stream_names}; an event stream in AWS's "
+          f"encoding, read by botocore, gives the text deltas only -> {pieces!r}")
+    if stream_names != EXPECTED_PARAMS or pieces != [FAKE_TEXT[:10], FAKE_TEXT[10:]]:
+        failures.append(f"ConverseStream sent {stream_names} and gave {pieces!r}")
 
     for failure in failures:
         print(f"FAILED: {failure}")

@@ -30,6 +30,7 @@ ROWS = [
     ("rag_from_scratch.py", "--backend tfidf --question q --generate --model-id x --generator extractive",
      "choose one"),
     ("rag_from_scratch.py", "--backend tfidf --question ''", "question is empty"),
+    ("rag_from_scratch.py", "--backend tfidf --question q --stream", "add --generator NAME"),
     ("rag_from_scratch.py", "--backend tfidf --docs {missing}", "not found"),
     ("rag_from_scratch.py", "--backend tfidf --docs ''", "empty string"),
     ("rag_from_scratch.py", "--backend tfidf --docs {docs} --index {foreign}", "did not create"),

@@ -272,6 +272,25 @@ def test_openai_generator_matches_llama_cpp_in_process(llama_server, local_llm, 
     assert remote.truncated is local_llm.truncated
 
 
+@needs_local
+def test_local_stream_joins_to_the_blocking_text(local_llm, two_prompts):
+    streaming = llm.local_generator(threads=1, max_tokens=48, stream=True)
+    pieces = list(streaming(two_prompts[0], rag.SYSTEM_PROMPT))
+    assert len(pieces) > 1
+    assert "".join(pieces).strip() == local_llm(two_prompts[0], rag.SYSTEM_PROMPT)
+    assert streaming.truncated is local_llm.truncated
+
+
+def test_openai_stream_from_llama_cpp_server_equals_its_blocking_answer(llama_server, two_prompts):
+    blocking = llm.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60)
+    streaming = llm.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60,
+                                     stream=True)
+    pieces = list(streaming(two_prompts[0], rag.SYSTEM_PROMPT))
+    assert len(pieces) > 1
+    assert "".join(pieces).strip() == blocking(two_prompts[0], rag.SYSTEM_PROMPT)
+    assert streaming.truncated is blocking.truncated
+
+
 def test_openai_http_error_is_one_line(llama_server):
     remote = llm.openai_generator(llama_server + "/no/such/route", "smollm2", timeout=30)
     with pytest.raises(RuntimeError, match=r"answered HTTP 404"):

@@ -1,0 +1,152 @@
+"""--stream: answers printed piece by piece, from SmolLM2 in this process, llama.cpp's own
+OpenAI-compatible server, Bedrock's event stream (read by botocore) and the extractive generator;
+servers that break a stream off are one line within their deadline."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from conftest import LATE_S, ROOT, press_ctrl_c
+from test_generate import needs_local
+
+import rag_extractive as ext
+import rag_from_scratch as rag
+import rag_llm as llm
+import verify_bedrock_request as vbr
+
+STEP_7 = b"== Step 7: the answer (local"
+LOCAL_STREAM = ["rag_from_scratch.py", "--backend", "tfidf", "--question", rag.VACATION_Q,
+                "--generator", "local", "--stream"]
+
+
+def answer_so_far(out: bytes):
+    """What the child printed after the Step 7 header line (None until that line is whole)."""
+    tail = out.partition(STEP_7)[2]
+    return tail[tail.find(b"\n") + 1:] if b"\n" in tail else None
+
+
+@needs_local
+def test_local_stream_shows_its_first_piece_before_the_answer_is_finished():
+    """The child is stopped the moment its first answer bytes reach us: what it has written by
+    then is an unfinished answer (no timing line yet). Blocking, it would be whole."""
+    import select
+    proc = subprocess.Popen([sys.executable, *LOCAL_STREAM], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out, pipe = b"", proc.stdout.fileno()
+    try:
+        while not answer_so_far(out):
+            piece = os.read(pipe, 65536)
+            assert piece, f"the child ended before its answer began:\n{out.decode()}"
+            out += piece
+        proc.send_signal(signal.SIGSTOP)           # the answer has begun: freeze the child here
+        while select.select([pipe], [], [], 0)[0] and (piece := os.read(pipe, 65536)):
+            out += piece                           # everything it wrote before it stopped
+        so_far = answer_so_far(out).decode()
+        proc.send_signal(signal.SIGCONT)
+        rest = proc.stdout.read().decode()
+        assert proc.wait(120) == 0, out.decode() + rest
+    finally:
+        proc.kill()
+    answer, _, timing = (so_far + rest).partition("\n  [stream] ")
+    assert "[stream]" not in so_far and answer.startswith(so_far), so_far
+    assert len(answer.rstrip()) > len(so_far.rstrip()), f"the answer was whole at once: {answer!r}"
+    assert timing.startswith("first piece after ") and "pieces/s" in timing
+
+
+@needs_local
+def test_ctrl_c_during_a_local_stream_is_one_line_and_130():
+    status, output = press_ctrl_c(LOCAL_STREAM, at="== Step 7: the answer")
+    assert status == 130 and output.rstrip().endswith("interrupted")
+
+
+def test_extractive_stream_prints_the_same_answer_as_without(capsys):
+    argv = ["--backend", "tfidf", "--question", rag.EVAL_SET[-1]["question"],
+            "--generator", "extractive"]
+    assert rag.main(argv) == 0
+    plain = capsys.readouterr().out
+    assert rag.main([*argv, "--stream"]) == 0
+    streamed, err = capsys.readouterr()
+    assert streamed == plain and "[FIN-02] Claim" in plain
+    assert "  [stream] first piece after " in err and "(2 pieces in" in err
+    refusing = ext.extractive_generator(stream=True)(rag.build_prompt("q?", []), rag.SYSTEM_PROMPT)
+    pieces = list(refusing)
+    assert pieces == ["I don't know based on the company documents."]
+
+
+def test_rag_answer_joins_a_streamed_answer(tfidf_setup, chunks):
+    embedder, index = tfidf_setup
+    asked = [rag.rag_answer(rag.VACATION_Q, index, chunks, embedder, 2,
+                            ext.extractive_generator(stream=stream)) for stream in (False, True)]
+    assert asked[0]["answer"] == asked[1]["answer"] and asked[0]["answer"].endswith("[HR-01]")
+
+
+# Servers that break a stream: each one line, within the deadline (plus LATE_S on a busy machine).
+GOOD = b'data: {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": null}]}\n\n'
+BROKEN = {
+    "malformed": (GOOD + b"data: {not json\n\n", RuntimeError, "not JSON"),
+    "not a chunk": (GOOD + b'data: {"answer": 42}\n\n', RuntimeError, "not a chat completion"),
+    "an error event": (GOOD + b'data: {"error": {"message": "model crashed"}}\n\n', RuntimeError,
+                       "stopped with an error: model crashed"),
+    "hangs up mid-answer": (GOOD, RuntimeError, "stopped in mid-answer"),
+    "stalls mid-answer": (GOOD, TimeoutError, "stopped answering"),
+    "never ends": (GOOD, TimeoutError, "still answering after 2 s"),
+}
+
+
+@pytest.mark.parametrize("kind", BROKEN)
+def test_a_broken_stream_is_one_line_within_the_deadline(kind):
+    body, error, words = BROKEN[kind]
+    stop = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"              # the body ends when the connection closes
+
+        def do_POST(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+            while kind == "never ends" and not stop.is_set():
+                self.wfile.write(GOOD)
+            if kind == "stalls mid-answer":
+                stop.wait(LATE_S + 30)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/v1"
+        remote = llm.openai_generator(url, "m", timeout=2, stream=True)
+        start = time.perf_counter()
+        with pytest.raises(error, match=words) as caught:
+            list(remote("hi", "be brief"))
+        assert time.perf_counter() - start < 2 + LATE_S
+        assert "\n" not in str(caught.value)
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_bedrock_stream_request_is_valid_and_only_text_deltas_are_kept(dummy_aws_env):
+    names, pieces = vbr.check_stream("prompt")
+    assert names == vbr.EXPECTED_PARAMS and pieces == [vbr.FAKE_TEXT[:10], vbr.FAKE_TEXT[10:]]
+
+
+def test_bedrock_error_event_in_mid_stream_is_one_line_of_advice(dummy_aws_env):
+    events = [*vbr.STREAM_EVENTS[:3], ("throttlingException", {"message": "slow"}, "exception")]
+    with pytest.raises(RuntimeError, match=r"^Bedrock returned throttlingException: slow$"):
+        vbr.check_stream("prompt", events)
+
+
+@pytest.fixture()
+def dummy_aws_env():
+    with vbr.dummy_aws_env():
+        yield
