@@ -165,12 +165,14 @@ def print_stream(pieces) -> str:
     """Print an answer piece by piece as it arrives; then, on stderr, the wait for the first piece
     (prefill: the model reads the whole prompt) and pieces/s after it (decode: one token each)."""
     start, first, text = time.perf_counter(), None, []
-    for piece in pieces:
-        first = first or time.perf_counter()
-        text.append(piece)
-        print(piece, end="", flush=True)
+    try:
+        for piece in pieces:
+            first = first or time.perf_counter()
+            text.append(piece)
+            print(piece, end="", flush=True)
+    finally:                        # Ctrl-C or a broken stream: what came stays, on its own line
+        print(flush=True)
     end = time.perf_counter()
-    print(flush=True)
     rate = f", then {(len(text) - 1) / (end - first):.0f} pieces/s" if len(text) > 1 else ""
     print(f"  [stream] first piece after {(first or end) - start:.2f} s{rate} ({len(text)} "
           f"pieces in {end - start:.2f} s)", file=sys.stderr)
