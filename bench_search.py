@@ -10,8 +10,11 @@ bound = index bytes / memory read bandwidth, measured here next to each method. 
 random unit vectors and queries it times matvec (index @ q alone), core (what search runs:
 index @ q on build_index's column-major matrix, then top_k), rowmajor (the same on a row-major
 matrix), argsort (the tutorial's first version) and FAISS IndexFlatIP, in ms and as multiples
-of the bound. Then, on real text: a sparse TF-IDF index of 10,000 chunks against the
-tutorial's dense .toarray() (computed, not allocated), and MiniLM's chunks per second.
+of the bound. Then rag_quantized's int8 and binary search, with and without exact rescoring,
+and FAISS's IndexScalarQuantizer (8 bit) and IndexBinaryFlat: multiples of the same bound,
+recall@10 against exact search, memory per million vectors. Then, on real text: a sparse
+TF-IDF index of 10,000 chunks against the tutorial's dense .toarray() (computed, not
+allocated), and MiniLM's chunks per second.
 Offline, on the CPU; timings move with other work on the machine: compare ratios in one run.
 """
 
@@ -45,6 +48,8 @@ TFIDF_CHUNKS = 10_000  # chunks in the TF-IDF memory test
 MINILM_CHUNKS = 256    # chunks in the MiniLM throughput test (0 skips it)
 SEED = 0               # random vectors and queries are the same on every run
 MB = 1e6               # decimal megabytes, as disk and memory makers count
+RECALL_K = 10          # quantized rows: recall@10 against exact search, as bench_ann measures
+RESCORE = 4            # ... and rescoring reads the best RESCORE x RECALL_K candidates' floats
 
 
 # == 1. Data and timing =====================================================================
@@ -152,7 +157,50 @@ def bench_size(n: int, k: int, repeats: int, buffer: np.ndarray, dim: int = DIM,
     result["ids_last_query"] = {name: found[-1] for name, found in ids.items()}
     if no_faiss:
         result["faiss_skipped"] = no_faiss
+    del methods                     # frees FAISS's flat copy before the quantized indexes
+    result["quantized"] = bench_quantized(index, queries, bound_ms)
     return result
+
+
+def quantized_methods(index: np.ndarray, k: int = RECALL_K, rescore: int = RESCORE) -> dict:
+    """name -> (search(q) giving k ids, bytes per vector == MB per million): rag_quantized's
+    variants, then FAISS's scalar-quantizer and binary flat indexes, rescored the same way."""
+    import rag_quantized as rq
+    dim = index.shape[1]
+    size = {"float32": 4 * dim, "int8": dim, "binary": -(-dim // 8)}
+    methods = {name: (search, size[name.split()[0]])
+               for name, search in rq.variants(index, k, rescore).items()}
+    try:
+        import faiss
+    except ImportError:
+        return methods
+    sq8 = faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+    sq8.train(index)                    # per-dimension ranges, like int8_index's scale
+    sq8.add(index)
+    bits = faiss.IndexBinaryFlat(dim)
+    bits.add(rq.binary_index(index))
+    for name, peer, encode in [("faiss SQ8", sq8, np.atleast_2d),
+                               ("faiss binary", bits, rq.binary_index)]:
+        def ids(q, n, peer=peer, encode=encode):
+            return peer.search(encode(q[None, :]), n)[1][0]
+        methods[name] = (lambda q, ids=ids: ids(q, k), peer.code_size)
+        methods[f"{name} + rescore"] = (
+            lambda q, ids=ids: rq.rescored(q, ids(q, rescore * k), index, k), peer.code_size)
+    return methods
+
+
+def bench_quantized(index: np.ndarray, queries: np.ndarray, bound_ms: float,
+                    k: int = RECALL_K) -> dict:
+    """name -> ms, multiple of the float32 read bound, recall@k against exact, MB per million."""
+    rows, exact = {}, None
+    for name, (search, size) in quantized_methods(index, k).items():
+        seconds, found = timed(search, queries)
+        exact = exact or found                          # float32 comes first
+        ms = float(np.median(seconds)) * 1e3
+        rows[name] = {"ms": ms, "x_bound": ms / bound_ms, "mb_per_million": size,
+                      "recall": float(np.mean([len(set(f) & set(e)) / k
+                                               for f, e in zip(found, exact)]))}
+    return rows
 
 
 # == 3. TF-IDF at scale and MiniLM throughput, on real text =================================
@@ -253,6 +301,14 @@ def print_report(report: dict) -> None:
                 ) or (load or 0) > threads["cpus"] / 2:
             print("note: timings or bandwidth moved a lot during the run, so other programs were "
                   "competing for the CPU or memory; rerun on an idle machine for steadier figures")
+        for r in runs:
+            print(f"\n== Quantized search, N={r['n']:,}: recall@{RECALL_K} against exact float32; "
+                  f"rescore: the best {RESCORE} x {RECALL_K} re-read as float32 ==")
+            print(f"{'method':<24}{'ms':>9} {'x bound':>8} {'recall':>7}   MB per million vectors")
+            for name, q in r["quantized"].items():
+                disk = f" (+ {4 * r['dim']:,} on disk)" if "rescore" in name else ""
+                print(f"{name:<24}{q['ms']:>9.2f} {q['x_bound']:>7.2f}x {q['recall']:>7.2f}   "
+                      f"{q['mb_per_million']:,}{disk}")
     t = report.get("tfidf")
     if t:
         print(f"\n== TF-IDF at scale: {t['chunks']:,} chunks ({report['text_source']}) ==")

@@ -64,6 +64,7 @@ def test_text_report_prints_one_row_per_size(capsys):
     assert "read bandwidth" in out and "bound ms" in out and "faiss ms" in out
     row = next(line for line in out.splitlines() if line.strip().startswith("2,000"))
     assert row.rstrip().endswith("yes") and row.count("x") == 5
+    assert "== Quantized search, N=2,000" in out and "faiss binary + rescore" in out
 
 
 def test_random_unit_vectors_are_unit_length_float32_and_repeatable():
@@ -126,3 +127,18 @@ def test_sizes_that_do_not_fit_in_memory_are_refused_before_any_work(monkeypatch
     assert bench.main(["--sizes", "1000000", "--tfidf-chunks", "0", "--minilm-chunks", "0"]) == 1
     err = capsys.readouterr().err
     assert "N=1,000,000 needs about 5.1 GB of memory and 2.0 GB is free" in err
+
+
+def test_quantized_rows_have_recall_against_exact_and_memory_per_million(small_report):
+    (run,) = small_report["search"]
+    rows = run["quantized"]
+    assert list(rows) == ["float32", "int8", "int8 + rescore", "binary", "binary + rescore",
+                          "faiss SQ8", "faiss SQ8 + rescore", "faiss binary",
+                          "faiss binary + rescore"]
+    assert {name: r["mb_per_million"] for name, r in rows.items()} == {
+        name: 1536 if name == "float32" else 384 if "SQ8" in name or "int8" in name else 48
+        for name in rows}
+    assert rows["float32"]["recall"] == 1.0 and rows["int8 + rescore"]["recall"] >= 0.9
+    for r in rows.values():
+        assert r["x_bound"] == pytest.approx(r["ms"] / run["bound_ms"])
+        assert r["recall"] <= 1.0

@@ -1,0 +1,146 @@
+"""
+rag_quantized.py: search that fits in memory: int8 and binary vectors, rescored exactly.
+
+    python rag_quantized.py               # CISI: recall@10 and nDCG@10 of each variant
+    python bench_search.py --sizes 100000 # their speed against the float32 read bound
+
+A million MiniLM vectors are 1,536 MB as float32, and exact search reads all of it per query.
+int8 keeps one byte per dimension (384 MB), binary one bit (48 MB): search reads only those
+codes, then scores the rescore * k best candidates exactly on the float32 vectors, which at
+scale stay on disk: np.save("vectors.npy", vectors) once, then
+np.load("vectors.npy", mmap_mode="r") reads just the candidate rows. Offline; the CISI table
+reads MiniLM vectors from .rag_cache (encoded once if they are missing).
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
+    import rag_cli
+    rag_cli.quiet_interrupts()
+
+import rag_cli
+
+
+# == 1. Indexes and search ==================================================================
+def int8_index(vectors):
+    """(int8 codes, per-dimension scale): vectors ~ codes * scale. [[.5, -1]] -> [[127, -127]]"""
+    import numpy as np
+    largest = np.maximum(vectors.max(axis=0), -vectors.min(axis=0))   # calibrated on the corpus
+    scale = (np.maximum(largest, 1e-12) / 127).astype(np.float32)     # a dimension always 0: no /0
+    return np.rint(vectors / scale).astype(np.int8), scale
+
+
+def binary_index(vectors):
+    """Sign bits packed 8 a byte (np.packbits), stored column by column so that Hamming reads
+    each byte column in one pass: [[0.3, -0.2, 0.1, 0.5]] -> [[0b10110000]]."""
+    import numpy as np
+    return np.asfortranarray(np.packbits(np.asarray(vectors) > 0, axis=1))
+
+
+def hamming(bits, q_bits):
+    """Bits that differ from the query in each row, popcount(row XOR query): 0b1100, 0b1010 -> 2."""
+    import numpy as np
+    table = np.array([byte.bit_count() for byte in range(256)], dtype=np.uint8)   # 1 bits a byte
+    count = getattr(np, "bitwise_count", table.take)        # NumPy >= 2: one CPU instruction
+    distance = np.zeros(len(bits), dtype=np.uint16)         # up to 65,535 dimensions
+    for column in range(bits.shape[1]):         # a byte column at a time: no n x bytes temporary
+        distance += count(bits[:, column] ^ q_bits[column])
+    return distance
+
+
+def rescored(q, candidates, vectors=None, k=10):
+    """The k candidates with the best exact scores q @ vectors[i]; without vectors the first k.
+    vectors may be np.load("vectors.npy", mmap_mode="r"): only the candidates' rows are read."""
+    import numpy as np
+    from rag_from_scratch import top_k
+    if vectors is None:
+        return candidates[:k]
+    in_file_order = np.sort(candidates)         # reads that move forward through the file
+    return in_file_order[top_k(np.asarray(vectors[in_file_order], dtype=np.float32) @ q, k)]
+
+
+def int8_search(q, codes, scale, k=10, rescore=4, vectors=None):
+    """Top-k ids by codes @ (q * scale), the dot product with the decoded vectors."""
+    import numpy as np
+    from rag_from_scratch import top_k
+    q_scaled, scores = (q * scale).astype(np.float32), np.empty(len(codes), dtype=np.float32)
+    for start in range(0, len(codes), 1024):    # NumPy has no int8 matmul: widen a cached block
+        scores[start:start + 1024] = codes[start:start + 1024].astype(np.float32) @ q_scaled
+    return rescored(q, top_k(scores, k if vectors is None else rescore * k), vectors, k)
+
+
+def binary_search(q, bits, k=10, rescore=4, vectors=None):
+    """Top-k ids by the fewest sign bits that differ from the query's (Hamming distance)."""
+    from rag_from_scratch import top_k
+    same = 8 * bits.shape[1] - hamming(bits, binary_index(q[None, :])[0])    # bits in common
+    return rescored(q, top_k(same, k if vectors is None else rescore * k), vectors, k)
+
+
+def variants(vectors, k=10, rescore=4) -> dict:
+    """name -> search(q) returning k ids: exact float32, then each quantized index of vectors."""
+    from rag_from_scratch import top_k
+    codes, scale = int8_index(vectors)
+    bits = binary_index(vectors)
+    return {"float32": lambda q: top_k(vectors @ q, k),
+            "int8": lambda q: int8_search(q, codes, scale, k),
+            "int8 + rescore": lambda q: int8_search(q, codes, scale, k, rescore, vectors),
+            "binary": lambda q: binary_search(q, bits, k),
+            "binary + rescore": lambda q: binary_search(q, bits, k, rescore, vectors)}
+
+
+# == 2. What it costs on real judgements: CISI ==============================================
+def cisi_quality(collection=None, embedder=None, k=10, rescore=4) -> dict:
+    """variant -> recall@k and nDCG@k on CISI's judged queries (MiniLM, whole documents),
+    and the share of float32's top k it returns ("exact")."""
+    import numpy as np
+    import rag_from_scratch as rag
+    from embedding_cache import EmbeddingCache
+    from ir_collections import DEFAULT_COLLECTION, load_collection
+    from ir_test_collections import query_metrics
+    col = load_collection(collection or DEFAULT_COLLECTION)
+    judged = [q for q in col["queries"] if q["qid"] in col["qrels"]]
+    cache, embedder = EmbeddingCache(), embedder or rag.Embedder("minilm")
+    docs = cache.encode(embedder, [d["text"] for d in col["docs"]], "documents")
+    queries = cache.encode(embedder, [q["text"] for q in judged], "queries")
+    table, exact = {}, None
+    for name, search in variants(docs, k, rescore).items():
+        found = [search(q) for q in queries]
+        exact = exact or found                          # float32 comes first
+        scores = np.zeros((len(queries), len(docs)))
+        for row, ids in enumerate(found):
+            scores[row, ids] = np.arange(k, 0, -1)      # its ranking, as scores
+        m = query_metrics(scores, [d["doc_id"] for d in col["docs"]],
+                          [col["qrels"][q["qid"]] for q in judged], k).mean(axis=0)
+        table[name] = {"recall": float(m[1]), "ndcg": float(m[3]), "exact": float(np.mean(
+            [len(set(a) & set(b)) / k for a, b in zip(found, exact)]))}
+    return table
+
+
+def parse_args(argv=None):
+    """The collection and the rescoring depth."""
+    p = rag_cli.OneLineParser(description="Recall@10 and nDCG@10 on CISI: float32, int8, binary.")
+    p.add_argument("--collection", help="a test collection folder (default: data/cisi)")
+    p.add_argument("--rescore", type=int, default=4, help="rescore the best R x 10 (default: 4)")
+    return p.parse_args(argv)
+
+
+def run(args) -> None:
+    """Print one line per variant, with what it keeps in memory per million vectors."""
+    if args.rescore < 1:
+        raise ValueError("--rescore must be at least 1")
+    table = cisi_quality(args.collection, rescore=args.rescore)
+    print(f"{'variant':<18} {'recall@10':>9} {'nDCG@10':>8} {'exact@10':>9}   "
+          f"MB per million vectors")
+    for name, m in table.items():
+        mb = {"float32": 1536, "int8": 384, "binary": 48}[name.split()[0]]   # 384 dims
+        disk = " (+ 1,536 on disk)" if "rescore" in name else ""
+        print(f"{name:<18} {m['recall']:>9.3f} {m['ndcg']:>8.3f} {m['exact']:>9.2f}   {mb:,}{disk}")
+    print(f"exact@10: the share of float32's top 10 returned; rescore: the best {args.rescore} x 10 "
+          f"read again as float32")
+
+
+main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+
+
+if __name__ == "__main__":
+    rag_cli.leave(main())
