@@ -81,7 +81,7 @@ def run(args) -> None:
     answerable = [g for g in gold if g["answerable"]]
     print(f"\n== Retrieval ({len(answerable)} answerable questions, by file) ==")
     print(f"  {'variant':<9} hit@1  hit@{K}  mrr@{K}")
-    for name, context in (("plain", False), ("context", True)):
+    for name, context in (("plain", False), ("context", True)):   # context: the --docs default
         vectors = rag_docs.context_vectors(chunks, embedder) if context else None
         retrieve = rag_retrieval.make_retriever(chunks, index, embedder, context=context,
                                                 context_vectors=vectors)
@@ -90,9 +90,9 @@ def run(args) -> None:
 
     results = gen.evaluate_generation(gold, {"extractive": rag_extractive.extractive_generator()}, index,
                                       chunks, embedder, k=3, system_prompt=rag_docs.DOCS_SYSTEM_PROMPT,
-                                      prompt_fn=rag_docs.build_fenced_prompt)["extractive"]
+                                      prompt_fn=rag_docs.build_fenced_prompt, retrieve=retrieve)["extractive"]
     verdicts = [verdict(row, item) for row, item in zip(results["rows"], gold)]
-    print(f"\n== Extractive answers ({len(gold)} questions, top 3 chunks) ==")
+    print(f"\n== Extractive answers ({len(gold)} questions, top 3 chunks with context) ==")
     for name in ("right", "partial", "wrong", "refused (wrong)", "refused (right)", "answered (wrong)"):
         print(f"  {verdicts.count(name):3d}  {name}")
     if args.show_answers:

@@ -116,12 +116,14 @@ def score_answer(answer: str, item: dict, retrieved_text: str, refusal: str, sto
 
 def evaluate_generation(gold: list[dict], generators: dict, index, chunks: list[dict],
                         embedder, k: int = TOP_K, system_prompt: str = rag.SYSTEM_PROMPT,
-                        prompt_fn=rag.build_prompt) -> dict:
-    """Retrieve once per question with the core, then answer and score with every generator."""
+                        prompt_fn=rag.build_prompt, retrieve=None) -> dict:
+    """Retrieve once per question with the core (or `retrieve`), then answer and score with
+    every generator."""
     stop, refusal = stop_words(), refusal_sentence(system_prompt)
     prompts = []
     for item in gold:                        # the core's retrieve and prompt, for every generator
-        asked = rag.rag_answer(item["question"], index, chunks, embedder, k=k, prompt_fn=prompt_fn)
+        asked = rag.rag_answer(item["question"], index, chunks, embedder, k=k, prompt_fn=prompt_fn,
+                               retrieve=retrieve)
         text = "\n".join(f"{r['doc_id']} {r['title']} {r['text']}" for r in asked["retrieved"])
         prompts.append((asked["prompt"], text))
     results = {}
@@ -233,12 +235,15 @@ def format_tuning(result: dict, cases: list[dict]) -> str:
 
 
 def tuning_cases(gold: list[dict], chunks: list[dict], prompt_fn, system: str, embedder,
-                 k: int, name: str) -> list[dict]:
-    """One case per question: the prompt the generator would see (the core's retrieve, k chunks)."""
+                 k: int, name: str, context: bool = False) -> list[dict]:
+    """One case per question: the prompt the generator would see (k chunks, found by the core's
+    search or, with context, as --docs finds them: titles in front)."""
+    import rag_retrieval
     index = rag.build_index(chunks, embedder)
+    retrieve = rag_retrieval.make_retriever(chunks, index, embedder, context=True) if context else None
     return [{"item": g, "system": system, "question": (name, g["question"]),
              "prompt": rag.rag_answer(g["question"], index, chunks, embedder, k=k,
-                                      prompt_fn=prompt_fn)["prompt"]} for g in gold]
+                                      prompt_fn=prompt_fn, retrieve=retrieve)["prompt"]} for g in gold]
 
 
 # ---------------------------------------------------------------------------
@@ -335,7 +340,7 @@ def print_tuning(gold: list[dict], args) -> None:
         pages = rag_docs.document_chunks(rag_docs.load_documents(DEVSET / "docs"),
                                          fits=rag_docs.model_fits(embedder))
         cases += tuning_cases(devset, pages, rag_docs.build_fenced_prompt,
-                              rag_docs.DOCS_SYSTEM_PROMPT, embedder, k, "devset")
+                              rag_docs.DOCS_SYSTEM_PROMPT, embedder, k, "devset", context=True)
         where += f" + {len(devset)} development-set questions (minilm)"
     print(f"extractive refusal threshold on {where}, k={k}")
     print(format_tuning(tune_refusal(cases), cases))

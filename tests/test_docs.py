@@ -150,8 +150,9 @@ def test_saved_index_is_reused_without_embedding_again(notes, tmp_path, capsys, 
     first = capsys.readouterr().out
     embedded_first = counter.texts
     assert "building the index: no saved index yet" in first and embedded_first > 0
-    assert sorted(p.name for p in index_dir.iterdir()) == [
-        ".rag_from_scratch", ".rag_from_scratch.lock", "chunks.json", "meta.json", "vectors.npy"]
+    assert sorted(p.name for p in index_dir.iterdir()) == [   # --context is the --docs default
+        ".rag_from_scratch", ".rag_from_scratch.lock", "chunks.json", "meta.json", "vectors.npy",
+        "vectors_context.npy"]
     meta = json.loads((index_dir / "meta.json").read_text())
     assert meta["backend"] == "minilm" and meta["chunk_size"] == 50 and meta["n_chunks"] > 0
 

@@ -32,7 +32,7 @@ REFUSAL = "I don't know based on the company documents."
 TFIDF_ANSWERS = [
     "Every full-time employee at Kestrelwood Systems receives 24 days of paid annual leave per calendar year. [HR-01]",
     "You can carry forward a maximum of 10 unused days into the next calendar year; any balance above 10 days lapses on 31 December. [HR-01]",
-    REFUSAL,             # doctor's note: support 0.25 ("note" and "ill" are not the documents' words)
+    "a medical certificate from a registered doctor to the PeoplePortal within 3 days of returning to work. [HR-02]",
     "If you forget your password, reset it yourself at the self-service portal id.kestrelwood.example using your registered phone. [IT-01]",
     "If your laptop or phone is lost or stolen, report it to the IT helpdesk on extension 4040 within 2 hours so the device can be locked and wiped remotely. [IT-02]",
     "The hotel limit is INR 6,000 per night in metro cities and INR 4,000 per night elsewhere. [FIN-02]",
@@ -44,15 +44,17 @@ TFIDF_ANSWERS = [
     "Every full-time employee at Kestrelwood Systems receives 24 days of paid annual leave per calendar year. [HR-01]",
     REFUSAL, REFUSAL, REFUSAL,
 ]
-# MiniLM retrieves differently for 2 questions (fathers, bereavement).
+# MiniLM retrieves differently for 3 questions (doctor's note, fathers, bereavement, dress code).
 MINILM_CHANGES = {
+    2: "If you are absent for more than 2 consecutive days, upload a medical certificate from a registered doctor to the PeoplePortal [HR-02]",
     7: "Fathers, partners and adoptive parents receive 4 weeks of paid parental leave, which must be taken within 6 months of the birth or adoption. [HR-04]",
     11: "Employees receive 12 days of paid sick leave per calendar year. [HR-02]",
+    12: "When working outside the office, always connect through the company VPN. [HR-03]",
 }
 TABLE_TFIDF = """\
 generator   s/answer      facts  citations   faithful  refusal P  refusal R   at limit
-extractive     S       0.70       0.70       1.00       0.80       0.80       0.00"""
-TABLE_MINILM_ROW = "extractive     S       0.80       0.80       1.00       0.80       0.80       0.00"
+extractive     S       0.80       0.80       1.00       1.00       0.80       0.00"""
+TABLE_MINILM_ROW = "extractive     S       0.90       0.90       1.00       1.00       0.60       0.00"
 
 
 @pytest.fixture(scope="module")
@@ -175,15 +177,15 @@ def test_extractive_is_deterministic_and_refuses_with_the_docs_prompts_sentence(
 
 
 def test_refusal_threshold_leave_one_out_on_the_gold_file_alone(gold, tfidf_setup, chunks):
-    """On the tutorial's 15 questions alone 0.25 would win; with the development set 0.30 does
-    (docs/generation.md); MIN_SUPPORT is the second, the choice made on realistic questions too."""
+    """The tutorial's 15 questions alone pick 0.25 too; the kit's threshold is chosen with the
+    development set's questions as well (tests/test_devset.py)."""
     embedder, _ = tfidf_setup
     cases = gen.tuning_cases(gold, chunks, rag.build_prompt, rag.SYSTEM_PROMPT, embedder, 3, "gold")
     result = gen.tune_refusal(cases)
     right = {t: sum(s["right"]) for t, s in result["sweep"].items()}
     assert right[0.0] == 8 and right[0.25] == 12 and right[0.3] == 11 and max(right.values()) == 12
     assert result["held_out"] == 12 and result["total"] == 15 and set(result["picks"]) == {0.25}
-    assert ext.MIN_SUPPORT == 0.30
+    assert ext.MIN_SUPPORT == 0.25
 
 
 # ---------------------------------------------------------------------------

@@ -285,7 +285,7 @@ def test_eval_with_docs_scores_the_variant_after_the_plain_search(capsys, notes,
     status, out, err = run_main(capsys, "--backend", "tfidf", "--docs", str(notes), "--eval", str(qa),
                                 "--hybrid", "--k", "1")
     assert status == 0, err
-    plain, variant = out.split("== Retrieval evaluation with hybrid rrf (1 question) ==\n")
+    plain, variant = out.split("== Retrieval evaluation with hybrid rrf + context (1 question) ==\n")
     assert "k=1: hit_rate=1.00" in plain and variant.startswith("k=1: hit_rate=1.00  recall=1.00")
 
 
@@ -346,3 +346,18 @@ def test_importing_adds_no_heavy_module():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_context_is_the_docs_default_and_no_context_turns_it_off(capsys, notes, tmp_path):
+    """Titles in front won every leave-one-question-out fold on the development set (MRR@5:
+    MiniLM 0.80 -> 0.87, TF-IDF 0.58 -> 0.61), so --docs uses them unless told not to."""
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"question": "Who approves restart requests?", "relevant": ["hr/leave.txt"]}\n',
+                  encoding="utf-8")
+    base = ["--backend", "tfidf", "--docs", str(notes), "--eval", str(qa), "--k", "1"]
+    status, out, err = run_main(capsys, *base)
+    assert status == 0 and "== Retrieval evaluation with context (1 question) ==" in out, err
+    status, out, err = run_main(capsys, *base, "--no-context")
+    assert status == 0 and "with context" not in out, err
+    status, out, err = run_main(capsys, "--backend", "tfidf", "--question", "new fathers?")
+    assert status == 0 and "with context" not in out     # the sample corpus: the tutorial's search
