@@ -26,6 +26,7 @@ ROWS = [
     ("rag_from_scratch.py", "--backend tfidf --k 0", "--k must be at least 1"),
     ("rag_from_scratch.py", "--backend tfidf --chunk-size 10 --overlap 10", "overlap must be"),
     ("rag_from_scratch.py", "--backend nope", "invalid choice"),
+    ("rag_from_scratch.py", "--backend tfidf --no-context=yes", "ignored explicit argument"),
     ("rag_from_scratch.py", "--backend tfidf --docs {file}", "is a file: pass the folder"),
     ("rag_from_scratch.py", "--backend tfidf --question q --generate --model-id x --generator extractive",
      "choose one"),
@@ -88,6 +89,11 @@ ROWS = [
     ("bench_search.py", "--k 0 --sizes 1000 --tfidf-chunks 0 --minilm-chunks 0", "at least 1"),
     ("bench_search.py", "--sizes -5 --tfidf-chunks 0 --minilm-chunks 0", "must be larger than k"),
     ("bench_search.py", "--collection {missing} --sizes --minilm-chunks 0", "not found"),
+    # rag_quantized.py
+    ("rag_quantized.py", "--bogus", "unrecognized arguments"),
+    ("rag_quantized.py", "--rescore 0", "--rescore must be at least 1"),
+    ("rag_quantized.py", "--rescore abc", "invalid int value"),
+    ("rag_quantized.py", "--collection {missing}", "collection folder not found"),
     # rag_generate.py
     ("rag_generate.py", "--bogus", "unrecognized arguments"),
     ("rag_generate.py", "--generators nope", "unknown generator 'nope'"),
