@@ -8,7 +8,7 @@ bench_learner.py: what a learner waits for, measured on their (busy) laptop.
     python bench_learner.py --part build     # a --docs index: 1 thread vs all, reuse, update
     python bench_learner.py --part build --abstracts 300
     python bench_learner.py --part stream    # streamed SmolLM2 answers: first token, tokens/s
-    python bench_learner.py --part stream --long     # and a long --docs prompt (837 tokens)
+    python bench_learner.py --part stream --long     # and a long --docs prompt, k=8
 
 demo: the MiniLM demo beside one busy process (a browser, an IDE), with the core's threads (1
 for a question) and with 2; it should add at most 2.5 s to the bare import of the libraries.
@@ -68,7 +68,7 @@ request |= {"stream_options": {"include_usage": True}}     # token counts in the
 if url:
     import openai
     client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
-    chunks = rag_llm.openai_chunks(client, url, request | {"model": "local"}, 60)
+    chunks = rag_llm.openai_chunks(client, url, request | {"model": "local"}, 600)
 else:
     chunks = rag_llm.llama_chunks(rag_llm.start_llama(threads), request)
 start, stamps, usage = time.perf_counter(), [], None
