@@ -7,12 +7,17 @@ bench_learner.py: what a learner waits for, measured on their (busy) laptop.
     python bench_learner.py --part update --files 200
     python bench_learner.py --part build     # a --docs index: 1 thread vs all, reuse, update
     python bench_learner.py --part build --abstracts 300
+    python bench_learner.py --part stream    # streamed SmolLM2 answers: first token, tokens/s
+    python bench_learner.py --part stream --long     # and a long --docs prompt, k=8
 
 demo: the MiniLM demo beside one busy process (a browser, an IDE), with the core's threads (1
 for a question) and with 2; it should add at most 2.5 s to the bare import of the libraries.
 update: one file of a saved --docs index edited; only its chunks are embedded again.
 build: a --docs index of CISI's abstracts, each run a fresh process: built with 1 thread and
 every core, idle and busy; reused; updated after one edit; wall time and peak memory each.
+stream: one streamed answer (--stream) from `local` (llama.cpp in a fresh process each run) and
+`openai` (a fresh `rag_generate.py --serve` per row), 1 and 2 threads, idle and busy: the wait
+for the first token (prefill: reading the prompt) and tokens/s after it (decode).
 docs/benchmarks.md shows a run of every part.
 Figures come from this machine, now: compare the ratios, not the seconds, across machines.
 """
@@ -52,6 +57,28 @@ finally:
         import resource
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         print("peak memory:", peak * (1 if sys.platform == "darwin" else 1024), file=sys.stderr)"""
+# One streamed answer in a fresh process, as --stream gets it: [prompt, system prompt] on stdin,
+# the server's URL ("": llama.cpp in this process), threads and max tokens in argv. It prints
+# seconds to the first token, tokens/s after it and the prompt's tokens (llama.cpp's count).
+RUN_STREAM = """import json, sys, time, rag_llm
+prompt, system = json.load(sys.stdin)
+url, threads, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+request = rag_llm.chat_request(prompt, system, max_tokens)
+request |= {"stream_options": {"include_usage": True}}     # token counts in the last chunk
+if url:
+    import openai
+    client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+    chunks = rag_llm.openai_chunks(client, url, request | {"model": "local"}, 600)
+else:
+    chunks = rag_llm.llama_chunks(rag_llm.start_llama(threads), request)
+start, stamps, usage = time.perf_counter(), [], None
+for chunk in chunks:
+    if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+        stamps.append(time.perf_counter())
+    usage = chunk.get("usage") or usage
+tokens = usage["completion_tokens"]
+print(stamps[0] - start, (tokens - 1) / (stamps[-1] - stamps[0]), usage["prompt_tokens"])"""
+LONG_PROMPT = ["--docs", "data/devset/docs", "--question", "how do i install mkdocs", "--k", "8"]
 
 
 def core(*flags, threads: int = 0) -> list[str]:
@@ -129,6 +156,52 @@ def bench_build(abstracts: int = 1460) -> dict:
     return {"files": len(texts), "runs": runs}
 
 
+@contextlib.contextmanager
+def serving(threads: int):
+    """llama.cpp's OpenAI-compatible server (rag_generate.py --serve) for the block: its URL."""
+    server = subprocess.Popen([sys.executable, "rag_generate.py", "--serve", "--threads",
+                               str(threads)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        url = re.search(r" at (http://127\.0\.0\.1:\d+/v1) ", server.stdout.readline())
+        if not url:
+            raise RuntimeError("rag_generate.py --serve did not say where it listens")
+        yield url[1]
+    finally:
+        server.kill()                        # by its PID: the server waits for Ctrl-C
+        server.wait()
+
+
+def bench_stream(repeats: int, long: bool, max_tokens: int) -> list[dict]:
+    """Median first-token seconds and tokens/s of a streamed answer, per generator, threads, load."""
+    import itertools
+    import json
+
+    import rag_docs
+    import rag_from_scratch as rag
+    rows = []
+    for flags in [["--question", rag.VACATION_Q, "--k", "3"]] + ([LONG_PROMPT] if long else []):
+        shown = quiet(rag.main, ["--backend", "tfidf", *flags])      # the prompt the core builds
+        prompt = shown.split("-- the prompt a model would read --\n")[1].split("\n\n(no answer")[0]
+        system = rag_docs.DOCS_SYSTEM_PROMPT if "--docs" in flags else rag.SYSTEM_PROMPT
+        for generator, threads, load in itertools.product(("local", "openai"), (1, 2),
+                                                          ("idle", "busy")):
+            print(f"{generator}, {threads} thread(s), {load} ...", file=sys.stderr, flush=True)
+            runs = []
+            with busy(load == "busy"), (serving(threads) if generator == "openai"
+                                        else contextlib.nullcontext("")) as url:
+                for _ in range(repeats):
+                    run = subprocess.run([sys.executable, "-c", RUN_STREAM, url, str(threads),
+                                          str(max_tokens)], cwd=ROOT, capture_output=True,
+                                         input=json.dumps([prompt, system]), text=True, timeout=900)
+                    if run.returncode != 0:
+                        raise RuntimeError(f"a streamed answer failed: {run.stderr.strip()[-200:]}")
+                    runs.append([float(x) for x in run.stdout.split()])
+            first, rate, tokens = (statistics.median(column) for column in zip(*runs))
+            rows.append({"generator": generator, "threads": threads, "load": load,
+                         "first_s": first, "tokens_per_s": rate, "prompt_tokens": int(tokens)})
+    return rows
+
+
 def write_notes(folder: Path, n: int) -> None:
     """n short Markdown notes, each a different made-up ticket."""
     for i in range(n):
@@ -184,12 +257,16 @@ def quiet(fn, *args) -> str:
 
 def parse_args(argv=None):
     """Which part to run, and how big."""
+    from rag_llm import MAX_TOKENS
     p = rag_cli.OneLineParser(description="What a learner waits for: demo start-up, index "
-                                          "updates and builds.")
-    p.add_argument("--part", choices=["demo", "update", "build", "all"], default="all")
+                                          "updates and builds, streamed answers.")
+    p.add_argument("--part", choices=["demo", "update", "build", "stream", "all"], default="all")
     p.add_argument("--files", type=int, default=2000, help="notes in the update benchmark")
-    p.add_argument("--repeats", type=int, default=3, help="runs per demo command (median)")
+    p.add_argument("--repeats", type=int, default=3, help="runs per demo or stream row (median)")
     p.add_argument("--abstracts", type=int, default=1460, help="CISI abstracts in the build benchmark")
+    p.add_argument("--long", action="store_true", help="stream part: also a long --docs prompt")
+    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS,
+                   help="stream part: answer length limit (default: %(default)s)")
     return p.parse_args(argv)
 
 
@@ -197,6 +274,8 @@ def run(args) -> None:
     """Run the chosen parts and print their figures."""
     if args.files < 2 or args.repeats < 1 or args.abstracts < 1:
         raise ValueError("--files must be at least 2, --repeats and --abstracts at least 1")
+    if args.max_tokens < 2:
+        raise ValueError("--max-tokens must be at least 2: tokens/s is timed after the first")
     if args.part in ("demo", "all"):
         d = bench_demo(args.repeats)
         print("== The MiniLM demo beside one busy process (median wall seconds) ==")
@@ -220,6 +299,13 @@ def run(args) -> None:
             note = f"{one['s'] / r['s']:.2f}x the speed of 1 thread" if one else f"({r['said']})"
             print(f"  {label:<25} {r['s']:7.2f} s {r['peak_mb'] or 0:7,.0f} MB   {note}")
         print("  (every run imports the libraries and loads the weights: the reuse is that cost)")
+    if args.part in ("stream", "all"):
+        rows = bench_stream(args.repeats, args.long, args.max_tokens)
+        print(f"== A streamed SmolLM2 answer, {CORES} cores (median of {args.repeats}) ==")
+        print("  generator  threads  load  first token (s)  tokens/s  prompt tokens")
+        for r in rows:
+            print(f"  {r['generator']:<9} {r['threads']:>8}  {r['load']:<4} {r['first_s']:16.2f} "
+                  f"{r['tokens_per_s']:9.1f} {r['prompt_tokens']:14}")
 
 
 main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1

@@ -4,6 +4,7 @@ rag_generate.py: score the generators against a gold file: facts, citations, fai
     python rag_generate.py                                   # table for every generator available
     python rag_generate.py --generators extractive --backend minilm
     python rag_generate.py --show-answers                    # each answer beside the question
+    python rag_generate.py --stream                          # each answer as it is written
     python rag_generate.py --tune-refusal                    # how the extractive threshold was chosen
     python rag_generate.py --serve                           # SmolLM2 as an OpenAI-compatible server
     python rag_generate.py --generators openai --llm-url http://127.0.0.1:8080/v1 --llm-model smollm2
@@ -132,6 +133,10 @@ def evaluate_generation(gold: list[dict], generators: dict, index, chunks: list[
         for item, (prompt, text) in zip(gold, prompts):
             start = time.perf_counter()
             answer = llm_fn(prompt, system_prompt)
+            if not isinstance(answer, str):          # --stream: shown as it is written
+                from rag_llm import print_stream
+                print(f"[{name}] Q: {item['question']}\nA: ", end="")
+                answer = print_stream(answer)
             seconds = time.perf_counter() - start
             rows.append({"question": item["question"], "answer": answer, "seconds": seconds,
                          "truncated": bool(getattr(llm_fn, "truncated", False)),
@@ -274,6 +279,7 @@ def parse_args(argv=None):
     p.add_argument("--gold", default=str(GOLD_FILE), help="gold file, JSON Lines (default: the tutorial's)")
     p.add_argument("--docs", metavar="FOLDER", help="your own .md/.txt files (give --gold too)")
     p.add_argument("--show-answers", action="store_true", help="print every answer under the table")
+    p.add_argument("--stream", action="store_true", help="print each answer as it is written")
     add_model_arguments(p)
     p.add_argument("--model-id", default=BEDROCK["model_id"], help="Bedrock model id (bedrock only)")
     p.add_argument("--region", default=BEDROCK["region"], help="AWS region (bedrock only)")
@@ -307,7 +313,7 @@ def run(args) -> None:
     if args.tune_refusal:
         return print_tuning(gold, args)
     names = args.generators.split(",") if args.generators else available_generators(args)
-    generators = {name.strip(): make_generator(name.strip(), args) for name in names}
+    generators = {name.strip(): make_generator(name.strip(), args, args.stream) for name in names}
     chunks, prompt_fn, system = corpus_setup(args)
     embedder = rag.Embedder(args.backend)
     index = rag.build_index(chunks, embedder)

@@ -120,6 +120,7 @@ ROWS = [
     ("bench_ann.py", "--bogus", "unrecognized arguments"),
     ("bench_learner.py", "--files 1", "--files must be at least 2"),
     ("bench_learner.py", "--part nope", "invalid choice"),
+    ("bench_learner.py", "--part stream --max-tokens 1", "--max-tokens must be at least 2"),
     ("rag_devset.py", "--backend tfidf --docs {missing}", "not found"),
     ("rag_devset.py", "--backend tfidf --questions {missing}", "gold file not found"),
     ("rag_devset.py", "--backend tfidf --questions {file}", "not JSON"),

@@ -1,4 +1,6 @@
 """bench_learner.py prints its figures (the speed goals live there, never in a timed test)."""
+from test_generate import needs_local
+
 import bench_learner
 
 
@@ -30,3 +32,18 @@ def test_the_build_benchmark_times_one_thread_against_every_core(capsys):
     assert re.search(r"\(loaded the saved index \(\d+ chunks, not re-embedded\)\)$", out[-3])
     assert re.search(r"\(updated the index: 1 file\(s\) changed or removed, \d+ chunks embedded, "
                      r"\d+ reused\)$", out[-2])
+
+
+@needs_local
+def test_the_stream_benchmark_prints_first_token_and_tokens_per_second_for_every_setting(capsys):
+    """local and openai (a real llama.cpp server), 1 and 2 threads, idle and busy: the rows are
+    all there, their figures parse, and the prompt is the core's own (312 tokens, as --stream)."""
+    import os
+    assert bench_learner.main(["--part", "stream", "--repeats", "1", "--max-tokens", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [f"== A streamed SmolLM2 answer, {os.cpu_count()} cores (median of 1) ==",
+                       "  generator  threads  load  first token (s)  tokens/s  prompt tokens"]
+    rows = [line.split() for line in out[2:]]
+    assert [row[:3] for row in rows] == [[generator, threads, load] for generator in ("local", "openai")
+                                         for threads in ("1", "2") for load in ("idle", "busy")]
+    assert all(float(row[3]) > 0 and float(row[4]) > 0 and row[5] == "312" for row in rows)

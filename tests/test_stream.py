@@ -182,3 +182,16 @@ def test_bedrock_error_event_in_mid_stream_is_one_line_of_advice(dummy_aws_env):
 def dummy_aws_env():
     with vbr.dummy_aws_env():
         yield
+
+
+def test_rag_generate_streams_each_answer_and_scores_it_the_same(capsys):
+    import rag_generate as gen
+    assert gen.main(["--generators", "extractive"]) == 0
+    plain = capsys.readouterr().out
+    assert gen.main(["--generators", "extractive", "--stream"]) == 0
+    streamed, err = capsys.readouterr()
+    assert streamed.startswith(f"[extractive] Q: {rag.VACATION_Q}\nA: Every full-time employee")
+    table = lambda out: [line.split()[:1] + line.split()[2:]           # without s/answer
+                         for line in out[out.index("generation on"):].splitlines()]
+    assert table(streamed) == table(plain)
+    assert err.count("  [stream] first piece after ") == len(gen.load_gold())
