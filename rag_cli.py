@@ -153,11 +153,24 @@ def progress(items, total: int, what: str, unit: str = ""):
             print(f"{what}: {done:,} of {total:,}{unit}", file=sys.stderr, flush=True)
 
 
+def parse_json(text):
+    """json.loads with the garbage collector paused: a deeply nested line drives the parser to
+    the recursion limit, and a finalizer the collector ran at that depth would fail noisily."""
+    import gc
+    import json
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return json.loads(text)
+    finally:
+        if paused:
+            gc.enable()
+
+
 def read_jsonl(path, parse, what: str) -> list:
     """[parse(record) for each line of a JSON Lines file]. parse raises ValueError on a bad
     record; every bad line is named (file and line) on stderr, then one error is raised.
     A UTF-8 byte-order mark (as some editors save) is accepted."""
-    import json
     from pathlib import Path
     path = Path(path)
     if not path.is_file():
@@ -167,7 +180,7 @@ def read_jsonl(path, parse, what: str) -> list:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = parse_json(line)
         except (ValueError, RecursionError) as exc:        # RecursionError: nested too deep
             bad.append(f"{path} line {n}: not JSON ({one_line(exc)})")
             continue

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from rag_cli import read_jsonl, refuse_empty
+from rag_cli import parse_json, read_jsonl, refuse_empty
 from rag_retrieval import split_sentences, with_context
 from rag_storage import (INDEX_FORMAT, check_writable, claim_folder, folder_lock, refuse_foreign_folder,
                          sha256_bytes, sha256_file, write_atomic)
@@ -503,7 +503,7 @@ def load_index(folder, meta: dict):
             return None, None, None, f"{damaged} is damaged (an interrupted save?)"
         vectors = next(name for name in raw if name in VECTOR_FILES)
         index = parse_vectors(vectors, raw[vectors])
-        chunks = json.loads(raw[CHUNKS].decode("utf-8"))
+        chunks = parse_json(raw[CHUNKS].decode("utf-8"))
         saved["context_vectors"] = parse_vectors(CONTEXT, raw[CONTEXT]) if CONTEXT in raw else None
     except (OSError, ValueError, RecursionError):
         return None, None, None, "the saved index could not be read"
