@@ -136,14 +136,20 @@ def support(question_words: set, chosen: list[dict], idf: dict) -> float:
     return weight(question_words & found) / weight(question_words)
 
 
+LIST_OR_TABLE = re.compile(r"(?:[-*+]|\d+[.)])\s|\|")     # "- item", "1. step", "| a | b |"
+
+
 def passage_units(text: str) -> list[str]:
-    """A passage's sentences: a line break ends one too, and a fenced code block stays with
-    the sentence that introduces it ("Install it:" and the commands)."""
-    units, lines, i, title = [], text.split("\n"), 0, ""
+    """A passage's sentences: a line break ends one too. A fenced code block stays with the
+    sentence before it ("Install it:" and the commands), and so do the list items or table
+    rows after a sentence that ends with a colon ("The options are:" and the options). Any
+    other table row comes with the table's header row, which says what its cells mean."""
+    units, lines, i, title, introduces, header = [], text.split("\n"), 0, "", False, ""
     while i < len(lines):
         line = lines[i].strip()
         if 0 < len(line.split()) <= 6 and not line.endswith((".", "!", "?", ":")) \
-                and i + 1 < len(lines) and not line.startswith(("```", "|", "-", "*")):
+                and i + 1 < len(lines) and not line.startswith("```") \
+                and not LIST_OR_TABLE.match(line):
             title, i = f"{title}{line}: ", i + 1          # a title line ("Version pin") leads
             continue                                     # into the sentence after it
         if lines[i].startswith("```"):
@@ -155,10 +161,20 @@ def passage_units(text: str) -> list[str]:
                 units.append(block)
             i = end + 1
             continue
-        sentences = split_sentences(lines[i])
-        if sentences:
-            units += [title + sentences[0], *sentences[1:]]
-            title = ""
+        if introduces and LIST_OR_TABLE.match(line):
+            units[-1] += "\n" + line
+        elif line.startswith("|"):                       # a table row keeps its header row
+            first = i == 0 or not lines[i - 1].strip().startswith("|")
+            header = line if first else header
+            last = i + 1 == len(lines) or not lines[i + 1].strip().startswith("|")
+            if not first or last:                        # a header alone only if it is all
+                units.append(line if first else f"{header}\n{line}")
+        else:
+            sentences = split_sentences(lines[i])
+            if sentences:
+                units += [title + sentences[0], *sentences[1:]]
+                title = ""
+            introduces = bool(sentences) and sentences[-1].endswith(":")
         i += 1
     return units
 

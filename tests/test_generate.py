@@ -436,3 +436,17 @@ def test_the_docs_and_the_lab_show_the_extractive_rows_these_tests_pin():
         assert masked(TABLE_TFIDF).splitlines()[1] in masked(text), page
     minilm = " ".join(TABLE_MINILM_ROW.split()[2:])
     assert f"the extractive row is `{minilm}`" in Path(ROOT, "docs/generation.md").read_text()
+
+
+def test_extractive_keeps_the_code_list_or_table_a_sentence_introduces():
+    page = [{"doc_id": "setup.md", "chunk_id": "setup.md#0", "title": "setup.md > Setup", "score": 1.0,
+             "text": "Install the package with pip:\n```bash\npip install kestrel\n```\n"
+                     "The supported databases are:\n- Postgres 15\n* SQLite 3\n"
+                     "Other lines stay apart.\n| flag | meaning |\n| --fast | skip checks |"}]
+    answer = lambda q: ext.extract_answer(rag_docs.build_fenced_prompt(q, page), rag_docs.DOCS_SYSTEM_PROMPT)
+    assert answer("How do I install the package?") == (
+        "Install the package with pip:\n```bash\npip install kestrel\n```" " [setup.md > Setup]")
+    assert answer("Which databases are supported?") == (
+        "The supported databases are:\n- Postgres 15\n* SQLite 3 [setup.md > Setup]")
+    assert answer("What does the --fast flag mean for checks?") == (
+        "| flag | meaning |\n| --fast | skip checks | [setup.md > Setup]")
