@@ -12,7 +12,9 @@ index @ q on build_index's column-major matrix, then top_k), rowmajor (the same 
 matrix), argsort (the tutorial's first version) and FAISS IndexFlatIP, in ms and as multiples
 of the bound. Then rag_quantized's int8 and binary search, with and without exact rescoring,
 and FAISS's IndexScalarQuantizer (8 bit) and IndexBinaryFlat: multiples of the same bound,
-recall@10 against exact search, memory per million vectors. Then, on real text: a sparse
+recall@10 against exact search, memory per million vectors; each rescored at every --rescore
+depth. The same rows again on MiniLM vectors of real text at each N (CISI's texts plus noisy
+copies, as bench_ann.py builds them; its 112 queries). Then, on real text: a sparse
 TF-IDF index of 10,000 chunks against the tutorial's dense .toarray() (computed, not
 allocated), and MiniLM's chunks per second.
 Offline, on the CPU; timings move with other work on the machine: compare ratios in one run.
@@ -25,6 +27,7 @@ if __name__ == "__main__":      # Ctrl-C while the imports below load: one line,
     import rag_cli
     rag_cli.quiet_interrupts()
 
+import argparse
 import json
 import os
 import re
@@ -49,7 +52,7 @@ MINILM_CHUNKS = 256    # chunks in the MiniLM throughput test (0 skips it)
 SEED = 0               # random vectors and queries are the same on every run
 MB = 1e6               # decimal megabytes, as disk and memory makers count
 RECALL_K = 10          # quantized rows: recall@10 against exact search, as bench_ann measures
-RESCORE = 4            # ... and rescoring reads the best RESCORE x RECALL_K candidates' floats
+RESCORES = [4, 40, 400, 4000]   # ... rescoring reads the best R x RECALL_K candidates' floats
 
 
 # == 1. Data and timing =====================================================================
@@ -157,19 +160,17 @@ def bench_size(n: int, k: int, repeats: int, buffer: np.ndarray, dim: int = DIM,
     result["ids_last_query"] = {name: found[-1] for name, found in ids.items()}
     if no_faiss:
         result["faiss_skipped"] = no_faiss
-    del methods                     # frees FAISS's flat copy before the quantized indexes
-    result["quantized"] = bench_quantized(index, queries, bound_ms)
     return result
 
 
-def quantized_methods(index: np.ndarray, k: int = RECALL_K, rescore: int = RESCORE) -> dict:
+def quantized_methods(index: np.ndarray, k: int = RECALL_K, rescores=RESCORES) -> dict:
     """name -> (search(q) giving k ids, bytes per vector == MB per million): rag_quantized's
     variants, then FAISS's scalar-quantizer and binary flat indexes, rescored the same way."""
     import rag_quantized as rq
     dim = index.shape[1]
     size = {"float32": 4 * dim, "int8": dim, "binary": -(-dim // 8)}
     methods = {name: (search, size[name.split()[0]])
-               for name, search in rq.variants(index, k, rescore).items()}
+               for name, search in rq.variants(index, k, rescores).items()}
     try:
         import faiss
     except ImportError:
@@ -178,22 +179,36 @@ def quantized_methods(index: np.ndarray, k: int = RECALL_K, rescore: int = RESCO
     sq8.train(index)                    # per-dimension ranges, like int8_index's scale
     sq8.add(index)
     bits = faiss.IndexBinaryFlat(dim)
-    bits.add(rq.binary_index(index))
-    for name, peer, encode in [("faiss SQ8", sq8, np.atleast_2d),
-                               ("faiss binary", bits, rq.binary_index)]:
+    bits.add(np.packbits(index > 0, axis=1))            # FAISS takes the sign bits as bytes
+    for name, peer, encode in [("faiss SQ8", sq8, lambda x: x),
+                               ("faiss binary", bits, lambda x: np.packbits(x > 0, axis=1))]:
         def ids(q, n, peer=peer, encode=encode):
-            return peer.search(encode(q[None, :]), n)[1][0]
+            return peer.search(encode(q[None, :]), min(n, len(index)))[1][0]
         methods[name] = (lambda q, ids=ids: ids(q, k), peer.code_size)
-        methods[f"{name} + rescore"] = (
-            lambda q, ids=ids: rq.rescored(q, ids(q, rescore * k), index, k), peer.code_size)
+        for r in rescores:
+            methods[f"{name} + rescore x{r}"] = (
+                lambda q, ids=ids, r=r: rq.rescored(q, ids(q, r * k), index, k), peer.code_size)
     return methods
 
 
+def minilm_vectors(collection) -> tuple[np.ndarray, np.ndarray]:
+    """MiniLM vectors of CISI's distinct texts and of its queries, as bench_ann.py reads
+    them (encoded once, then read from .rag_cache)."""
+    from bench_ann import real_texts
+    from embedding_cache import EmbeddingCache
+    from rag_retrieval import unit_rows
+    col = load_collection(collection)
+    cache, embedder = EmbeddingCache(), rag.Embedder("minilm")
+    queries = [q["text"] for q in col["queries"]]
+    return (unit_rows(cache.encode(embedder, real_texts(col["docs"]))),
+            unit_rows(cache.encode(embedder, queries)))
+
+
 def bench_quantized(index: np.ndarray, queries: np.ndarray, bound_ms: float,
-                    k: int = RECALL_K) -> dict:
+                    k: int = RECALL_K, rescores=RESCORES) -> dict:
     """name -> ms, multiple of the float32 read bound, recall@k against exact, MB per million."""
     rows, exact = {}, None
-    for name, (search, size) in quantized_methods(index, k).items():
+    for name, (search, size) in quantized_methods(index, k, rescores).items():
         seconds, found = timed(search, queries)
         exact = exact or found                          # float32 comes first
         ms = float(np.median(seconds)) * 1e3
@@ -302,13 +317,18 @@ def print_report(report: dict) -> None:
             print("note: timings or bandwidth moved a lot during the run, so other programs were "
                   "competing for the CPU or memory; rerun on an idle machine for steadier figures")
         for r in runs:
-            print(f"\n== Quantized search, N={r['n']:,}: recall@{RECALL_K} against exact float32; "
-                  f"rescore: the best {RESCORE} x {RECALL_K} re-read as float32 ==")
-            print(f"{'method':<24}{'ms':>9} {'x bound':>8} {'recall':>7}   MB per million vectors")
-            for name, q in r["quantized"].items():
-                disk = f" (+ {4 * r['dim']:,} on disk)" if "rescore" in name else ""
-                print(f"{name:<24}{q['ms']:>9.2f} {q['x_bound']:>7.2f}x {q['recall']:>7.2f}   "
-                      f"{q['mb_per_million']:,}{disk}")
+            for key, what in (("quantized", "random unit vectors"),
+                              ("quantized_minilm", "MiniLM vectors (CISI + noisy copies)")):
+                if key not in r:
+                    continue
+                print(f"\n== Quantized search, N={r['n']:,} {what}: recall@{RECALL_K} against "
+                      f"exact float32; rescore xR: the best R x {RECALL_K} re-read as float32 ==")
+                print(f"{'method':<28}{'ms':>9} {'x bound':>8} {'recall':>7}   "
+                      f"MB per million vectors")
+                for name, q in r[key].items():
+                    disk = f" (+ {4 * r['dim']:,} on disk)" if "rescore" in name else ""
+                    print(f"{name:<28}{q['ms']:>9.2f} {q['x_bound']:>7.2f}x {q['recall']:>7.2f}   "
+                          f"{q['mb_per_million']:,}{disk}")
     t = report.get("tfidf")
     if t:
         print(f"\n== TF-IDF at scale: {t['chunks']:,} chunks ({report['text_source']}) ==")
@@ -340,8 +360,14 @@ def parse_args(argv=None):
     p.add_argument("--tfidf-chunks", type=int, default=TFIDF_CHUNKS, help="0 skips the TF-IDF test")
     p.add_argument("--minilm-chunks", type=int, default=MINILM_CHUNKS, help="0 skips MiniLM")
     p.add_argument("--collection", default=None,
-                   help=f"text for the TF-IDF and MiniLM tests (default: {DEFAULT_COLLECTION} "
+                   help=f"text for the TF-IDF, MiniLM and real-vector tests (default: {DEFAULT_COLLECTION} "
                         f"if present, else made-up text)")
+    p.add_argument("--rescore", type=int, nargs="+", default=RESCORES,
+                   help="quantized rows: rescore the best R x 10, one row per R "
+                        "(default: %(default)s)")
+    p.add_argument("--real-vectors", action=argparse.BooleanOptionalAction, default=True,
+                   help="quantized rows on MiniLM vectors of CISI too (default: on; the first "
+                        "run encodes 9,971 texts)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     return p.parse_args(argv)
 
@@ -357,8 +383,8 @@ def available_memory() -> int | None:
 
 def check_args(args) -> None:
     """Reject bad values before minutes of work start."""
-    if args.k < 1 or args.repeats < 1 or args.bandwidth_mb < 1:
-        raise ValueError("--k, --repeats and --bandwidth-mb must be at least 1")
+    if min(args.k, args.repeats, args.bandwidth_mb, *args.rescore) < 1:
+        raise ValueError("--k, --repeats, --bandwidth-mb and --rescore must be at least 1")
     if args.tfidf_chunks < 0 or args.minilm_chunks < 0:
         raise ValueError("--tfidf-chunks and --minilm-chunks cannot be negative")
     for n in args.sizes:
@@ -378,8 +404,20 @@ def measure(args) -> dict:
               "threads": thread_counts(), "search": []}
     if args.sizes:       # far bigger than the CPU caches, every page already touched
         buffer = np.ones(int(args.bandwidth_mb * MB) // 4, dtype=np.float32)
-        report["search"] = [bench_size(n, args.k, args.repeats, buffer) for n in args.sizes]
-        del buffer
+        for n in args.sizes:
+            run = bench_size(n, args.k, args.repeats, buffer)
+            index, queries = random_unit_vectors(n), query_vectors(args.repeats)
+            run["quantized"] = bench_quantized(index, queries, run["bound_ms"],
+                                               rescores=args.rescore)
+            report["search"].append(run)
+        del buffer, index
+        if args.real_vectors:
+            from bench_ann import NOISE, SEED as ANN_SEED, grow
+            real, queries = minilm_vectors(args.collection or DEFAULT_COLLECTION)
+            for run in report["search"]:
+                vectors = grow(real, run["n"], NOISE, np.random.default_rng(ANN_SEED))
+                run["quantized_minilm"] = bench_quantized(vectors, queries, run["bound_ms"],
+                                                          rescores=args.rescore)
     wanted = max(args.tfidf_chunks, args.minilm_chunks)
     if wanted:
         collection = args.collection or (DEFAULT_COLLECTION if DEFAULT_COLLECTION.is_dir() else None)

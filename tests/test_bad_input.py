@@ -89,6 +89,10 @@ ROWS = [
     ("bench_search.py", "--k 0 --sizes 1000 --tfidf-chunks 0 --minilm-chunks 0", "at least 1"),
     ("bench_search.py", "--sizes -5 --tfidf-chunks 0 --minilm-chunks 0", "must be larger than k"),
     ("bench_search.py", "--collection {missing} --sizes --minilm-chunks 0", "not found"),
+    ("bench_search.py", "--rescore 0 --sizes 1000", "--rescore must be at least 1"),
+    ("bench_search.py", "--rescore abc", "invalid int value"),
+    ("bench_search.py", "--real-vectors=yes", "ignored explicit argument"),
+    ("rag_quantized.py", "--rescore 4 0", "--rescore must be at least 1"),
     # rag_quantized.py
     ("rag_quantized.py", "--bogus", "unrecognized arguments"),
     ("rag_quantized.py", "--rescore 0", "--rescore must be at least 1"),

@@ -14,7 +14,7 @@ CHUNK_SIZE = rag.defaults(rag.build_chunks)["chunk_size"]   # the tutorial's 50 
 TOP_K = rag.defaults(rag.search)["k"]
 
 SMALL = ["--sizes", "2000", "--repeats", "3", "--bandwidth-mb", "32",
-         "--tfidf-chunks", "0", "--minilm-chunks", "0"]
+         "--tfidf-chunks", "0", "--minilm-chunks", "0", "--rescore", "4", "40", "--no-real-vectors"]
 METHODS = ["matvec", "core", "rowmajor", "argsort", "faiss"]
 
 
@@ -132,13 +132,44 @@ def test_sizes_that_do_not_fit_in_memory_are_refused_before_any_work(monkeypatch
 def test_quantized_rows_have_recall_against_exact_and_memory_per_million(small_report):
     (run,) = small_report["search"]
     rows = run["quantized"]
-    assert list(rows) == ["float32", "int8", "int8 + rescore", "binary", "binary + rescore",
-                          "faiss SQ8", "faiss SQ8 + rescore", "faiss binary",
-                          "faiss binary + rescore"]
+    assert list(rows) == ["float32", "int8", "int8 + rescore x4", "int8 + rescore x40", "binary",
+                          "binary + rescore x4", "binary + rescore x40", "faiss SQ8",
+                          "faiss SQ8 + rescore x4", "faiss SQ8 + rescore x40", "faiss binary",
+                          "faiss binary + rescore x4", "faiss binary + rescore x40"]
     assert {name: r["mb_per_million"] for name, r in rows.items()} == {
         name: 1536 if name == "float32" else 384 if "SQ8" in name or "int8" in name else 48
         for name in rows}
-    assert rows["float32"]["recall"] == 1.0 and rows["int8 + rescore"]["recall"] >= 0.9
+    assert rows["float32"]["recall"] == 1.0 and rows["int8 + rescore x4"]["recall"] >= 0.9
+    assert rows["binary + rescore x40"]["recall"] >= rows["binary + rescore x4"]["recall"]
+    assert rows["faiss binary + rescore x40"]["recall"] == rows["binary + rescore x40"]["recall"]
+    assert "quantized_minilm" not in run                            # --no-real-vectors
     for r in rows.values():
         assert r["x_bound"] == pytest.approx(r["ms"] / run["bound_ms"])
         assert r["recall"] <= 1.0
+
+
+@pytest.fixture(scope="module")
+def cisi_minilm(minilm):
+    """CISI's document and query vectors (cached): real structure, as MiniLM rows need."""
+    from embedding_cache import EmbeddingCache
+    from ir_collections import load_collection
+    from rag_retrieval import unit_rows
+    col, cache = load_collection(CISI), EmbeddingCache()
+    return (unit_rows(cache.encode(minilm, [d["text"] for d in col["docs"]])),
+            unit_rows(cache.encode(minilm, [q["text"] for q in col["queries"]])))
+
+
+def test_minilm_rows_grow_real_vectors_and_use_every_query(cisi_minilm, monkeypatch):
+    import io
+    from contextlib import redirect_stdout
+    monkeypatch.setattr(bench, "minilm_vectors", lambda collection: cisi_minilm)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert bench.main(SMALL[:-1] + ["--json"]) == 0             # real vectors on
+    (run,) = json.loads(out.getvalue())["search"]
+    rows = run["quantized_minilm"]
+    assert list(rows) == list(run["quantized"])
+    # 1,460 real rows and 540 noisy copies; x40 rescores 400 of the 2,000 rows
+    assert rows["int8 + rescore x4"]["recall"] == 1.0
+    assert 0.5 < rows["binary"]["recall"] < rows["binary + rescore x4"]["recall"] < 1.0
+    assert rows["binary + rescore x40"]["recall"] == 1.0

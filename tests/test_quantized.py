@@ -28,19 +28,21 @@ def test_decoded_int8_vectors_are_within_half_a_step():
 
 
 def test_sign_bits_and_hamming_by_hand():
-    assert rq.binary_index(np.array([[0.3, -0.2, 0.1, 0.5]])).tolist() == [[0b10110000]]
-    bits = np.array([[0b1100], [0b1010], [0b11111111]], dtype=np.uint8)
-    assert rq.hamming(bits, np.array([0b1010], dtype=np.uint8)).tolist() == [2, 0, 6]
+    words = rq.binary_index(np.array([[0.3, -0.2, 0.1, 0.5]]))
+    assert words.dtype == np.uint64 and words.shape == (1, 1)        # 4 bits, padded to a word
+    assert words.view(np.uint8).tolist() == [[0b10110000, 0, 0, 0, 0, 0, 0, 0]]
+    rows = np.array([[0b1100], [0b1010], [0b11111111]], dtype=np.uint64)
+    assert rq.hamming(rows, np.array([0b1010], dtype=np.uint64)).tolist() == [2, 0, 6]
 
 
-@pytest.mark.parametrize("numpy_popcount", [True, False])    # NumPy >= 2, the byte table
-def test_hamming_counts_the_bits_numpy_unpacks(numpy_popcount, monkeypatch):
-    if not numpy_popcount:
-        monkeypatch.delattr(np, "bitwise_count", raising=False)
-    bits = rq.binary_index(unit_rows(200, 384))
-    q_bits = bits[7][::-1].copy()
-    expected = np.unpackbits(bits ^ q_bits, axis=1).sum(axis=1)
-    assert rq.hamming(bits, q_bits).tolist() == expected.tolist()
+def test_hamming_counts_the_bits_numpy_unpacks():
+    vectors = unit_rows(200, 384)
+    words = rq.binary_index(vectors)
+    assert words.shape == (200, 6) and words.flags.f_contiguous       # 384 bits: 6 words a row
+    as_bytes = np.packbits(vectors > 0, axis=1)
+    q = vectors[7][::-1].copy()
+    expected = np.unpackbits(as_bytes ^ np.packbits(q > 0), axis=1).sum(axis=1)
+    assert rq.hamming(words, rq.binary_index(q)[0]).tolist() == expected.tolist()
 
 
 def test_full_rescoring_depth_finds_the_exact_top_k():
@@ -69,9 +71,9 @@ def test_faiss_binary_flat_and_scalar_quantizer_agree():
     faiss = pytest.importorskip("faiss")
     vectors, q = unit_rows(500, 64), unit_rows(1, 64, seed=1)[0]
     flat_bits = faiss.IndexBinaryFlat(64)
-    flat_bits.add(rq.binary_index(vectors))
-    distances, ids = flat_bits.search(rq.binary_index(q[None, :]), 500)
-    assert rq.hamming(rq.binary_index(vectors), rq.binary_index(q[None, :])[0])[ids[0]].tolist() \
+    flat_bits.add(np.packbits(vectors > 0, axis=1))            # FAISS takes the bytes
+    distances, ids = flat_bits.search(np.packbits(q[None, :] > 0, axis=1), 500)
+    assert rq.hamming(rq.binary_index(vectors), rq.binary_index(q)[0])[ids[0]].tolist() \
         == distances[0].tolist()
     sq8 = faiss.IndexScalarQuantizer(64, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
     sq8.train(vectors)
@@ -91,8 +93,8 @@ def cisi_table(minilm):
 
 def test_cisi_quality_table(cisi_table):
     pinned = {"float32": (0.132, 0.419, 1.0), "int8": (0.132, 0.419, 0.997),
-              "int8 + rescore": (0.132, 0.419, 1.0), "binary": (0.108, 0.365, 0.586),
-              "binary + rescore": (0.125, 0.410, 0.918)}
+              "int8 + rescore x4": (0.132, 0.419, 1.0), "binary": (0.108, 0.365, 0.586),
+              "binary + rescore x4": (0.125, 0.410, 0.918)}
     assert {name: tuple(round(m[key], 3) for key in ("recall", "ndcg", "exact"))
             for name, m in cisi_table.items()} == pinned
 
@@ -113,11 +115,11 @@ def test_float32_row_is_the_core_metrics_on_full_cosine_scores(cisi_table, minil
 
 
 def test_command_prints_the_table(cisi_table, monkeypatch, capsys):
-    monkeypatch.setattr(rq, "cisi_quality", lambda collection, rescore: cisi_table)
+    monkeypatch.setattr(rq, "cisi_quality", lambda collection, rescores: cisi_table)
     assert rq.main([]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split() == ["float32", "0.132", "0.419", "1.00", "1,536"]
-    assert lines[5].split() == ["binary", "+", "rescore", "0.125", "0.410", "0.92", "48", "(+",
+    assert lines[5].split() == ["binary", "+", "rescore", "x4", "0.125", "0.410", "0.92", "48", "(+",
                                 "1,536", "on", "disk)"]
 
 
@@ -130,7 +132,7 @@ def test_bad_flags_are_one_line(argv, expected, capsys):
 
 
 def test_deeper_rescoring_gives_binary_the_exact_top_10_the_docs_quote(minilm):
-    m = rq.cisi_quality(CISI, minilm, rescore=10)["binary + rescore"]
+    m = rq.cisi_quality(CISI, minilm, rescores=(10,))["binary + rescore x10"]
     assert (round(m["exact"], 2), round(m["ndcg"], 3)) == (0.99, 0.417)
     from conftest import ROOT
     page = " ".join((ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8").split())
