@@ -48,7 +48,6 @@ import numpy as np
 import rag_from_scratch as rag
 from rag_cli import OneLineParser, leave, one_line, refuse_empty, run_cli
 
-STARTER = LAB / "starter.py"
 FUNCTIONS = ("chunk_text", "cosine_similarity", "search", "build_prompt", "evaluate_retrieval")
 
 # One hint per function, in words: what to do, never the code.
@@ -78,7 +77,7 @@ HINTS = {
 
 def module_spec(spec: str | None = None) -> str:
     """The module to grade as the child imports it: an absolute .py path or a module name."""
-    spec = spec or os.environ.get("LAB_MODULE") or str(STARTER)
+    spec = spec or os.environ.get("LAB_MODULE") or str(LAB / "starter.py")
     if not spec.endswith(".py"):
         return spec
     for path in (Path(spec).expanduser(), ROOT / spec):    # as given, else from the repository
@@ -444,8 +443,7 @@ RAISED = {kind.__name__: kind for kind in (ValueError, MemoryError, NotImplement
 
 
 class Graded:
-    """The graded module as the checks see it: mod.chunk_text(...) runs over there, and
-    .last is the whole last reply (its "printed" output, search's "chunks")."""
+    """The graded module as the checks see it: mod.f(...) runs over there; .last is its reply."""
 
     def __init__(self, ask):
         self.ask, self.last = ask, {}      # ask: request -> reply, in a child or (tests) here
