@@ -279,9 +279,9 @@ def check_build_prompt(mod) -> None:
     for chosen in (retrieved, retrieved[:1]):
         got, expected = mod.build_prompt(question, chosen), rag.build_prompt(question, chosen)
         if got != expected:            # name the first line that differs
-            lines = enumerate(itertools.zip_longest(expected.split("\n"), str(got).split("\n"),
-                                                    fillvalue="(nothing)"), 1)
+            lines = enumerate(itertools.zip_longest(expected.split("\n"), str(got).split("\n")), 1)
             n, want, have = next((n, w, h) for n, (w, h) in lines if w != h)
+            want, have = ("(nothing)" if line is None else line for line in (want, have))
             raise AssertionError(f"with {len(chosen)} chunk(s), line {n} of the prompt should "
                                  f"be {want!r} but is {have!r}")
 

@@ -81,10 +81,9 @@ def k1_and_k3(eval_set: list[dict], chunks: list[dict], embedder: rag.Embedder) 
 def prompt_words(eval_set: list[dict], chunks: list[dict], embedder: rag.Embedder, k: int) -> float:
     """Average length in words of the prompt sent for each question at this k."""
     embedder, index = setup(embedder.backend, chunks, embedder)
-    lengths = [len(rag.build_prompt(item["question"],
-                                    rag.search(item["question"], index, chunks, embedder, k)).split())
-               for item in eval_set]
-    return sum(lengths) / len(lengths)
+    prompts = [rag.build_prompt(q, rag.search(q, index, chunks, embedder, k))
+               for q in (item["question"] for item in eval_set)]
+    return sum(len(prompt.split()) for prompt in prompts) / len(prompts)
 
 
 # ---------------------------------------------------------------------------
