@@ -32,6 +32,7 @@ import argparse  # noqa: E402
 import contextlib
 import importlib.util
 import io
+import itertools
 import json
 import os
 import queue
@@ -47,7 +48,6 @@ import numpy as np
 import rag_from_scratch as rag
 from rag_cli import OneLineParser, leave, one_line, refuse_empty, run_cli
 
-STARTER = LAB / "starter.py"
 FUNCTIONS = ("chunk_text", "cosine_similarity", "search", "build_prompt", "evaluate_retrieval")
 
 # One hint per function, in words: what to do, never the code.
@@ -77,15 +77,13 @@ HINTS = {
 
 def module_spec(spec: str | None = None) -> str:
     """The module to grade as the child imports it: an absolute .py path or a module name."""
-    spec = spec or os.environ.get("LAB_MODULE") or str(STARTER)
+    spec = spec or os.environ.get("LAB_MODULE") or str(LAB / "starter.py")
     if not spec.endswith(".py"):
         return spec
-    path = Path(spec).expanduser()
-    if not path.is_file() and (ROOT / spec).is_file():
-        path = ROOT / spec
-    if not path.is_file():
-        raise FileNotFoundError(f"no file {spec} to grade: give a .py path or a module name")
-    return str(path.resolve())
+    for path in (Path(spec).expanduser(), ROOT / spec):    # as given, else from the repository
+        if path.is_file():
+            return str(path.resolve())
+    raise FileNotFoundError(f"no file {spec} to grade: give a .py path or a module name")
 
 
 def load_module(spec: str):
@@ -280,13 +278,11 @@ def check_build_prompt(mod) -> None:
     question = "How many days of leave do I get?"
     for chosen in (retrieved, retrieved[:1]):
         got, expected = mod.build_prompt(question, chosen), rag.build_prompt(question, chosen)
-        if got != expected:
-            want_lines, got_lines = expected.split("\n"), str(got).split("\n")
-            n = next((i for i, (w, g) in enumerate(zip(want_lines, got_lines)) if w != g),
-                     min(len(want_lines), len(got_lines)))
-            want = want_lines[n] if n < len(want_lines) else "(nothing)"
-            have = got_lines[n] if n < len(got_lines) else "(nothing)"
-            raise AssertionError(f"with {len(chosen)} chunk(s), line {n + 1} of the prompt should "
+        if got != expected:            # name the first line that differs
+            lines = enumerate(itertools.zip_longest(expected.split("\n"), str(got).split("\n")), 1)
+            n, want, have = next((n, w, h) for n, (w, h) in lines if w != h)
+            want, have = ("(nothing)" if line is None else line for line in (want, have))
+            raise AssertionError(f"with {len(chosen)} chunk(s), line {n} of the prompt should "
                                  f"be {want!r} but is {have!r}")
 
 
@@ -447,8 +443,7 @@ RAISED = {kind.__name__: kind for kind in (ValueError, MemoryError, NotImplement
 
 
 class Graded:
-    """The graded module as the checks see it: mod.chunk_text(...) runs over there, and
-    .last is the whole last reply (its "printed" output, search's "chunks")."""
+    """The graded module as the checks see it: mod.f(...) runs over there; .last is its reply."""
 
     def __init__(self, ask):
         self.ask, self.last = ask, {}      # ask: request -> reply, in a child or (tests) here
@@ -577,12 +572,6 @@ class Child:
                 f"from the top level of the file")
 
 
-def adopt_orphans() -> bool:
-    """Linux: be the parent of what the graded code leaves running (PR_SET_CHILD_SUBREAPER)."""
-    import ctypes
-    return sys.platform == "linux" and ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0
-
-
 def kill_adopted() -> int:
     """Kill and reap the children this process adopted, and say how many (a command line has
     no other children once its child grader has ended)."""
@@ -655,8 +644,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.child:
         return child(args.module, args.memory_mb, args.time_limit)
-    if argv is None:        # the command line itself: a test runner has children of its own
-        Child.adopts = adopt_orphans()
+    if argv is None and sys.platform == "linux":   # the command line, not a test runner
+        import ctypes  # PR_SET_CHILD_SUBREAPER: adopt what the graded code leaves running
+        Child.adopts = ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0
     return run_cli(grade_and_print, args)
 
 

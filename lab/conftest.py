@@ -9,20 +9,10 @@ from pathlib import Path
 LAB = Path(__file__).resolve().parent
 
 
-def _asked_for_lab(config) -> bool:
-    """True if a path given to pytest is lab/ or lies inside it."""
-    here = Path(config.invocation_params.dir)
-    for arg in config.args:
-        target = (here / arg.split("::")[0]).resolve()
-        if target == LAB or LAB in target.parents:
-            return True
-    return False
-
-
 def pytest_ignore_collect(collection_path, config):
-    """Skip the grader's test file unless the lab was asked for."""
-    if Path(collection_path).name != "test_starter.py":
+    """Skip the grader's test file unless lab/ or a path inside it was asked for."""
+    if Path(collection_path).name != "test_starter.py" or os.environ.get("LAB_MODULE"):
         return None
-    if os.environ.get("LAB_MODULE") or _asked_for_lab(config):
-        return None
-    return True
+    here = Path(config.invocation_params.dir)
+    asked = [(here / arg.split("::")[0]).resolve() for arg in config.args]
+    return None if any(path == LAB or LAB in path.parents for path in asked) else True

@@ -29,7 +29,6 @@ from rag_experiments import HR05_DOC, HR05_QUESTION, setup   # HR-05: the new po
 # ---------------------------------------------------------------------------
 EXTENDED_CORPUS = rag.CORPUS + [HR05_DOC]                   # 11 documents
 EXTENDED_EVAL_SET = rag.EVAL_SET + [HR05_QUESTION]          # 11 questions
-VACATION_QUESTION = rag.EVAL_SET[0]["question"]     # the one Task 2 breaks
 SYNONYM_BEFORE = "24 days of paid annual leave per"
 SYNONYM_AFTER = "24 days of paid annual leave (vacation) per"
 TITLE_SEPARATORS = {'"Title. text"': ". ", '"Title\\ntext"': "\n"}
@@ -65,19 +64,26 @@ def metrics_line(m: dict) -> str:
     return f"k={m['k']}: hit_rate={m['hit_rate']:.2f}  recall={m['recall']:.2f}"
 
 
-def verdict(m: dict, eval_set: list[dict], question: str) -> str:
-    """HIT or MISS for one question of an evaluation result."""
-    position = [item["question"] for item in eval_set].index(question)
-    return "HIT" if m["per_question"][position]["hit"] else "MISS"
+def verdict(m: dict, i: int) -> str:
+    """HIT or MISS for question i of an evaluation result."""
+    return "HIT" if m["per_question"][i]["hit"] else "MISS"
+
+
+def k1_and_k3(eval_set: list[dict], chunks: list[dict], embedder: rag.Embedder) -> dict:
+    """The tutorial's evaluation: one line per question at k=1, then the k=1 and k=3 lines."""
+    results = {}
+    for k in (1, 3):
+        results[k] = evaluate(eval_set, chunks, embedder, k, verbose=(k == 1))
+        print(metrics_line(results[k]))
+    return results
 
 
 def prompt_words(eval_set: list[dict], chunks: list[dict], embedder: rag.Embedder, k: int) -> float:
     """Average length in words of the prompt sent for each question at this k."""
     embedder, index = setup(embedder.backend, chunks, embedder)
-    lengths = [len(rag.build_prompt(item["question"],
-                                    rag.search(item["question"], index, chunks, embedder, k)).split())
-               for item in eval_set]
-    return sum(lengths) / len(lengths)
+    prompts = [rag.build_prompt(q, rag.search(q, index, chunks, embedder, k))
+               for q in (item["question"] for item in eval_set)]
+    return sum(len(prompt.split()) for prompt in prompts) / len(prompts)
 
 
 # ---------------------------------------------------------------------------
@@ -88,10 +94,7 @@ def task1(embedder: rag.Embedder) -> dict:
     print("== Task 1: baseline ==")
     chunks = rag.build_chunks(rag.CORPUS)
     print(f"{len(rag.CORPUS)} documents -> {len(chunks)} chunks")
-    results = {}
-    for k in (1, 3):
-        results[k] = evaluate(rag.EVAL_SET, chunks, embedder, k, verbose=(k == 1))
-        print(metrics_line(results[k]))
+    results = k1_and_k3(rag.EVAL_SET, chunks, embedder)
     print(f"write down: hit@1={results[1]['hit_rate']:.2f}  recall@1={results[1]['recall']:.2f}")
     return results
 
@@ -105,12 +108,7 @@ def task2(embedder: rag.Embedder) -> dict:
     top = rag.search(HR05_QUESTION["question"], index, chunks, fitted, k=3)
     print(f"top 3 for the new question: {HR05_QUESTION['question']}")
     rag.print_results(top)
-    results = {}
-    for k in (1, 3):
-        results[k] = rag.evaluate_retrieval(EXTENDED_EVAL_SET, index, chunks, fitted, k=k,
-                                            verbose=(k == 1))
-        print(metrics_line(results[k]))
-    return {"chunks": len(chunks), "top": top, **results}
+    return {"chunks": len(chunks), "top": top, **k1_and_k3(EXTENDED_EVAL_SET, chunks, embedder)}
 
 
 def task3(embedder: rag.Embedder, reveal: bool = False) -> dict:
@@ -118,7 +116,6 @@ def task3(embedder: rag.Embedder, reveal: bool = False) -> dict:
     printed only with reveal=True (--reveal), after students have read the table."""
     print("== Task 3: fix the regression, one change at a time ==")
     eval_set, chunks = EXTENDED_EVAL_SET, rag.build_chunks(EXTENDED_CORPUS)
-    festival = HR05_QUESTION["question"]
     print(f"measuring 5 changes, one new index each ({embedder.backend}) ...", file=sys.stderr)
     rows = {"Task 2 as it is": evaluate(eval_set, chunks, embedder, 1),
             "(a) k=2": evaluate(eval_set, chunks, embedder, 2)}
@@ -127,10 +124,11 @@ def task3(embedder: rag.Embedder, reveal: bool = False) -> dict:
     synonym_chunks = rag.build_chunks(with_vacation_synonym(EXTENDED_CORPUS))
     rows['(c) HR-01 "(vacation)"'] = evaluate(eval_set, synonym_chunks, embedder, 1)
 
+    # the vacation question (the first) is the one Task 2 breaks; the festival one is HR-05's
     print(f"{'change':<24} {'k':>2}  {'hit':>4}  {'recall':>6}  {'vacation Q':<10}  {'festival Q'}")
     for label, m in rows.items():
         print(f"{label:<24} {m['k']:>2}  {m['hit_rate']:>4.2f}  {m['recall']:>6.2f}  "
-              f"{verdict(m, eval_set, VACATION_QUESTION):<10}  {verdict(m, eval_set, festival)}")
+              f"{verdict(m, 0):<10}  {verdict(m, -1)}")
 
     words = {k: prompt_words(eval_set, chunks, embedder, k) for k in (1, 2)}
     print(f"  (a) sends 2 chunks per question instead of 1: the average prompt grows from "
@@ -138,24 +136,23 @@ def task3(embedder: rag.Embedder, reveal: bool = False) -> dict:
     (dot, newline) = (rows[f"(b) {label}"]["hit_rate"] for label in TITLE_SEPARATORS)
     print(f"  (b) same titles, only the separator differs: hit@1={dot:.2f} with '. ', "
           f"{newline:.2f} with a newline")
-    base = rows["Task 2 as it is"]
     for label in TITLE_SEPARATORS:
-        titled = rows[f"(b) {label}"]["per_question"]
-        for item, before, after in zip(eval_set, base["per_question"], titled):
-            if before["hit"] != after["hit"]:
-                print(f"  (b) {label} turns a {'HIT' if before['hit'] else 'MISS'} into a "
-                      f"{'HIT' if after['hit'] else 'MISS'}: {item['question']}")
-    winners = [label for label, m in rows.items() if m["k"] == 1 and m["hit_rate"] == 1.0
-               and verdict(m, eval_set, festival) == "HIT"]
+        before, after = rows["Task 2 as it is"], rows[f"(b) {label}"]
+        for i, item in enumerate(eval_set):
+            if verdict(before, i) != verdict(after, i):
+                print(f"  (b) {label} turns a {verdict(before, i)} into a {verdict(after, i)}: "
+                      f"{item['question']}")
     if not reveal:
         print("which change restores hit@1=1.00 at k=1 and keeps the festival question a HIT? "
               "Decide from the table, then run: python lab/lab_tasks.py --task 3 --reveal")
         return {**rows, "prompt_words": words}
+    winners = [label for label, m in rows.items() if m["k"] == 1 and m["hit_rate"] == 1.0
+               and verdict(m, -1) == "HIT"]
     print("restores hit@1=1.00 at k=1 with the festival question still a HIT: "
           + (", ".join(winners) or "none of them"))
     if not winners:                  # say which miss no change reached (TF-IDF: the fathers one)
         for i, item in enumerate(eval_set):
-            if not any(m["per_question"][i]["hit"] for m in rows.values() if m["k"] == 1):
+            if all(verdict(m, i) == "MISS" for m in rows.values() if m["k"] == 1):
                 print(f"  a MISS in every k=1 row: {item['question']}")
     return {**rows, "prompt_words": words}
 

@@ -4,14 +4,8 @@ LAB_MODULE=rag_from_scratch (or a path to a .py file) grades another module inst
 Each failing test names the function and gives the same hint as `python lab/check.py`;
 the graded code runs in a child process with the same time and memory limits.
 """
-import importlib.util
-from pathlib import Path
-
+import check  # lab/check.py: pytest puts this folder (no __init__.py) on the path
 import pytest
-
-_spec = importlib.util.spec_from_file_location("lab_check", Path(__file__).with_name("check.py"))
-check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(check)
 
 
 @pytest.fixture(scope="module")

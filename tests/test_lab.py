@@ -3,6 +3,7 @@ import importlib.util
 import inspect
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ LAB = ROOT / "lab"
 
 def load(name: str):
     """Import a lab file by path (lab/ is a folder of scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(f"lab_{name}", LAB / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"lab_{Path(name).name}", LAB / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -173,14 +174,17 @@ def test_title_prefix_uses_the_given_separator():
     assert tasks.with_titles([chunk], "\n")[0]["text"].startswith("Annual leave policy\nEvery")
 
 
-# Runs a script in a Python where torch and the model packages cannot be imported.
-WITHOUT_TORCH = """
-import importlib.abc, runpy, sys
+# A Python where torch and the model packages cannot be imported; WITHOUT_TORCH runs a script
+NO_TORCH_SITE = """
+import importlib.abc, sys
 class NoTorch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in ("torch", "sentence_transformers", "transformers"):
             raise ImportError(name + " is not installed here")
 sys.meta_path.insert(0, NoTorch())
+"""
+WITHOUT_TORCH = NO_TORCH_SITE + """
+import runpy
 sys.argv = ["{script}", *{argv!r}]
 try:
     runpy.run_path("{script}", run_name="__main__")
@@ -224,15 +228,6 @@ def test_check_passes_the_reference_without_torch(tmp_path):
     assert [f"PASS  {name}" for name in check.FUNCTIONS] == re.findall(r"PASS  \w+", out)
     assert "5/5 functions pass" in out
 
-
-NO_TORCH_SITE = """
-import importlib.abc, sys
-class NoTorch(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("torch", "sentence_transformers", "transformers"):
-            raise ImportError(name + " is not installed here")
-sys.meta_path.insert(0, NoTorch())
-"""
 
 
 def test_pytest_lab_fails_the_starter_and_passes_the_reference():
@@ -380,8 +375,6 @@ def test_check_bad_input_is_one_line_and_exit_1(argv, message, capsys):
 
 
 def test_check_ctrl_c_says_interrupted_exits_130_and_ends_the_child(tmp_path):
-    import signal
-    import time
     pid_file = tmp_path / "child.pid"
     head = STUDENT_HEAD + f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
     body = "def chunk_text(text, chunk_size=50, overlap=10):\n    while True:\n        pass\n"
@@ -396,20 +389,22 @@ def test_check_ctrl_c_says_interrupted_exits_130_and_ends_the_child(tmp_path):
     grader.send_signal(signal.SIGINT)
     out, err = grader.communicate(timeout=30)
     assert (grader.returncode, err) == (130, "interrupted\n"), out + err
-    child_pid = int(pid_file.read_text())
-    deadline = time.monotonic() + LATE_S      # killed; gone once the system has reaped it
-    while time.monotonic() < deadline and child_is_alive(child_pid):
+    assert ends_soon(int(pid_file.read_text()))
+
+
+def ends_soon(pid: int) -> bool:
+    """True once `pid` has ended, within LATE_S (killed and not yet reaped counts as ended)."""
+    deadline = time.monotonic() + LATE_S
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.05)
-    assert not child_is_alive(child_pid)
-
-
-def child_is_alive(pid: int) -> bool:
-    """True while `pid` runs (a killed child waiting to be reaped counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def with_bug(name: str, function) -> types.SimpleNamespace:
@@ -487,10 +482,7 @@ HANDOUTS = ("chunk_text", "build_prompt")
 
 def handout(name: str):
     """The finished function of lab/handouts/<name>.py."""
-    spec = importlib.util.spec_from_file_location(f"handout_{name}", LAB / "handouts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, name)
+    return getattr(load(f"handouts/{name}"), name)
 
 
 def test_handouts_behave_like_the_core():
@@ -685,11 +677,8 @@ def starter_with(tmp_path, tail: str) -> str:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses Linux limits and fds")
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_a_starter_that_attacks_the_grader_passes_nothing(attack, tmp_path):
-    starter = starter_with(tmp_path, ATTACKS[attack])
-    done = subprocess.run([sys.executable, "lab/check.py", "--module", starter], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1 and "PASS" not in done.stdout, done.stdout + done.stderr
-    assert "0/5 functions pass" in done.stdout, done.stdout + done.stderr
+    status, out = run("lab/check.py", "--module", starter_with(tmp_path, ATTACKS[attack]))
+    assert status == 1 and "PASS" not in out and "0/5 functions pass" in out, out
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups: POSIX")
@@ -698,11 +687,7 @@ def test_what_the_graded_code_starts_in_the_background_ends_with_the_grader(tmp_
     tail = f"import os\nos.system('sleep 120 > /dev/null 2>&1 & echo $! > {pid_file}')\n"
     results = check.grade(starter_with(tmp_path, tail), names=("chunk_text",))
     assert results["chunk_text"].startswith("still a TODO")
-    pid = int(pid_file.read_text())
-    deadline = time.monotonic() + LATE_S
-    while time.monotonic() < deadline and child_is_alive(pid):
-        time.sleep(0.05)
-    assert not child_is_alive(pid)
+    assert ends_soon(int(pid_file.read_text()))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a subreaper is Linux only")
@@ -712,8 +697,4 @@ def test_a_fork_and_setsid_in_the_graded_code_ends_with_the_command_line_grader(
             f"    os._exit(0)\nopen({str(pid_file)!r}, 'w').write(str(pid))\n")
     status, out = run("lab/check.py", "--module", starter_with(tmp_path, tail))
     assert status == 1 and "0/5 functions pass" in out, out
-    pid = int(pid_file.read_text())
-    deadline = time.monotonic() + LATE_S
-    while time.monotonic() < deadline and child_is_alive(pid):
-        time.sleep(0.05)
-    assert not child_is_alive(pid)
+    assert ends_soon(int(pid_file.read_text()))
