@@ -18,7 +18,6 @@ The test-collection scores (--collection) live in ir_test_collections.py.
 
 from __future__ import annotations
 
-
 if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
     import rag_cli
     rag_cli.quiet_interrupts()
@@ -55,6 +54,8 @@ HR05_QUESTION = {"question": "Can I take a day off for a festival that is not on
 SIZE, OVERLAP = rag.defaults(rag.build_chunks).values()   # the tutorial's 50 words, 10 shared
 CHUNKS = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)      # its 17 chunks: A, D, G, H and J
 EXPERIMENTS = "ABCDEFGHIJ"
+B_SWEEP = [6, 8, 12, 16, 20, 30, 40, 50, 80]       # chunk sizes for B's chart
+D_KS = [1, 3, 5, 10]                               # chunks in D's prompt
 FATHERS = "How much time off do new fathers get?"     # the question Experiments E and F follow
 NO_MATPLOTLIB = "matplotlib is not installed: run `pip install matplotlib` (needed only for --plot)"
 
@@ -214,9 +215,6 @@ def experiment_a(minilm=None) -> dict:
     return rows
 
 
-B_SWEEP = [6, 8, 12, 16, 20, 30, 40, 50, 80]       # chunk sizes for the chart
-
-
 def experiment_b(minilm) -> dict:
     """B: how chunk size and overlap move MiniLM's scores."""
     print("== Experiment B: chunk size and overlap (MiniLM) ==")
@@ -254,9 +252,6 @@ def experiment_c(minilm=None) -> dict:
     for c in pieces:
         print(f"  {c['chunk_id']}: {c['text']}")
     return {"chunks": [c["text"] for c in pieces]}
-
-
-D_KS = [1, 3, 5, 10]
 
 
 def experiment_d(minilm) -> dict:
@@ -502,6 +497,8 @@ def run_experiments(letters: str = EXPERIMENTS, minilm: rag.Embedder | None = No
     letters = parse_letters(letters)
     results, skipped = {}, {}
     if minilm is None and set(letters) - NO_EMBEDDINGS:
+        from ir_test_collections import import_model_libraries
+        import_model_libraries()
         try:
             minilm = rag.Embedder("minilm")
         except RuntimeError as exc:
@@ -653,18 +650,13 @@ def check_flags(args) -> None:
 
 def run(args) -> None:
     """The experiments, or the test collection if --collection was given."""
-    from ir_test_collections import import_model_libraries
     check_flags(args)
     if args.collection:
         from embedding_cache import CACHE_DIR
         from ir_test_collections import run_collection
-        run_collection(args.collection, args.json, args.cache or CACHE_DIR, grades=args.grades,
-                       before_model=import_model_libraries)
-        return
-    letters = parse_letters(args.only or EXPERIMENTS)
-    if set(letters) - NO_EMBEDDINGS:
-        import_model_libraries()
-    run_experiments(letters, plot_dir=args.plot)
+        run_collection(args.collection, args.json, args.cache or CACHE_DIR, grades=args.grades)
+    else:
+        run_experiments(args.only or EXPERIMENTS, plot_dir=args.plot)
 
 
 main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
