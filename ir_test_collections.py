@@ -129,13 +129,13 @@ def bm25_from_counts(inputs: dict, k1: float = BM25_K1, b: float = BM25_B):
 
 def bm25_feedback(inputs: dict, weights, first: np.ndarray, b: float, m: int) -> np.ndarray:
     """BM25 scores of Rocchio-moved queries in BM25's term space: unit query counts plus
-    b * the mean unit row of W over the m documents `first` ranks highest."""
+    b * the mean unit row of W over the m documents `first` ranks highest (b = 0: unmoved)."""
     from rag_retrieval import rocchio, unit_rows
-    if b == 0:
-        return (inputs["counts"][1] @ weights.T).toarray()
-    moved = rocchio(unit_rows(inputs["counts"][1].astype(np.float64)), unit_rows(weights),
-                    first, 1.0, b, m)
-    return (moved @ weights.T).toarray()
+    queries = inputs["counts"][1]
+    if b:
+        queries = rocchio(unit_rows(queries.astype(np.float64)), unit_rows(weights), first,
+                          1.0, b, m)
+    return (queries @ weights.T).toarray()
 
 
 def settings(inputs: dict) -> list[tuple]:

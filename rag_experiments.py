@@ -559,14 +559,13 @@ def write_plots(results: dict, folder: str) -> list[str]:
         ks, rows = list(results["D"]["k"]), list(results["D"]["k"].values())
         fig, ax = plt.subplots(figsize=(6.4, 4))
         ax.plot(ks, [r["precision"] for r in rows], marker="o", color="tab:blue")
-        ax.set(xlabel="k (chunks put in the prompt)", ylabel="precision@k", ylim=(0, 1.05),
-               title="D: more chunks, less precision, longer prompts (MiniLM)")
+        ax.set(xticks=ks, xlabel="k (chunks put in the prompt)", ylabel="precision@k",
+               ylim=(0, 1.05), title="D: more chunks, less precision, longer prompts (MiniLM)")
         ax.yaxis.label.set_color("tab:blue")
         twin = ax.twinx()
         twin.plot(ks, [r["prompt_words"] for r in rows], marker="s", color="tab:orange")
         twin.set_ylabel("prompt length for Q1 (words)", color="tab:orange")
         twin.set_ylim(0, None)
-        ax.set_xticks(ks)
         ax.grid(alpha=0.3)
         figures["d_top_k.png"] = fig
     if "H" in results:
@@ -580,8 +579,7 @@ def write_plots(results: dict, folder: str) -> list[str]:
                 ax.scatter(x + rng.uniform(-0.12, 0.12, len(r[group])), r[group], color=color,
                            alpha=0.8)
             ax.axhline(r["threshold"], color="grey", linestyle="--")
-            ax.set_xticks([0, 1], ["answerable", "unanswerable"])
-            ax.set_xlim(-0.5, 1.5)
+            ax.set(xticks=[0, 1], xticklabels=["answerable", "unanswerable"], xlim=(-0.5, 1.5))
             ax.set_title(f"{method}\nbest threshold {r['threshold']:.3f} (dashed), F1 {r['f1']:.2f}",
                          fontsize=10)
         axes[0][0].set_ylabel("top retrieval score")
