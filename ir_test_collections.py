@@ -366,11 +366,11 @@ def print_collection(results: dict, k: int = CUTOFF) -> None:
     print(f"  ndcg@{k}, {cv} minus {peer}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}]  ({verdict})")
 
 
-def run_collection(path: str, as_json: bool = False, cache_folder=CACHE_DIR,
+def run_collection(path: str, as_json: bool = False, cache_folder=None,
                    minilm=None, grades: str = "auto") -> dict:
     """Load a test collection, score every method, and print a table (or one JSON object)."""
     import rag_from_scratch as rag
-    cache = EmbeddingCache(cache_folder)           # a folder not ours, or unwritable: now
+    cache = EmbeddingCache(cache_folder or CACHE_DIR)   # a folder not ours, or unwritable: now
     collection = load_collection(path, grades)
     fold_of_each_query(collection["counts"]["judged_queries"])   # enough queries? say so now
     if not as_json:                                # the header now, the table after the work

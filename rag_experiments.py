@@ -609,7 +609,7 @@ def parse_args(argv=None):
     from ir_collections import GRADE_READINGS
     p = rag_cli.OneLineParser(description="Measure what each RAG setting does to retrieval: "
                                           "the tutorial's experiments A-J, or a test collection.")
-    p.add_argument("--only", default=None,
+    p.add_argument("--only",
                    help=f"experiments to run, e.g. B or A,B,E (default: all of {EXPERIMENTS})")
     p.add_argument("--plot", metavar="DIR", help="also write PNG charts into DIR (needs matplotlib)")
     p.add_argument("--collection", metavar="PATH",
@@ -620,9 +620,8 @@ def parse_args(argv=None):
                    help=f"with --collection: how to read relevance grades: auto (higher "
                         f"when the file's grades differ, else binary) or one of {', '.join(GRADE_READINGS)} "
                         f"(default: %(default)s)")
-    p.add_argument("--cache", default=None,
-                   help=f"with --collection: folder for cached document vectors "
-                        f"(default: {CACHE_DIR})")
+    p.add_argument("--cache", help=f"with --collection: folder for cached document vectors "
+                                   f"(default: {CACHE_DIR})")
     return p.parse_args(argv)
 
 
@@ -650,9 +649,8 @@ def run(args) -> None:
     """The experiments, or the test collection if --collection was given."""
     check_flags(args)
     if args.collection:
-        from embedding_cache import CACHE_DIR
         from ir_test_collections import run_collection
-        run_collection(args.collection, args.json, args.cache or CACHE_DIR, grades=args.grades)
+        run_collection(args.collection, args.json, args.cache, grades=args.grades)
     else:
         run_experiments(args.only or EXPERIMENTS, plot_dir=args.plot)
 
