@@ -17,9 +17,10 @@ markers with a trailing space, ".T "):
     .W
     This report is an analysis of 6300 acts of use ...
 
-A document's text is its title plus its abstract (.T + .W); a query's text is its .W. A
-relevance line is "query doc [more columns]"; a column that varies from line to line is a
-grade. Only this layout is read (Cranfield, TREC and others need readers of their own).
+A document's text is its title plus its abstract (.T + .W); a query's text is its .W, as in
+the usual CISI baselines. A relevance line is "query doc [more columns]"; a column that varies
+from line to line is a grade. Only this layout is read (Cranfield, TREC and others need
+readers of their own).
 """
 
 from __future__ import annotations
