@@ -369,16 +369,14 @@ def print_collection(results: dict, k: int = CUTOFF) -> None:
 def run_collection(path: str, as_json: bool = False, cache_folder=None,
                    minilm=None, grades: str = "auto") -> dict:
     """Load a test collection, score every method, and print a table (or one JSON object)."""
-    import rag_from_scratch as rag
     cache = EmbeddingCache(cache_folder or CACHE_DIR)   # a folder not ours, or unwritable: now
     collection = load_collection(path, grades)
     fold_of_each_query(collection["counts"]["judged_queries"])   # enough queries? say so now
     if not as_json:                                # the header now, the table after the work
         print_header(collection)
     if minilm is None:
-        import_model_libraries()                   # once the flags and files are checked
-        try:
-            minilm = rag.Embedder("minilm")
+        try:                                       # once the flags and files are checked
+            minilm = minilm_embedder()
         except RuntimeError as exc:
             print(f"[info] MiniLM could not be loaded ({exc}): keyword methods only",
                   file=sys.stderr)
@@ -413,20 +411,21 @@ def describe(col: dict) -> None:
         print(f"relevant: {', '.join(list(grades)[:10])}{' ...' if len(grades) > 10 else ''}")
 
 
-def import_model_libraries() -> None:
-    """Import sentence-transformers and PyTorch now, saying so; Ctrl-C exits at once (inside
-    Python's import machinery it could be swallowed, and nothing is written yet)."""
+def minilm_embedder():
+    """rag.Embedder("minilm"), importing sentence-transformers and PyTorch first, saying so;
+    Ctrl-C then exits at once (inside Python's import machinery it could be swallowed)."""
     import importlib.util
     import signal
-    if "sentence_transformers" in sys.modules or not importlib.util.find_spec(
-            "sentence_transformers"):
-        return                                     # loaded already, or the model cannot load
-    print("importing sentence-transformers and PyTorch ...", file=sys.stderr, flush=True)
-    previous = signal.signal(signal.SIGINT, rag_cli.interrupted)
-    try:
-        import sentence_transformers  # noqa: F401
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    import rag_from_scratch as rag
+    if ("sentence_transformers" not in sys.modules          # not loaded yet, and installed
+            and importlib.util.find_spec("sentence_transformers")):
+        print("importing sentence-transformers and PyTorch ...", file=sys.stderr, flush=True)
+        previous = signal.signal(signal.SIGINT, rag_cli.interrupted)
+        try:
+            import sentence_transformers  # noqa: F401
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    return rag.Embedder("minilm")
 
 
 def parse_args(argv=None):
@@ -451,9 +450,7 @@ def run(args) -> None:
     col = load_collection(args.path)
     describe(col)
     if args.embed:
-        import rag_from_scratch as rag
-        import_model_libraries()
-        embedder = rag.Embedder("minilm")
+        embedder = minilm_embedder()
         start = time.perf_counter()
         vectors = cache.encode(embedder, [d["text"] for d in col["docs"]], "documents")
         repeats = f", {cache.repeats} repeats share a vector" if cache.repeats else ""

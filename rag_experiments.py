@@ -497,10 +497,9 @@ def run_experiments(letters: str = EXPERIMENTS, minilm: rag.Embedder | None = No
     letters = parse_letters(letters)
     results, skipped = {}, {}
     if minilm is None and set(letters) - NO_EMBEDDINGS:
-        from ir_test_collections import import_model_libraries
-        import_model_libraries()
+        from ir_test_collections import minilm_embedder
         try:
-            minilm = rag.Embedder("minilm")
+            minilm = minilm_embedder()
         except RuntimeError as exc:
             reason = f"MiniLM could not be loaded ({exc})"
             skipped = {x: reason for x in letters if x in NEEDS_MINILM}
