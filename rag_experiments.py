@@ -37,16 +37,11 @@ from rag_retrieval import (BM25_B, BM25_K1, ROCCHIO_A, ROCCHIO_B, ROCCHIO_M, SEE
 
 # The lab's new holiday policy and its question (tutorial, hands-on lab, task 2): with it,
 # MiniLM sends "How many vacation days do I get each year?" to holidays, not annual leave.
-HR05_DOC = {
-    "doc_id": "HR-05",
-    "title": "Public and floating holidays",
-    "text": (
-        "Kestrelwood observes 10 fixed public holidays each calendar year; the list is published "
-        "in the PeoplePortal every December. In addition, every employee can take 2 floating "
-        "holidays for festivals of their choice. Apply for a floating holiday in the PeoplePortal "
-        "like annual leave. Unused floating holidays cannot be carried forward."
-    ),
-}
+HR05_DOC = {"doc_id": "HR-05", "title": "Public and floating holidays", "text": (
+    "Kestrelwood observes 10 fixed public holidays each calendar year; the list is published "
+    "in the PeoplePortal every December. In addition, every employee can take 2 floating "
+    "holidays for festivals of their choice. Apply for a floating holiday in the PeoplePortal "
+    "like annual leave. Unused floating holidays cannot be carried forward.")}
 HR05_QUESTION = {"question": "Can I take a day off for a festival that is not on the holiday list?",
                  "relevant": {"HR-05"}}
 
