@@ -55,10 +55,8 @@ class EmbeddingCache:
                              "so they are not cached: build them with build_index instead")
         path = self.path_for(embedder)
         keys, vectors = self._load(path)
-        stored, wanted, new = set(keys), [text_key(t) for t in texts], {}
-        for key, text in zip(wanted, texts):
-            if key not in stored:
-                new.setdefault(key, text)
+        stored, wanted = set(keys), [text_key(t) for t in texts]
+        new = {key: text for key, text in zip(wanted, texts) if key not in stored}
         needed = sum(key in new for key in wanted)
         self.misses += len(new)
         self.repeats += needed - len(new)

@@ -5,11 +5,11 @@ ir_collections.py: load a classic IR test collection in the SMART layout (CISI, 
     col = load_collection("data/cisi")
     col["counts"]   # {'docs': 1460, 'queries': 112, 'judged_queries': 76, 'pairs': 3114}
 
-A test collection is a folder of plain-text files: the documents (CISI.ALL), the queries
+A test collection is a folder of three plain-text files: the documents (CISI.ALL), the queries
 (CISI.QRY) and the relevance judgements (CISI.REL: which documents a person marked as
-answering which query). Documents and queries use the SMART layout, where a line `.I 12`
-starts record 12 and lines `.T`, `.A`, `.W`, `.X` start its title, authors, abstract and
-cross-references (CISI writes some markers with a trailing space, ".T "):
+answering which query). In the SMART layout a line `.I 12` starts record 12 and lines `.T`,
+`.A`, `.W`, `.X` start its title, authors, abstract and cross-references (CISI writes some
+markers with a trailing space, ".T "):
 
     .I 12
     .T
@@ -17,11 +17,10 @@ cross-references (CISI writes some markers with a trailing space, ".T "):
     .W
     This report is an analysis of 6300 acts of use ...
 
-A document's text is its title plus its abstract (.T + .W); the other fields are dropped. A
-query's text is its .W, as in the usual CISI baselines (some CISI queries also have a .T, kept
-apart as "title"). A relevance line is "query doc [more columns]": CISI's "1 28 0 0.000000"
-lists one relevant pair; a column that varies from line to line is a grade.
-Limit: only this layout is read (Cranfield, TREC and others need readers of their own).
+A document's text is its title plus its abstract (.T + .W); a query's text is its .W, as in
+the usual CISI baselines. A relevance line is "query doc [more columns]"; a column that varies
+from line to line is a grade. Only this layout is read (Cranfield, TREC and others need
+readers of their own).
 """
 
 from __future__ import annotations
@@ -64,39 +63,33 @@ def find_files(folder) -> dict:
     return found
 
 
-def parse_records(path: Path) -> list[dict]:
-    """Read a documents or queries file into [{"id", "fields": {"T": title, "W": text, ...}}]."""
-    records, field = [], None
+def parse_records(path: Path) -> dict[str, dict]:
+    """Read a documents or queries file into {record id: {"T": title, "W": text, ...}}."""
+    records, fields, field = {}, None, None
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         line = line.rstrip()
         id_line = SMART_ID.match(line)
         if id_line:
             if not id_line[1]:
                 raise ValueError(f"{path.name} line {number}: '.I' without a record id")
-            records.append({"id": id_line[1], "fields": {}})
+            if id_line[1] in records:
+                raise ValueError(f"{path.name}: record id {id_line[1]} appears twice; are two "
+                                 f"files joined together?")
+            fields = records[id_line[1]] = {}
             field = None
-            continue
-        if not records:
-            continue                                  # anything before the first .I
-        marker = SMART_FIELD.match(line)
-        if marker:                                    # a field may appear twice (.A, .A)
-            field = records[-1]["fields"].setdefault(marker[1], [])
-            if marker[2]:                             # ".A Smith": content on the marker line
-                field.append(marker[2])
-        elif field is not None:
-            field.append(line)
+        elif fields is not None:                      # anything before the first .I is skipped
+            marker = SMART_FIELD.match(line)
+            if marker:                                # a field may appear twice (.A, .A)
+                field = fields.setdefault(marker[1], [])
+                if marker[2]:                         # ".A Smith": content on the marker line
+                    field.append(marker[2])
+            elif field is not None:
+                field.append(line)
     if not records:
         raise ValueError(f"no records in {path}: looked for SMART '.I <id>' lines")
-    seen = set()
-    for r in records:
-        if r["id"] in seen:
-            raise ValueError(f"{path.name}: record id {r['id']} appears twice; are two "
-                             f"files joined together?")
-        seen.add(r["id"])
-        # A field's lines become one line of single-spaced words.
-        r["fields"] = {name: " ".join(" ".join(lines).split())
-                       for name, lines in r["fields"].items()}
-    return records
+    # A field's lines become one line of single-spaced words.
+    return {rid: {name: " ".join(" ".join(lines).split()) for name, lines in fields.items()}
+            for rid, fields in records.items()}
 
 
 def parse_relevance(path: Path) -> list[tuple[str, str, float]]:
@@ -144,26 +137,21 @@ def gain(grade: float, reading: str) -> float:
 def load_collection(path, grades: str = "auto") -> dict:
     """Load a test collection folder into docs, queries and qrels (plus counts, files, notes).
 
-    docs:    [{"doc_id", "title", "text"}]      text = title + abstract
-    queries: [{"qid", "text", "title"}]         every query, judged or not; text = .W
-    qrels:   {qid: {doc_id: gain}}              judged queries only, gains > 0
-    grades:  the reading of the grades ("auto", or a key of GRADE_READINGS); the one used
-             is returned as "grades"
+    docs: [{"doc_id", "title", "text"}]; queries: [{"qid", "text", "title"}], judged or not;
+    qrels: {qid: {doc_id: gain > 0}}; grades: "auto" or a key of GRADE_READINGS (the one used
+    is returned as "grades").
     """
     files = find_files(path)
     docs_name, rel_name = files["documents"].name, files["relevance"].name
     docs = []
-    for r in parse_records(files["documents"]):
-        title, abstract = r["fields"].get("T", ""), r["fields"].get("W", "")
-        if abstract.lower().startswith(title.lower()):   # 12 CISI abstracts repeat the title
-            title_and_abstract = abstract
-        else:
-            title_and_abstract = "\n".join(part for part in (title, abstract) if part)
-        docs.append({"doc_id": r["id"], "title": title, "text": title_and_abstract})
-    queries = []
-    for r in parse_records(files["queries"]):     # the question is .W; .T only if there is no .W
-        title = r["fields"].get("T", "")
-        queries.append({"qid": r["id"], "text": r["fields"].get("W") or title, "title": title})
+    for doc_id, fields in parse_records(files["documents"]).items():
+        title, abstract = fields.get("T", ""), fields.get("W", "")
+        repeats_title = abstract.lower().startswith(title.lower())  # 12 CISI abstracts; no title
+        text = abstract if repeats_title else "\n".join(filter(None, (title, abstract)))
+        docs.append({"doc_id": doc_id, "title": title, "text": text})
+    queries = [{"qid": qid, "text": fields.get("W") or fields.get("T", ""),   # .T if no .W
+                "title": fields.get("T", "")}
+               for qid, fields in parse_records(files["queries"]).items()]
 
     notes = repeated_texts(docs)
     triples = parse_relevance(files["relevance"])

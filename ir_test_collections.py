@@ -129,13 +129,13 @@ def bm25_from_counts(inputs: dict, k1: float = BM25_K1, b: float = BM25_B):
 
 def bm25_feedback(inputs: dict, weights, first: np.ndarray, b: float, m: int) -> np.ndarray:
     """BM25 scores of Rocchio-moved queries in BM25's term space: unit query counts plus
-    b * the mean unit row of W over the m documents `first` ranks highest."""
+    b * the mean unit row of W over the m documents `first` ranks highest (b = 0: unmoved)."""
     from rag_retrieval import rocchio, unit_rows
-    if b == 0:
-        return (inputs["counts"][1] @ weights.T).toarray()
-    moved = rocchio(unit_rows(inputs["counts"][1].astype(np.float64)), unit_rows(weights),
-                    first, 1.0, b, m)
-    return (moved @ weights.T).toarray()
+    queries = inputs["counts"][1]
+    if b:
+        queries = rocchio(unit_rows(queries.astype(np.float64)), unit_rows(weights), first,
+                          1.0, b, m)
+    return (queries @ weights.T).toarray()
 
 
 def settings(inputs: dict) -> list[tuple]:
@@ -152,11 +152,9 @@ def settings(inputs: dict) -> list[tuple]:
         docs, whole = dense["docs"], dense["whole"]
         cosine = whole @ docs.T
 
-    def tfidf_rocchio(b, m):
-        return (rocchio(q, index, plain, 1.0, b, m) @ index.T).toarray()
-
-    def minilm_rocchio(b, m):
-        return rocchio(whole, docs, cosine, 1.0, b, m) @ docs.T
+    def rocchio_scores(queries, docs, first, b, m):      # sparse (TF-IDF) or dense (MiniLM)
+        scores = rocchio(queries, docs, first, 1.0, b, m) @ docs.T
+        return scores.toarray() if hasattr(scores, "toarray") else scores
 
     @cache
     def bm25(k1=BM25_K1, b=BM25_B):         # (scores, weights W), computed once per k1 and b
@@ -200,11 +198,11 @@ def settings(inputs: dict) -> list[tuple]:
 
     # Rocchio's b = 0 is no feedback at all, so it needs only one m.
     feedback = [(b, m) for b in FEEDBACK_BS for m in (FEEDBACK_MS[:1] if b == 0 else FEEDBACK_MS)]
-    grid = [("tfidf + rocchio", f"a=1 b={b} m={m}", partial(tfidf_rocchio, b, m))
+    grid = [("tfidf + rocchio", f"a=1 b={b} m={m}", partial(rocchio_scores, q, index, plain, b, m))
             for b, m in feedback]
     if dense:
-        grid += [("minilm + rocchio", f"a=1 b={b} m={m}", partial(minilm_rocchio, b, m))
-                 for b, m in feedback]
+        grid += [("minilm + rocchio", f"a=1 b={b} m={m}",
+                  partial(rocchio_scores, whole, docs, cosine, b, m)) for b, m in feedback]
     if "counts" not in inputs:
         return grid
     bm25s = list(product(K1S, BS))
@@ -286,7 +284,7 @@ def evaluate_collection(collection: dict, minilm=None, cache=None, k: int = CUTO
                         folds: int = FOLDS, seed: int = CV_SEED) -> dict:
     """hit@1, recall@k, MRR@k, nDCG@k (with a 95% interval) and seconds of each method: the
     fixed ones, the peers, the "cv: ..." rows and the in-sample best (a curiosity, not a result)."""
-    from rag_cli import progress                 # on stderr, never in the table
+    from itertools import chain
     start = time.perf_counter()
     print(f"counting the words of {len(collection['docs']):,} documents (TF-IDF, stemmed BM25)"
           f"{' and encoding them with MiniLM' if minilm else ''} ...", file=sys.stderr, flush=True)
@@ -296,46 +294,40 @@ def evaluate_collection(collection: dict, minilm=None, cache=None, k: int = CUTO
     score = lambda s: query_metrics(s, inputs["doc_ids"], inputs["relevant"], k)
     results = {}
     print("scoring the fixed methods and the peer libraries ...", file=sys.stderr, flush=True)
-    for group in (fixed_methods, peer_methods):
+    start = time.perf_counter()
+    for name, s in chain(fixed_methods(inputs), peer_methods(inputs)):
+        results[name] = summary(score(s), k, time.perf_counter() - start,
+                                kind="peer" if name.startswith("peer") else "fixed")
         start = time.perf_counter()
-        for name, s in group(inputs):
-            results[name] = summary(score(s), k, time.perf_counter() - start,
-                                    kind="peer" if name.startswith("peer") else "fixed")
-            start = time.perf_counter()
     per_method, seconds = {}, {}
     grid = settings(inputs)
-    for method, setting, scores in progress(grid, len(grid),
-                                            "scoring every setting for cross-validation",
-                                            " settings"):
+    for method, setting, scores in rag_cli.progress(grid, len(grid),   # on stderr, not the table
+                                                    "scoring every setting for cross-validation",
+                                                    " settings"):
         start = time.perf_counter()
         per_method.setdefault(method, {})[setting] = score(scores())
         seconds[method] = seconds.get(method, 0.0) + time.perf_counter() - start
+    everything = {f"{method}: {setting}": m for method, grid in per_method.items()
+                  for setting, m in grid.items()}
+    if len(per_method) > 1:                      # the method itself, chosen like a setting
+        per_method["best method, chosen in each fold"] = everything
+        seconds["best method, chosen in each fold"] = sum(seconds.values())
     for method, grid in per_method.items():
         held_out, chosen = cross_validate(grid, folds, seed)
         results[f"cv: {method}"] = summary(held_out, k, seconds[method], kind="cv",
                                            chosen=chosen, settings=len(grid), folds=folds,
                                            seed=seed)
-    everything = {f"{method}: {setting}": m for method, grid in per_method.items()
-                  for setting, m in grid.items()}
-    if len(per_method) > 1:
-        held_out, chosen = cross_validate(everything, folds, seed)
-        results["cv: best method, chosen in each fold"] = summary(
-            held_out, k, sum(seconds.values()), kind="cv", chosen=chosen,
-            settings=len(everything), folds=folds, seed=seed)
-    if everything:
-        best = max(everything, key=lambda label: everything[label][:, 3].mean())
-        results["in-sample best (curiosity)"] = summary(everything[best], k, 0.0,
-                                                        kind="in-sample", chosen=[best])
+    best = max(everything, key=lambda label: everything[label][:, 3].mean())
+    results["in-sample best (curiosity)"] = summary(everything[best], k, 0.0,
+                                                    kind="in-sample", chosen=[best])
     return results
 
 
-def best_ratio(results: dict, k: int = CUTOFF) -> tuple[str, str, float] | None:
-    """(best cross-validated row, best peer row, their nDCG ratio), or None if either is missing."""
+def best_ratio(results: dict, k: int = CUTOFF) -> tuple[str, str, float]:
+    """(best cross-validated row, best peer row, their nDCG ratio)."""
     pick = lambda kind: max((name for name, r in results.items() if r["kind"] == kind),
-                            key=lambda name: results[name][f"ndcg@{k}"], default=None)
+                            key=lambda name: results[name][f"ndcg@{k}"])
     cv, peer = pick("cv"), pick("peer")
-    if cv is None or peer is None:
-        return None
     return cv, peer, results[cv][f"ndcg@{k}"] / results[peer][f"ndcg@{k}"]
 
 
@@ -360,39 +352,31 @@ def print_collection(results: dict, k: int = CUTOFF) -> None:
         print(f"{name:<{width}}{r['hit@1']:.3f}  {r[f'recall@{k}']:.3f}      {r[f'mrr@{k}']:.3f}   "
               f"{r[f'ndcg@{k}']:.3f}    [{lo:.3f}, {hi:.3f}]  {r['seconds']:7.2f}")
     cv_rows = {name: r for name, r in results.items() if r["kind"] == "cv"}
-    if cv_rows:
-        some = next(iter(cv_rows.values()))
-        print(f"\ncv rows: {some['folds']}-fold cross-validation over queries "
-              f"(seed {some['seed']}); settings chosen by nDCG@{k} on the other folds:")
-        for name, r in cv_rows.items():
-            print(f"  {name[4:]} ({r['settings']} settings): {' | '.join(r['chosen'])}")
-    if "in-sample best (curiosity)" in results:
-        print(f"in-sample best: {results['in-sample best (curiosity)']['chosen'][0]}: chosen on "
-              f"the very queries it is scored on, so not a result")
-    ratio = best_ratio(results, k)
-    if ratio:
-        cv, peer, x = ratio
-        print(f"best cross-validated ({cv}) / best peer ({peer}): {x:.2f}x")
-        d, lo, hi = paired_bootstrap(results[peer]["per_query_ndcg"], results[cv]["per_query_ndcg"])
-        verdict = "could be chance" if lo <= 0 <= hi else "holds across resamples"
-        print(f"  ndcg@{k}, {cv} minus {peer}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}]  ({verdict})")
+    some = next(iter(cv_rows.values()))
+    print(f"\ncv rows: {some['folds']}-fold cross-validation over queries "
+          f"(seed {some['seed']}); settings chosen by nDCG@{k} on the other folds:")
+    for name, r in cv_rows.items():
+        print(f"  {name[4:]} ({r['settings']} settings): {' | '.join(r['chosen'])}")
+    print(f"in-sample best: {results['in-sample best (curiosity)']['chosen'][0]}: chosen on "
+          f"the very queries it is scored on, so not a result")
+    cv, peer, x = best_ratio(results, k)
+    print(f"best cross-validated ({cv}) / best peer ({peer}): {x:.2f}x")
+    d, lo, hi = paired_bootstrap(results[peer]["per_query_ndcg"], results[cv]["per_query_ndcg"])
+    verdict = "could be chance" if lo <= 0 <= hi else "holds across resamples"
+    print(f"  ndcg@{k}, {cv} minus {peer}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}]  ({verdict})")
 
 
-def run_collection(path: str, as_json: bool = False, cache_folder=CACHE_DIR,
-                   minilm=None, grades: str = "auto", before_model=None) -> dict:
-    """Load a test collection, score every method, and print a table (or one JSON object);
-    before_model() runs once the flags and files are checked, before MiniLM loads."""
-    import rag_from_scratch as rag
-    cache = EmbeddingCache(cache_folder)           # a folder not ours, or unwritable: now
+def run_collection(path: str, as_json: bool = False, cache_folder=None,
+                   minilm=None, grades: str = "auto") -> dict:
+    """Load a test collection, score every method, and print a table (or one JSON object)."""
+    cache = EmbeddingCache(cache_folder or CACHE_DIR)   # a folder not ours, or unwritable: now
     collection = load_collection(path, grades)
     fold_of_each_query(collection["counts"]["judged_queries"])   # enough queries? say so now
     if not as_json:                                # the header now, the table after the work
         print_header(collection)
     if minilm is None:
-        if before_model:
-            before_model()
-        try:
-            minilm = rag.Embedder("minilm")
+        try:                                       # once the flags and files are checked
+            minilm = minilm_embedder()
         except RuntimeError as exc:
             print(f"[info] MiniLM could not be loaded ({exc}): keyword methods only",
                   file=sys.stderr)
@@ -427,27 +411,26 @@ def describe(col: dict) -> None:
         print(f"relevant: {', '.join(list(grades)[:10])}{' ...' if len(grades) > 10 else ''}")
 
 
-def import_model_libraries() -> None:
-    """Import sentence-transformers and PyTorch now, saying so; Ctrl-C exits at once (inside
-    Python's import machinery it could be swallowed, and nothing is written yet)."""
+def minilm_embedder():
+    """rag.Embedder("minilm"), importing sentence-transformers and PyTorch first, saying so;
+    Ctrl-C then exits at once (inside Python's import machinery it could be swallowed)."""
     import importlib.util
     import signal
-    from rag_cli import interrupted
-    if "sentence_transformers" in sys.modules or not importlib.util.find_spec(
-            "sentence_transformers"):
-        return                                     # loaded already, or the model cannot load
-    print("importing sentence-transformers and PyTorch ...", file=sys.stderr, flush=True)
-    previous = signal.signal(signal.SIGINT, interrupted)
-    try:
-        import sentence_transformers  # noqa: F401
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    import rag_from_scratch as rag
+    if ("sentence_transformers" not in sys.modules          # not loaded yet, and installed
+            and importlib.util.find_spec("sentence_transformers")):
+        print("importing sentence-transformers and PyTorch ...", file=sys.stderr, flush=True)
+        previous = signal.signal(signal.SIGINT, rag_cli.interrupted)
+        try:
+            import sentence_transformers  # noqa: F401
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    return rag.Embedder("minilm")
 
 
 def parse_args(argv=None):
     """Command-line flags: a collection folder, --embed and its --cache folder."""
-    from rag_cli import OneLineParser
-    p = OneLineParser(description="Load a classic IR test collection (SMART format).")
+    p = rag_cli.OneLineParser(description="Load a classic IR test collection (SMART format).")
     p.add_argument("path", nargs="?", default=str(DEFAULT_COLLECTION),
                    help="folder with the documents, queries and relevance files "
                         "(default: %(default)s)")
@@ -462,15 +445,12 @@ def run(args) -> None:
     if args.cache is not None and not args.embed:
         raise ValueError("--cache goes with --embed")
     if args.embed:
-        if args.cache is not None and not args.cache.strip():
-            raise ValueError("--cache needs a folder, got an empty string")
+        rag_cli.refuse_empty(args, ("cache",), "a folder")
         cache = EmbeddingCache(args.cache or CACHE_DIR)     # a folder not ours: refused now
     col = load_collection(args.path)
     describe(col)
     if args.embed:
-        import rag_from_scratch as rag
-        import_model_libraries()
-        embedder = rag.Embedder("minilm")
+        embedder = minilm_embedder()
         start = time.perf_counter()
         vectors = cache.encode(embedder, [d["text"] for d in col["docs"]], "documents")
         repeats = f", {cache.repeats} repeats share a vector" if cache.repeats else ""

@@ -18,7 +18,6 @@ The test-collection scores (--collection) live in ir_test_collections.py.
 
 from __future__ import annotations
 
-
 if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
     import rag_cli
     rag_cli.quiet_interrupts()
@@ -38,16 +37,11 @@ from rag_retrieval import (BM25_B, BM25_K1, ROCCHIO_A, ROCCHIO_B, ROCCHIO_M, SEE
 
 # The lab's new holiday policy and its question (tutorial, hands-on lab, task 2): with it,
 # MiniLM sends "How many vacation days do I get each year?" to holidays, not annual leave.
-HR05_DOC = {
-    "doc_id": "HR-05",
-    "title": "Public and floating holidays",
-    "text": (
-        "Kestrelwood observes 10 fixed public holidays each calendar year; the list is published "
-        "in the PeoplePortal every December. In addition, every employee can take 2 floating "
-        "holidays for festivals of their choice. Apply for a floating holiday in the PeoplePortal "
-        "like annual leave. Unused floating holidays cannot be carried forward."
-    ),
-}
+HR05_DOC = {"doc_id": "HR-05", "title": "Public and floating holidays", "text": (
+    "Kestrelwood observes 10 fixed public holidays each calendar year; the list is published "
+    "in the PeoplePortal every December. In addition, every employee can take 2 floating "
+    "holidays for festivals of their choice. Apply for a floating holiday in the PeoplePortal "
+    "like annual leave. Unused floating holidays cannot be carried forward.")}
 HR05_QUESTION = {"question": "Can I take a day off for a festival that is not on the holiday list?",
                  "relevant": {"HR-05"}}
 
@@ -55,6 +49,8 @@ HR05_QUESTION = {"question": "Can I take a day off for a festival that is not on
 SIZE, OVERLAP = rag.defaults(rag.build_chunks).values()   # the tutorial's 50 words, 10 shared
 CHUNKS = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)      # its 17 chunks: A, D, G, H and J
 EXPERIMENTS = "ABCDEFGHIJ"
+B_SWEEP = [6, 8, 12, 16, 20, 30, 40, 50, 80]       # chunk sizes for B's chart
+D_KS = [1, 3, 5, 10]                               # chunks in D's prompt
 FATHERS = "How much time off do new fathers get?"     # the question Experiments E and F follow
 NO_MATPLOTLIB = "matplotlib is not installed: run `pip install matplotlib` (needed only for --plot)"
 
@@ -214,9 +210,6 @@ def experiment_a(minilm=None) -> dict:
     return rows
 
 
-B_SWEEP = [6, 8, 12, 16, 20, 30, 40, 50, 80]       # chunk sizes for the chart
-
-
 def experiment_b(minilm) -> dict:
     """B: how chunk size and overlap move MiniLM's scores."""
     print("== Experiment B: chunk size and overlap (MiniLM) ==")
@@ -254,9 +247,6 @@ def experiment_c(minilm=None) -> dict:
     for c in pieces:
         print(f"  {c['chunk_id']}: {c['text']}")
     return {"chunks": [c["text"] for c in pieces]}
-
-
-D_KS = [1, 3, 5, 10]
 
 
 def experiment_d(minilm) -> dict:
@@ -502,8 +492,9 @@ def run_experiments(letters: str = EXPERIMENTS, minilm: rag.Embedder | None = No
     letters = parse_letters(letters)
     results, skipped = {}, {}
     if minilm is None and set(letters) - NO_EMBEDDINGS:
+        from ir_test_collections import minilm_embedder
         try:
-            minilm = rag.Embedder("minilm")
+            minilm = minilm_embedder()
         except RuntimeError as exc:
             reason = f"MiniLM could not be loaded ({exc})"
             skipped = {x: reason for x in letters if x in NEEDS_MINILM}
@@ -562,14 +553,13 @@ def write_plots(results: dict, folder: str) -> list[str]:
         ks, rows = list(results["D"]["k"]), list(results["D"]["k"].values())
         fig, ax = plt.subplots(figsize=(6.4, 4))
         ax.plot(ks, [r["precision"] for r in rows], marker="o", color="tab:blue")
-        ax.set(xlabel="k (chunks put in the prompt)", ylabel="precision@k", ylim=(0, 1.05),
-               title="D: more chunks, less precision, longer prompts (MiniLM)")
+        ax.set(xticks=ks, xlabel="k (chunks put in the prompt)", ylabel="precision@k",
+               ylim=(0, 1.05), title="D: more chunks, less precision, longer prompts (MiniLM)")
         ax.yaxis.label.set_color("tab:blue")
         twin = ax.twinx()
         twin.plot(ks, [r["prompt_words"] for r in rows], marker="s", color="tab:orange")
         twin.set_ylabel("prompt length for Q1 (words)", color="tab:orange")
         twin.set_ylim(0, None)
-        ax.set_xticks(ks)
         ax.grid(alpha=0.3)
         figures["d_top_k.png"] = fig
     if "H" in results:
@@ -583,8 +573,7 @@ def write_plots(results: dict, folder: str) -> list[str]:
                 ax.scatter(x + rng.uniform(-0.12, 0.12, len(r[group])), r[group], color=color,
                            alpha=0.8)
             ax.axhline(r["threshold"], color="grey", linestyle="--")
-            ax.set_xticks([0, 1], ["answerable", "unanswerable"])
-            ax.set_xlim(-0.5, 1.5)
+            ax.set(xticks=[0, 1], xticklabels=["answerable", "unanswerable"], xlim=(-0.5, 1.5))
             ax.set_title(f"{method}\nbest threshold {r['threshold']:.3f} (dashed), F1 {r['f1']:.2f}",
                          fontsize=10)
         axes[0][0].set_ylabel("top retrieval score")
@@ -614,7 +603,7 @@ def parse_args(argv=None):
     from ir_collections import GRADE_READINGS
     p = rag_cli.OneLineParser(description="Measure what each RAG setting does to retrieval: "
                                           "the tutorial's experiments A-J, or a test collection.")
-    p.add_argument("--only", default=None,
+    p.add_argument("--only",
                    help=f"experiments to run, e.g. B or A,B,E (default: all of {EXPERIMENTS})")
     p.add_argument("--plot", metavar="DIR", help="also write PNG charts into DIR (needs matplotlib)")
     p.add_argument("--collection", metavar="PATH",
@@ -625,9 +614,8 @@ def parse_args(argv=None):
                    help=f"with --collection: how to read relevance grades: auto (higher "
                         f"when the file's grades differ, else binary) or one of {', '.join(GRADE_READINGS)} "
                         f"(default: %(default)s)")
-    p.add_argument("--cache", default=None,
-                   help=f"with --collection: folder for cached document vectors "
-                        f"(default: {CACHE_DIR})")
+    p.add_argument("--cache", help=f"with --collection: folder for cached document vectors "
+                                   f"(default: {CACHE_DIR})")
     return p.parse_args(argv)
 
 
@@ -653,18 +641,12 @@ def check_flags(args) -> None:
 
 def run(args) -> None:
     """The experiments, or the test collection if --collection was given."""
-    from ir_test_collections import import_model_libraries
     check_flags(args)
     if args.collection:
-        from embedding_cache import CACHE_DIR
         from ir_test_collections import run_collection
-        run_collection(args.collection, args.json, args.cache or CACHE_DIR, grades=args.grades,
-                       before_model=import_model_libraries)
-        return
-    letters = parse_letters(args.only or EXPERIMENTS)
-    if set(letters) - NO_EMBEDDINGS:
-        import_model_libraries()
-    run_experiments(letters, plot_dir=args.plot)
+        run_collection(args.collection, args.json, args.cache, grades=args.grades)
+    else:
+        run_experiments(args.only or EXPERIMENTS, plot_dir=args.plot)
 
 
 main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
