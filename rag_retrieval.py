@@ -99,8 +99,6 @@ def bm25_matrix(texts: list[str], k1: float = BM25_K1, b: float = BM25_B, idf: s
                 stem: bool = False):
     """(vectorizer, W): sparse W[d, t] is term t's BM25 weight in text d; scores = W @ counts(q)."""
     from sklearn.feature_extraction.text import CountVectorizer
-    if k1 < 0 or not 0 <= b <= 1:                    # before the slow counting
-        raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
     vectorizer = CountVectorizer(analyzer=word_analyzer(stem))
     return vectorizer, bm25_weights(vectorizer.fit_transform(texts), k1, b, idf)
 
@@ -209,21 +207,18 @@ GET_RERANKER = (f"download it once where the network is open (`hf download {RERA
 def load_reranker(model: str = RERANKER):
     """A sentence-transformers CrossEncoder from a local copy, through the core's one loader."""
     try:
-        reranker = rag.load_minilm(model, kind="CrossEncoder")
+        return rag.load_minilm(model, kind="CrossEncoder")
     except RuntimeError as exc:
         if "no local copy" not in str(exc):
             raise
         raise RuntimeError(f"no local copy of the reranker {model}: {GET_RERANKER}") from None
-    reranker.name = model
-    return reranker
 
 
-def rerank(question: str, candidates: list[dict], reranker, k: int, texts: list[str] | None = None):
+def rerank(question: str, candidates: list[dict], texts: list[str], reranker, k: int):
     """The k candidates the cross-encoder scores highest, best first: it reads question and
     passage together (two separate vectors cannot), too slowly for every chunk."""
     import torch
     torch.set_num_threads(1)             # one query: two threads on a busy machine wait on each other
-    texts = texts or [c["text"] for c in candidates]
     scores = np.asarray(reranker.predict([(question, t) for t in texts], show_progress_bar=False))
     return [{**candidates[i], "score": float(scores[i])} for i in np.argsort(-scores, kind="stable")[:k]]
 
@@ -297,7 +292,7 @@ def make_retriever(chunks: list[dict], index, embedder, hybrid=None, reranker=No
         if reranker is None:
             return found
         start = time.perf_counter()
-        found = rerank(question, found, reranker, k, [texts[allowed[p]] for p in best])
+        found = rerank(question, found, [texts[allowed[p]] for p in best], reranker, k)
         seconds = time.perf_counter() - start
         retrieve.timing["seconds"] += seconds
         retrieve.timing["queries"] += 1

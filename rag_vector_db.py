@@ -303,24 +303,20 @@ def pg_open_table(conn, table: str, chunks: list[dict], vectors: np.ndarray, fp:
 
 
 # `<=>` is pgvector's cosine distance (1 - cosine similarity); WHERE filters like any SQL.
-def pg_sql(table: str, only: list[str] | None = None) -> str:
-    """The search query, with %(q)s for the question's vector (and %(only)s for the filter)."""
-    where = " WHERE doc_id = ANY(%(only)s)" if only else ""
-    return (f"SELECT chunk_id, embedding <=> %(q)s AS distance FROM {table}{where} "
-            f"ORDER BY embedding <=> %(q)s LIMIT %(k)s")
-
-
-def pg_shown(table: str, k: int, only: list[str] | None = None) -> str:
-    """The query as the learner reads it: $q stands for the question's vector."""
-    shown_only = "ARRAY[" + ", ".join(f"'{d}'" for d in only or []) + "]"
-    query = pg_sql(table, only).replace("%(q)s", "$q").replace("%(k)s", str(k))
-    return query.replace("%(only)s", shown_only)
+def pg_sql(table: str, k: int, only: list[str] | None = None, shown: bool = False) -> str:
+    """The search query, with %(q)s for the question's vector and %(only)s for the filter;
+    shown=True: as the learner reads it, $q for the vector and the ids written out."""
+    q = "$q" if shown else "%(q)s"
+    ids = "ARRAY[" + ", ".join(f"'{d}'" for d in only or []) + "]" if shown else "%(only)s"
+    where = f" WHERE doc_id = ANY({ids})" if only else ""
+    return (f"SELECT chunk_id, embedding <=> {q} AS distance FROM {table}{where} "
+            f"ORDER BY embedding <=> {q} LIMIT {int(k)}")
 
 
 def pg_search(conn, table: str, q: np.ndarray, k: int, only: list[str] | None = None):
     """Top-k (ids, cosine distances) from Postgres, exact (no ANN index on the table)."""
-    rows = conn.execute(pg_sql(table, only), {"q": np.asarray(q, dtype=np.float32),
-                                              "k": k, "only": only}).fetchall()
+    rows = conn.execute(pg_sql(table, k, only), {"q": np.asarray(q, dtype=np.float32),
+                                                 "only": only}).fetchall()
     return [r[0] for r in rows], [float(r[1]) for r in rows]
 
 
@@ -441,7 +437,7 @@ def show_pgvector(args, conn, chunks, vectors, q, fp) -> list[str]:
         notes = pg_open_table(conn, args.collection, chunks, vectors, fp, label)
         return show("pgvector", "metadata", notes,
                     lambda k, only: pg_search(conn, args.collection, q, k, only), args, chunks,
-                    sql=lambda k, only: pg_shown(args.collection, k, only))
+                    sql=lambda k, only: pg_sql(args.collection, k, only, shown=True))
     except psycopg.OperationalError as exc:    # statement_timeout, a lost connection
         raise stopped_answering(label, exc) from None
 
