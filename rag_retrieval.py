@@ -414,9 +414,8 @@ def allowed_rows(chunks: list[dict], source: str | None, tag: str | None):
     """Indices of the chunks the filters keep, or None without filters."""
     if source is None and tag is None:
         return None
+    check_filters(chunks, source, tag)
     rows = [i for i, c in enumerate(chunks) if passes(c, source, tag)]
-    if not rows:
-        check_filters(chunks, source, tag)
     print(f"searching {len(rows)} of {len(chunks)} chunks (" + " ".join(
         f"--{f} {v}" for f, v in (("source", source), ("tag", tag)) if v is not None) + ")")
     return np.array(rows)
