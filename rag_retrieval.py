@@ -30,9 +30,9 @@ import time
 
 import numpy as np
 
-# ---------------------------------------------------------------------------
-# Defaults: the one place they live (the experiments' CLI reads them from here)
-# ---------------------------------------------------------------------------
+import rag_from_scratch as rag  # light: NumPy only at import
+
+# == Defaults: the one place they live (the experiments' CLI reads them from here) =========
 BM25_K1 = 1.5            # how quickly repeats of a word stop adding score (rank_bm25's default)
 BM25_B = 0.75            # how strongly long documents are penalised (0 = not at all)
 HYBRID_WEIGHT = 0.5      # share of the keyword score in a weighted hybrid
@@ -44,9 +44,7 @@ RESAMPLES = 2000         # bootstrap resamples of the question set
 SEED = 0                 # fixes every bootstrap interval, so reruns print the same numbers
 
 
-# ---------------------------------------------------------------------------
-# 1. BM25 as a sparse matrix
-# ---------------------------------------------------------------------------
+# == 1. BM25 as a sparse matrix ============================================================
 def bm25_idf(doc_freq: np.ndarray, n_docs: int, idf: str = "lucene") -> np.ndarray:
     """Inverse document frequency of each term from the number of documents that contain it.
 
@@ -63,11 +61,8 @@ def bm25_idf(doc_freq: np.ndarray, n_docs: int, idf: str = "lucene") -> np.ndarr
 
 
 def word_analyzer(stem: bool = False):
-    """The function that turns a text into the words BM25 counts: lower case, no stop words.
-
-    stem=True also cuts words to their stem with the Porter2 stemmer ("retrieval",
-    "retrieving" -> "retriev"), so different forms of one word match.
-    """
+    """Text -> the words BM25 counts: lower case, no stop words; stem=True cuts each to its
+    Porter2 stem ("retrieval", "retrieving" -> "retriev"), so forms of one word match."""
     from sklearn.feature_extraction.text import CountVectorizer
     words = CountVectorizer(stop_words="english").build_analyzer()   # words of 2+ letters
     if not stem:
@@ -102,13 +97,8 @@ def bm25_weights(counts, k1: float = BM25_K1, b: float = BM25_B, idf: str = "luc
 
 def bm25_matrix(texts: list[str], k1: float = BM25_K1, b: float = BM25_B, idf: str = "lucene",
                 stem: bool = False):
-    """Return (vectorizer, W): W[d, t] is term t's BM25 weight in text d, so scores = W @ counts(q).
-
-    tf is how often t occurs in d and len(d) counts d's words; W is sparse, like TF-IDF.
-    """
+    """(vectorizer, W): sparse W[d, t] is term t's BM25 weight in text d; scores = W @ counts(q)."""
     from sklearn.feature_extraction.text import CountVectorizer
-    if k1 < 0 or not 0 <= b <= 1:                    # before the slow counting
-        raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
     vectorizer = CountVectorizer(analyzer=word_analyzer(stem))
     return vectorizer, bm25_weights(vectorizer.fit_transform(texts), k1, b, idf)
 
@@ -119,9 +109,7 @@ def bm25_scores(queries: list[str], vectorizer, weights) -> np.ndarray:
     return (counts @ weights.T).toarray()
 
 
-# ---------------------------------------------------------------------------
-# 2. Fusing two rankings
-# ---------------------------------------------------------------------------
+# == 2. Fusing two rankings ================================================================
 def minmax(scores: np.ndarray) -> np.ndarray:
     """Rescale each row to 0..1 so scores on different scales (BM25, cosine) can be added."""
     scores = np.asarray(scores, dtype=float)
@@ -140,9 +128,7 @@ def hybrid_scores(keyword: np.ndarray, dense: np.ndarray, weight: float = HYBRID
 def ranks(scores: np.ndarray) -> np.ndarray:
     """Rank of each entry within its row, 1 = best; ties keep index order, as top_k does."""
     order = np.argsort(-np.asarray(scores), axis=-1, kind="stable")
-    out = np.empty_like(order)
-    np.put_along_axis(out, order, np.arange(1, order.shape[-1] + 1) * np.ones_like(order), axis=-1)
-    return out
+    return np.argsort(order, axis=-1) + 1        # the order inverted: [2, 0, 1] -> ranks [2, 3, 1]
 
 
 def reciprocal_rank_fusion(score_list: list[np.ndarray], k: int = RRF_K) -> np.ndarray:
@@ -150,9 +136,7 @@ def reciprocal_rank_fusion(score_list: list[np.ndarray], k: int = RRF_K) -> np.n
     return sum(1.0 / (k + ranks(scores)) for scores in score_list)
 
 
-# ---------------------------------------------------------------------------
-# 3. Moving the query (Rocchio) and the documents (neighbours)
-# ---------------------------------------------------------------------------
+# == 3. Moving the query (Rocchio) and the documents (neighbours) ==========================
 def unit_rows(vectors):
     """Each row divided by its length (dense or sparse); a zero row stays zero."""
     from sklearn.preprocessing import normalize
@@ -173,9 +157,8 @@ def rocchio(queries, docs, scores: np.ndarray, a: float = ROCCHIO_A, b: float = 
             m: int = ROCCHIO_M):
     """Pseudo-relevance feedback: q' = a*q + b*mean of the m top-scoring docs, unit length.
 
-    queries (q x dims) and docs (d x dims) are dense (MiniLM) or sparse (TF-IDF) rows;
-    scores (q x d) ranks the documents that are taken as relevant. Only b / a changes the
-    ranking of q' @ docs.T, since the length is normalised away.
+    queries and docs are dense or sparse rows; scores (queries x docs) picks the m docs taken
+    as relevant. Only b / a changes the ranking, since the length is normalised away.
     """
     if a < 0 or b < 0 or m < 1:
         raise ValueError(f"Rocchio needs a >= 0, b >= 0 and m >= 1, got a={a}, b={b}, m={m}")
@@ -183,11 +166,8 @@ def rocchio(queries, docs, scores: np.ndarray, a: float = ROCCHIO_A, b: float = 
 
 
 def neighbour_smoothed(docs: np.ndarray, g: float = 0.5, neighbours: int = 10) -> np.ndarray:
-    """Each unit document vector plus g * the mean of its nearest neighbours, unit length.
-
-    A document then also answers for what its close neighbours say (the cluster hypothesis):
-    Rocchio's move applied to the documents, with neighbours found by cosine.
-    """
+    """Each unit document vector plus g * the mean of its nearest neighbours, unit length:
+    Rocchio's move applied to the documents (the cluster hypothesis)."""
     if g < 0 or neighbours < 1:
         raise ValueError(f"need g >= 0 and neighbours >= 1, got g={g}, neighbours={neighbours}")
     similar = docs @ docs.T
@@ -200,9 +180,7 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s]
 
 
-# ---------------------------------------------------------------------------
-# 4. Bootstrap intervals over questions
-# ---------------------------------------------------------------------------
+# == 4. Bootstrap intervals over questions =================================================
 def bootstrap_ci(values, resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float]:
     """95% interval for the mean of per-question values, resampling questions with replacement."""
     values = np.asarray(values, dtype=float)
@@ -219,9 +197,7 @@ def paired_bootstrap(before, after, resamples: int = RESAMPLES,
     return (float(diff.mean()), *bootstrap_ci(diff, resamples, seed))
 
 
-# ---------------------------------------------------------------------------
-# 5. Re-ranking with a cross-encoder
-# ---------------------------------------------------------------------------
+# == 5. Re-ranking with a cross-encoder ====================================================
 RERANKER = "cross-encoder/ms-marco-MiniLM-L6-v2"
 RERANK_DEPTH = 4         # the reranker sees RERANK_DEPTH x k candidates and keeps k
 GET_RERANKER = (f"download it once where the network is open (`hf download {RERANKER}`) and "
@@ -230,44 +206,34 @@ GET_RERANKER = (f"download it once where the network is open (`hf download {RERA
 
 def load_reranker(model: str = RERANKER):
     """A sentence-transformers CrossEncoder from a local copy, through the core's one loader."""
-    import rag_from_scratch as rag
     try:
-        reranker = rag.load_minilm(model, kind="CrossEncoder")
+        return rag.load_minilm(model, kind="CrossEncoder")
     except RuntimeError as exc:
         if "no local copy" not in str(exc):
             raise
         raise RuntimeError(f"no local copy of the reranker {model}: {GET_RERANKER}") from None
-    reranker.name = model
-    return reranker
 
 
-def rerank(question: str, candidates: list[dict], reranker, k: int, texts: list[str] | None = None):
-    """The k candidates the cross-encoder scores highest for the question, best first.
-
-    A cross-encoder reads question and passage together, so it sees how their words relate,
-    which two separate vectors cannot; it is too slow for every chunk, hence the candidates.
-    """
+def rerank(question: str, candidates: list[dict], texts: list[str], reranker, k: int):
+    """The k candidates the cross-encoder scores highest, best first: it reads question and
+    passage together (two separate vectors cannot), too slowly for every chunk."""
     import torch
     torch.set_num_threads(1)             # one query: two threads on a busy machine wait on each other
-    texts = texts or [c["text"] for c in candidates]
     scores = np.asarray(reranker.predict([(question, t) for t in texts], show_progress_bar=False))
     return [{**candidates[i], "score": float(scores[i])} for i in np.argsort(-scores, kind="stable")[:k]]
 
 
-# ---------------------------------------------------------------------------
-# 6. A retriever for the command line: filters, context, hybrid, rerank
-# ---------------------------------------------------------------------------
+# == 6. A retriever for the command line: filters, context, hybrid, rerank =================
 def hybrid_setting(value: str):
     """--hybrid's value: "rrf", or the BM25 share of a weighted sum as a float in [0, 1]."""
     if value.strip().lower() == "rrf":
         return "rrf"
     try:
-        weight = float(value)
+        if 0 <= float(value) <= 1:
+            return float(value)
     except ValueError:
-        weight = None
-    if weight is None or not 0 <= weight <= 1:
-        raise ValueError(f"--hybrid takes rrf or a BM25 weight between 0 and 1 (e.g. 0.3), got {value!r}")
-    return weight
+        pass
+    raise ValueError(f"--hybrid takes rrf or a BM25 weight between 0 and 1 (e.g. 0.3), got {value!r}")
 
 
 def with_context(chunks: list[dict]) -> list[str]:
@@ -306,31 +272,18 @@ def first_stage(question: str, index, embedder, bm25=None, hybrid=None) -> np.nd
     return hybrid_scores(minmax(keyword), minmax(dense), hybrid)
 
 
-def context_index(chunks: list[dict], embedder, saved=None):
-    """(index, embedder) over the chunks with their titles in front (TF-IDF relearns its words);
-    `saved`: those vectors already made (a saved --index keeps them), so nothing is embedded."""
-    import rag_from_scratch as rag
-    if saved is not None:
-        return saved, embedder
-    if embedder.backend == "tfidf":
-        embedder = rag.Embedder("tfidf")
-    texts = with_context(chunks)
-    return rag.build_index([{**c, "text": t} for c, t in zip(chunks, texts)], embedder), embedder
-
-
 def make_retriever(chunks: list[dict], index, embedder, hybrid=None, reranker=None,
-                   context: bool = False, allowed=None, report: bool = False, context_vectors=None):
-    """fn(question, k) -> the k best chunks with their "score": filter, fuse, then rerank.
-
-    fn.timing counts the seconds reranking took and the queries it served.
-    """
-    texts = [c["text"] for c in chunks]
-    if context:
-        index, embedder = context_index(chunks, embedder, context_vectors)
-        texts = with_context(chunks)
+                   context: bool = False, allowed=None, context_vectors=None):
+    """fn(question, k) -> the k best chunks with their "score": filter, fuse, then rerank;
+    fn.timing counts the seconds reranking took and the queries it served."""
+    texts = with_context(chunks) if context else [c["text"] for c in chunks]
+    if context and context_vectors is not None:      # made already (a saved --index keeps them)
+        index = context_vectors
+    elif context:                                    # TF-IDF relearns its words with the titles
+        embedder = rag.Embedder("tfidf") if embedder.backend == "tfidf" else embedder
+        index = rag.build_index([{"text": t} for t in texts], embedder)
     bm25 = bm25_matrix(texts) if hybrid is not None else None
     allowed = np.arange(len(chunks)) if allowed is None else np.asarray(allowed)
-    timing = {"seconds": 0.0, "queries": 0}
 
     def retrieve(question: str, k: int) -> list[dict]:
         scores = first_stage(question, index, embedder, bm25, hybrid)[allowed]   # filter first
@@ -339,22 +292,19 @@ def make_retriever(chunks: list[dict], index, embedder, hybrid=None, reranker=No
         if reranker is None:
             return found
         start = time.perf_counter()
-        found = rerank(question, found, reranker, k, [texts[allowed[p]] for p in best])
+        found = rerank(question, found, [texts[allowed[p]] for p in best], reranker, k)
         seconds = time.perf_counter() - start
-        timing["seconds"] += seconds
-        timing["queries"] += 1
+        retrieve.timing["seconds"] += seconds
+        retrieve.timing["queries"] += 1
         if retrieve.report:
             print(f"reranked {len(best)} candidates in {1000 * seconds:.1f} ms", file=sys.stderr)
         return found
 
-    import rag_from_scratch as rag
-    retrieve.timing, retrieve.report = timing, report
+    retrieve.timing, retrieve.report = {"seconds": 0.0, "queries": 0}, False
     return retrieve
 
 
-# ---------------------------------------------------------------------------
-# 7. Scoring the variants side by side; the retriever the command line asks for
-# ---------------------------------------------------------------------------
+# == 7. Scoring the variants side by side; the retriever the command line asks for =========
 def variant_name(hybrid=None, reranker=None, context: bool = False) -> str:
     """A row label: "plain", "hybrid rrf", "hybrid 0.3 + rerank + context", ..."""
     parts = ([f"hybrid {hybrid}"] if hybrid is not None else []) + (["rerank"] if reranker else []) \
@@ -365,7 +315,6 @@ def variant_name(hybrid=None, reranker=None, context: bool = False) -> str:
 def compare_variants(eval_set, chunks, index, embedder, k, hybrid="rrf", reranker=None, allowed=None,
                      context_vectors=None):
     """{name: metrics} for plain, hybrid, rerank (if a reranker is given), context, and all."""
-    import rag_from_scratch as rag
     settings = [{}, {"hybrid": hybrid}] + ([{"reranker": reranker}] if reranker else []) \
         + [{"context": True}, {"hybrid": hybrid, "reranker": reranker, "context": True}]
     rows = {}
@@ -385,7 +334,6 @@ def per_question(metrics: dict, key: str) -> list[float]:
 def evaluate_scores(scores: np.ndarray, chunks: list[dict], eval_set: list[dict], k: int) -> dict:
     """The core's Step 6 metrics for rankings given as scores (row i: question i's score for
     every chunk), so a grid of settings costs matrix products, not new searches."""
-    import rag_from_scratch as rag
     row_of = {id(item): row for item, row in zip(eval_set, scores)}
     questions = [{**item, "question": id(item)} for item in eval_set]   # keyed by row, not text
     return rag.evaluate_retrieval(questions, None, chunks, None, k=k, retrieve=lambda q, k: [
@@ -415,7 +363,6 @@ def print_comparison(rows: dict, k: int) -> None:
 
 def print_variant(eval_set, retrieve, k: int, name: str) -> None:
     """The Step 6 line for the chosen retrieval, so it reads beside the plain one."""
-    import rag_from_scratch as rag
     m = rag.evaluate_retrieval(eval_set, None, None, None, k=k, retrieve=retrieve)
     plural = "s" if len(eval_set) != 1 else ""
     print(f"\n== Retrieval evaluation with {name} ({len(eval_set)} question{plural}) ==")
@@ -428,7 +375,6 @@ def print_variant(eval_set, retrieve, k: int, name: str) -> None:
 
 def check_args(args) -> None:
     """--hybrid, --rerank, --source, --tag, --context, --compare: the values, before slow work."""
-    import rag_from_scratch as rag
     from rag_cli import refuse_empty
     refuse_empty(args, ("source", "tag", "rerank"))
     if args.hybrid is not None:
@@ -468,9 +414,8 @@ def allowed_rows(chunks: list[dict], source: str | None, tag: str | None):
     """Indices of the chunks the filters keep, or None without filters."""
     if source is None and tag is None:
         return None
+    check_filters(chunks, source, tag)
     rows = [i for i, c in enumerate(chunks) if passes(c, source, tag)]
-    if not rows:
-        check_filters([], source, tag)
     print(f"searching {len(rows)} of {len(chunks)} chunks (" + " ".join(
         f"--{f} {v}" for f, v in (("source", source), ("tag", tag)) if v is not None) + ")")
     return np.array(rows)

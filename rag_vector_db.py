@@ -38,13 +38,9 @@ import rag_from_scratch as rag
 from rag_cli import OneLineParser, leave, main_for, one_line, with_deadline
 from rag_storage import OWNER, claim_folder, is_our_store, refuse_foreign
 
-# Defaults (the CLI reads them from here); the core's are read from its function signatures.
+# Defaults (the CLI reads them from here); the core's, read once from its function signatures
+CORE = {**rag.defaults(rag.Embedder), **rag.defaults(rag.build_chunks), **rag.defaults(rag.search)}
 BACKENDS = rag.Embedder.BACKENDS          # "auto", "minilm", "tfidf"
-BACKEND = rag.defaults(rag.Embedder)["backend"]
-MODEL_NAME = rag.defaults(rag.Embedder)["model"]
-CHUNK_SIZE = rag.defaults(rag.build_chunks)["chunk_size"]   # the tutorial's 50 words
-OVERLAP = rag.defaults(rag.build_chunks)["overlap"]         # and 10 shared
-TOP_K = rag.defaults(rag.search)["k"]
 QUESTION = "My laptop was stolen at the airport. What should I do?"
 COLLECTION = "kestrelwood_policies"   # Chroma/Qdrant collection and Postgres table name
 FILTER_DOCS = ["FIN-01", "FIN-02"]    # the metadata filter: search only these documents
@@ -85,19 +81,18 @@ def same_ranking(ids: list[str], numpy_scores: np.ndarray, chunks: list[dict],
         abs(numpy_scores[position[cid]] - s) < TIE for cid, s in zip(ids, best))
 
 
-def mismatch(stored: dict | None, wanted: dict, count: int, expected: int) -> list[str]:
-    """Reasons a stored collection cannot answer for this run (empty list: it can)."""
-    stored = stored or {}
+def rebuild_notes(kind: str, name: str, where: str, stored, wanted: dict, count: int,
+                  expected: int) -> list[str]:
+    """[] if a stored copy can answer for this run, else the note saying why it is rebuilt;
+    a store the kit did not create is refused (kind: "Chroma collection", "Postgres table")."""
+    if not is_our_store(stored):
+        raise refuse_foreign(kind, name, where)
     reasons = [f"{key} {stored.get(key, 'unknown')}, now {value}"
                for key, value in wanted.items() if stored.get(key) != value]
     if not reasons and count != expected:
         reasons.append(f"{count} chunks stored, now {expected}")
-    return reasons
-
-
-def rebuild_note(kind: str, name: str, reasons: list[str]) -> str:
-    """The line that says why a stored copy is rebuilt rather than used."""
-    return f"rebuilding {kind} {name}: it was built with a different " + "; ".join(reasons)
+    return [f"rebuilding {kind.split()[-1]} {name}: it was built with a different "
+            + "; ".join(reasons)] if reasons else []
 
 
 def reach(what: str, seconds: float, work, check: str, failed: str, fix: str | None = None):
@@ -173,17 +168,15 @@ def open_collection(client, name: str, chunks: list[dict], vectors: np.ndarray,
         pass
     else:
         stored = dict(collection.metadata or {})
-        if not is_our_store(stored):
-            raise refuse_foreign("Chroma collection", name, where)
         space = (collection.configuration_json.get("hnsw") or {}).get("space")
         if space:                            # trust the index's real metric over a label
             stored["space"] = space
-        reasons = [] if fresh else mismatch(stored, fp, collection.count(), len(chunks))
-        if not fresh and not reasons:
+        notes = rebuild_notes("Chroma collection", name, where, stored, fp, collection.count(),
+                              len(chunks))
+        if not fresh and not notes:
             return collection, [f"reused {collection.count()} chunks already in collection {name}"]
-        client.delete_collection(name)
-        if reasons:        # never answer from an index built another way: rebuild it
-            notes.append(rebuild_note("collection", name, reasons))
+        client.delete_collection(name)   # never answer from an index built another way
+        notes = [] if fresh else notes
     collection = client.create_collection(   # the mark arrives with the collection itself
         name, configuration={"hnsw": {"space": "cosine"}},   # Chroma's default is squared L2
         metadata={"created_by": OWNER, **fp}, embedding_function=None)
@@ -250,25 +243,19 @@ def pg_connect(url: str | None, folder=PG_FOLDER):
         options=f"-c statement_timeout={int(CONNECT_S * 1000)}"),
         "check the URL, and that the server runs and lets you in", f"cannot connect to {label}")
     try:
-        ensure_vector(conn, label)
+        has_vector = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
     except psycopg.OperationalError as exc:
         raise stopped_answering(label, exc) from None
-    register_vector(conn)
-    return conn
-
-
-def ensure_vector(conn, label: str) -> None:
-    """Enable the `vector` extension in this database, or say in one line why it cannot be."""
-    import psycopg
-    if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
-        return
-    try:
-        conn.execute("CREATE EXTENSION vector")
+    try:                                         # not installed there, or not allowed
+        if not has_vector:
+            conn.execute("CREATE EXTENSION vector")
     except psycopg.Error as exc:
         raise RuntimeError(f"{label} has no vector extension and it could not be added "
                            f"({one_line(exc.diag.message_primary or exc)}): install pgvector "
                            f"on that server and run CREATE EXTENSION vector as its owner, or "
                            f"use --pgvector with no URL for the embedded Postgres") from None
+    register_vector(conn)
+    return conn
 
 
 def check_table_name(table: str) -> None:
@@ -294,13 +281,11 @@ def pg_open_table(conn, table: str, chunks: list[dict], vectors: np.ndarray, fp:
                 metadata = json.loads(comment or "")
             except ValueError:                   # no comment, or someone else's words
                 metadata = {}
-            if not is_our_store(metadata):
-                raise refuse_foreign("Postgres table", table, label)
-            count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            reasons = mismatch(metadata, fp, count, len(chunks))
-            if not reasons:
+            ours = is_our_store(metadata)        # someone else's table: never counted, refused
+            count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] if ours else 0
+            notes = rebuild_notes("Postgres table", table, label, metadata, fp, count, len(chunks))
+            if not notes:
                 return [f"reused {count} chunks already in table {table}"]
-            notes.append(rebuild_note("table", table, reasons))
             conn.execute(f"DROP TABLE {table}")
         conn.execute(f"CREATE TABLE {table} (id integer PRIMARY KEY, chunk_id text NOT NULL, "
                      f"doc_id text NOT NULL, title text, text text, "
@@ -318,24 +303,20 @@ def pg_open_table(conn, table: str, chunks: list[dict], vectors: np.ndarray, fp:
 
 
 # `<=>` is pgvector's cosine distance (1 - cosine similarity); WHERE filters like any SQL.
-def pg_sql(table: str, only: list[str] | None = None) -> str:
-    """The search query, with %(q)s for the question's vector (and %(only)s for the filter)."""
-    where = " WHERE doc_id = ANY(%(only)s)" if only else ""
-    return (f"SELECT chunk_id, embedding <=> %(q)s AS distance FROM {table}{where} "
-            f"ORDER BY embedding <=> %(q)s LIMIT %(k)s")
-
-
-def pg_shown(table: str, k: int, only: list[str] | None = None) -> str:
-    """The query as the learner reads it: $q stands for the question's vector."""
-    shown_only = "ARRAY[" + ", ".join(f"'{d}'" for d in only or []) + "]"
-    query = pg_sql(table, only).replace("%(q)s", "$q").replace("%(k)s", str(k))
-    return query.replace("%(only)s", shown_only)
+def pg_sql(table: str, k: int, only: list[str] | None = None, shown: bool = False) -> str:
+    """The search query, with %(q)s for the question's vector and %(only)s for the filter;
+    shown=True: as the learner reads it, $q for the vector and the ids written out."""
+    q = "$q" if shown else "%(q)s"
+    ids = "ARRAY[" + ", ".join(f"'{d}'" for d in only or []) + "]" if shown else "%(only)s"
+    where = f" WHERE doc_id = ANY({ids})" if only else ""
+    return (f"SELECT chunk_id, embedding <=> {q} AS distance FROM {table}{where} "
+            f"ORDER BY embedding <=> {q} LIMIT {int(k)}")
 
 
 def pg_search(conn, table: str, q: np.ndarray, k: int, only: list[str] | None = None):
     """Top-k (ids, cosine distances) from Postgres, exact (no ANN index on the table)."""
-    rows = conn.execute(pg_sql(table, only), {"q": np.asarray(q, dtype=np.float32),
-                                              "k": k, "only": only}).fetchall()
+    rows = conn.execute(pg_sql(table, k, only), {"q": np.asarray(q, dtype=np.float32),
+                                                 "only": only}).fetchall()
     return [r[0] for r in rows], [float(r[1]) for r in rows]
 
 
@@ -370,14 +351,12 @@ def qdrant_open(client, name: str, chunks: list[dict], vectors: np.ndarray, fp: 
     notes = []
     if client.collection_exists(name):
         info = client.get_collection(name)
-        stored = dict(info.config.metadata or {})
-        if not is_our_store(stored):
-            raise refuse_foreign("Qdrant collection", name, label)
-        stored["space"] = str(info.config.params.vectors.distance.value).lower()
-        reasons = mismatch(stored, fp, info.points_count or 0, len(chunks))
-        if not reasons:
+        stored = {**(info.config.metadata or {}),
+                  "space": str(info.config.params.vectors.distance.value).lower()}
+        notes = rebuild_notes("Qdrant collection", name, label, stored, fp,
+                              info.points_count or 0, len(chunks))
+        if not notes:
             return [f"reused {info.points_count} chunks already in collection {name}"]
-        notes.append(rebuild_note("collection", name, reasons))
         client.delete_collection(name)
     client.create_collection(            # the mark arrives with the collection itself
         name, metadata={"created_by": OWNER, **fp},
@@ -458,7 +437,7 @@ def show_pgvector(args, conn, chunks, vectors, q, fp) -> list[str]:
         notes = pg_open_table(conn, args.collection, chunks, vectors, fp, label)
         return show("pgvector", "metadata", notes,
                     lambda k, only: pg_search(conn, args.collection, q, k, only), args, chunks,
-                    sql=lambda k, only: pg_shown(args.collection, k, only))
+                    sql=lambda k, only: pg_sql(args.collection, k, only, shown=True))
     except psycopg.OperationalError as exc:    # statement_timeout, a lost connection
         raise stopped_answering(label, exc) from None
 
@@ -501,8 +480,7 @@ def run(args) -> None:
     from contextlib import ExitStack
     if not args.question.strip():
         raise ValueError("the question is empty: pass some words to --question")
-    rag.chunk_text("", args.chunk_size, args.overlap)           # validates size and overlap
-    chunks = rag.build_chunks(rag.CORPUS, args.chunk_size, args.overlap)
+    chunks = rag.build_chunks(rag.CORPUS, args.chunk_size, args.overlap)   # checks both sizes
     if not 1 <= args.k <= len(chunks):
         raise ValueError(f"--k must be between 1 and the number of chunks ({len(chunks)}), "
                          f"got {args.k}")
@@ -581,13 +559,13 @@ def parse_args(argv=None):
     """Command-line flags; the defaults are the block at the top of this file and the core's."""
     p = OneLineParser(description="The same retrieval with NumPy, FAISS, Chroma (in memory, on "
                                   "disk or on a server), Postgres/pgvector and Qdrant.")
-    p.add_argument("--backend", default=BACKEND, choices=BACKENDS,
+    p.add_argument("--backend", default=CORE["backend"], choices=BACKENDS,
                    help="embedding backend (default: %(default)s)")
-    p.add_argument("--model", default=MODEL_NAME, help="sentence-transformers model or folder")
+    p.add_argument("--model", default=CORE["model"], help="sentence-transformers model or folder")
     p.add_argument("--question", default=QUESTION, help="the question to search for")
-    p.add_argument("--k", type=int, default=TOP_K, help="results per engine")
-    p.add_argument("--chunk-size", type=int, default=CHUNK_SIZE, help="words per chunk")
-    p.add_argument("--overlap", type=int, default=OVERLAP, help="words shared by neighbours")
+    p.add_argument("--k", type=int, default=CORE["k"], help="results per engine")
+    p.add_argument("--chunk-size", type=int, default=CORE["chunk_size"], help="words per chunk")
+    p.add_argument("--overlap", type=int, default=CORE["overlap"], help="words shared by neighbours")
     p.add_argument("--only", type=lambda s: [d.strip() for d in s.split(",") if d.strip()],
                    default=FILTER_DOCS, help="doc ids for the filtered query, comma separated "
                                              "(default: %(default)s)")

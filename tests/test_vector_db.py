@@ -303,8 +303,10 @@ def test_a_collection_with_the_default_l2_space_is_rebuilt(tmp_path, capsys, mon
 
 def test_a_partly_filled_collection_is_rebuilt():
     fp = {"backend": "tfidf"}
-    assert vdb.mismatch(fp, fp, 10, 17) == ["10 chunks stored, now 17"]
-    assert vdb.mismatch(fp, fp, 17, 17) == []
+    ours = {"created_by": "rag_from_scratch", **fp}
+    assert vdb.rebuild_notes("Chroma collection", "c", "here", ours, fp, 10, 17) == [
+        "rebuilding collection c: it was built with a different 10 chunks stored, now 17"]
+    assert vdb.rebuild_notes("Chroma collection", "c", "here", ours, fp, 17, 17) == []
 
 
 # ---------------------------------------------------------------------------
