@@ -127,22 +127,21 @@ def recall(found: list[list[int]], truth: list[list[int]]) -> float:
 
 
 # == 3. One size, every method ==============================================================
-def bench_size(n: int, vectors: np.ndarray, queries: np.ndarray, conn, args) -> list[dict]:
-    """Rows of the table for one N: method, recall@10, median ms, load/build seconds."""
-    rows = []
-
-    def add(method, found, ms, build):
-        rows.append({"n": n, "method": method, "recall": recall(found, truth),
-                     "ms": float(np.median(ms)), "build": build})
+def bench_size(n: int, vectors: np.ndarray, queries: np.ndarray, conn, args) -> None:
+    """Print the table's rows for one N: method, recall@k, median ms, load or build seconds."""
+    def row(method, found, ms, build=None):
+        build = "" if build is None else f"{build:.1f}"
+        print(f"{n:>8,}  {method:<30} {recall(found, truth):>9.2f}  {np.median(ms):>9.2f}  "
+              f"{build:>12}")
 
     truth, ms = numpy_exact(vectors, queries, args.k)
-    add("NumPy exact (index @ q)", truth, ms, None)
-    progress(f"N={n}: loading Postgres ...")
+    row("NumPy exact (index @ q)", truth, ms)
+    print(f"N={n}: loading Postgres ...", file=sys.stderr)
     table = f"bench_{n}"
     load = pg_load(conn, table, vectors)
     found, ms = pg_queries(conn, table, queries, args.k)
-    add("pgvector exact (no index)", found, ms, load)
-    progress(f"N={n}: building the HNSW index for cosine distance ...")
+    row("pgvector exact (no index)", found, ms, load)
+    print(f"N={n}: building the HNSW index for cosine distance ...", file=sys.stderr)
     start = time.perf_counter()
     conn.execute(f"CREATE INDEX ON {table} USING hnsw (embedding vector_cosine_ops) "
                  f"WITH (m = 16, ef_construction = 64)")
@@ -150,25 +149,11 @@ def bench_size(n: int, vectors: np.ndarray, queries: np.ndarray, conn, args) -> 
     for ef in args.ef:
         conn.execute(f"SET hnsw.ef_search = {int(ef)}")
         found, ms = pg_queries(conn, table, queries, args.k)
-        add(f"pgvector HNSW ef_search={ef}", found, ms, build if ef == args.ef[0] else None)
+        row(f"pgvector HNSW ef_search={ef}", found, ms, build if ef == args.ef[0] else None)
     conn.execute(f"DROP TABLE {table}")
-    progress(f"N={n}: Qdrant local mode ...")
+    print(f"N={n}: Qdrant local mode ...", file=sys.stderr)
     found, ms, load = qdrant_run(vectors, queries, args.k)
-    add("Qdrant local (exhaustive)", found, ms, load)
-    return rows
-
-
-def progress(message: str) -> None:
-    """Progress goes to stderr, so stdout holds only the table."""
-    print(message, file=sys.stderr, flush=True)
-
-
-def print_table(rows: list[dict], k: int) -> None:
-    """Aligned columns: N, method, recall@k, median ms per query, load or build seconds."""
-    print(f"{'N':>8}  {'method':<30} {f'recall@{k}':>9}  {'median ms':>9}  {'load/build s':>12}")
-    for r in rows:
-        build = "" if r["build"] is None else f"{r['build']:.1f}"
-        print(f"{r['n']:>8,}  {r['method']:<30} {r['recall']:>9.2f}  {r['ms']:>9.2f}  {build:>12}")
+    row("Qdrant local (exhaustive)", found, ms, load)
 
 
 # == 4. Command line ========================================================================
@@ -183,14 +168,14 @@ def load_vectors(args, largest: int):
     embedder = rag.Embedder("minilm")
     cache = EmbeddingCache(args.cache)
     wanted = texts[:largest]
-    progress(f"encoding {len(wanted):,} texts and {len(queries)} queries with MiniLM "
-             f"(cached in {args.cache}) ...")
+    print(f"encoding {len(wanted):,} texts and {len(queries)} queries with MiniLM "
+          f"(cached in {args.cache}) ...", file=sys.stderr)
     vectors = unit_rows(cache.encode(embedder, wanted))
     return vectors, unit_rows(cache.encode(embedder, queries)), len(texts)
 
 
 def run(args) -> None:
-    """Encode (or read) the vectors, run every method at every size, print the table."""
+    """Encode (or read) the vectors, run every method at every size, print the table's rows."""
     from rag_vector_db import pg_connect
     check_args(args)
     vectors, queries, n_texts = load_vectors(args, max(args.sizes))
@@ -198,15 +183,15 @@ def run(args) -> None:
     print(f"{n_texts:,} real MiniLM vectors of CISI texts (documents, titles, sentences); "
           f"beyond that, noisy copies (noise norm {args.noise}); {len(queries)} CISI queries; "
           f"recall against NumPy's exact top {args.k}")
+    recall_k = f"recall@{args.k}"
+    print(f"{'N':>8}  {'method':<30} {recall_k:>9}  {'median ms':>9}  {'load/build s':>12}")
     folder = Path(tempfile.mkdtemp(prefix="bench-ann-pg-"))
-    progress(f"a temporary Postgres in {folder}, deleted when the benchmark ends")
+    print(f"a temporary Postgres in {folder}, deleted when the benchmark ends", file=sys.stderr)
     try:
-        rows = []
         with pg_connect(None, folder / "pg_db") as conn:
             conn.execute("SET maintenance_work_mem = '1GB'")   # HNSW builds fast only in memory
             for n in args.sizes:
-                rows += bench_size(n, grow(vectors, n, args.noise, rng), queries, conn, args)
-        print_table(rows, args.k)
+                bench_size(n, grow(vectors, n, args.noise, rng), queries, conn, args)
     finally:                # stop the embedded Postgres now (not at exit), then delete it
         if (folder / "pg_db" / "pgdata" / "PG_VERSION").exists():
             import pgserver

@@ -10,16 +10,10 @@ bench_learner.py: what a learner waits for, measured on their (busy) laptop.
     python bench_learner.py --part stream    # streamed SmolLM2 answers: first token, tokens/s
     python bench_learner.py --part stream --long     # and a long --docs prompt, k=8
 
-demo: the MiniLM demo beside one busy process (a browser, an IDE), with the core's threads (1
-for a question) and with 2; it should add at most 2.5 s to the bare import of the libraries.
-update: one file of a saved --docs index edited; only its chunks are embedded again.
-build: a --docs index of CISI's abstracts, each run a fresh process: built with 1 thread and
-every core, idle and busy; reused; updated after one edit; wall time and peak memory each.
-stream: one streamed answer (--stream) from `local` (llama.cpp in a fresh process each run) and
-`openai` (a fresh `rag_generate.py --serve` per row), 1 and 2 threads, idle and busy: the wait
-for the first token (prefill: reading the prompt) and tokens/s after it (decode).
-docs/benchmarks.md shows a run of every part.
-Figures come from this machine, now: compare the ratios, not the seconds, across machines.
+Each build and stream row is a fresh process (`openai`: a fresh `rag_generate.py --serve`);
+"busy" is one other process spinning on one core, as a browser or an IDE would. Figures come
+from this machine, now: compare the ratios, not the seconds, across machines. docs/benchmarks.md
+shows a run of every part.
 """
 
 import sys
@@ -63,21 +57,12 @@ finally:
 RUN_STREAM = """import json, sys, time, rag_llm
 prompt, system = json.load(sys.stdin)
 url, threads, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-request = rag_llm.chat_request(prompt, system, max_tokens)
-request |= {"stream_options": {"include_usage": True}}     # token counts in the last chunk
-if url:
-    import openai
-    client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
-    chunks = rag_llm.openai_chunks(client, url, request | {"model": "local"}, 600)
-else:
-    chunks = rag_llm.llama_chunks(rag_llm.start_llama(threads), request)
-start, stamps, usage = time.perf_counter(), [], None
-for chunk in chunks:
-    if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-        stamps.append(time.perf_counter())
-    usage = chunk.get("usage") or usage
-tokens = usage["completion_tokens"]
-print(stamps[0] - start, (tokens - 1) / (stamps[-1] - stamps[0]), usage["prompt_tokens"])"""
+llm = (rag_llm.openai_generator(url, "local", max_tokens=max_tokens, timeout=600, stream=True)
+       if url else rag_llm.local_generator(threads, max_tokens, stream=True))
+start = time.perf_counter()
+stamps = [time.perf_counter() for _ in llm(prompt, system)]
+tokens = llm.usage["completion_tokens"]
+print(stamps[0] - start, (tokens - 1) / (stamps[-1] - stamps[0]), llm.usage["prompt_tokens"])"""
 LONG_PROMPT = ["--docs", "data/devset/docs", "--question", "how do i install mkdocs", "--k", "8"]
 
 
@@ -112,32 +97,38 @@ def timed(args: list[str], repeats: int = 1) -> tuple[float, str, float | None]:
     return statistics.median(times), run.stdout, int(peak[1]) / 1e6 if peak else None
 
 
-def bench_demo(repeats: int = 3) -> dict:
+def bench_demo(repeats: int = 3) -> None:
     """Bare import, then the MiniLM demo with the core's threads and with two, beside a busy process."""
     print(f"loading: each command {repeats} times beside one busy process ...", file=sys.stderr)
     with busy():
         bare, _, _ = timed([sys.executable, "-c", "import sentence_transformers"], repeats)
         ours, out_ours, _ = timed(core("--backend", "minilm"), repeats)
         two, out_two, _ = timed(core("--backend", "minilm", threads=2), repeats)
-    return {"import_s": bare, "demo_s": ours, "demo_two_threads_s": two,
-            "added_s": ours - bare, "same_figures": out_ours == out_two}
+    print("== The MiniLM demo beside one busy process (median wall seconds) ==")
+    print(f"  import sentence_transformers    {bare:6.2f}")
+    print(f"  demo, core's threads (1)        {ours:6.2f}   adds {ours - bare:.2f} "
+          f"s to the import (goal <= {GOAL_S})")
+    print(f"  demo, two torch threads         {two:6.2f}")
+    print(f"  same figures with 1 and 2 threads: {'yes' if out_ours == out_two else 'NO'}")
 
 
-def bench_build(abstracts: int = 1460) -> dict:
+def bench_build(abstracts: int = 1460) -> None:
     """A MiniLM --docs index of CISI's first abstracts (a file each), each run a fresh process:
     built with 1 thread and every core, idle and beside a busy process, reused, and updated
-    after one file is edited. {step: seconds, peak MB, what the core said}."""
+    after one file is edited: seconds, peak MB and the speed-up or what the core said."""
     from ir_collections import DEFAULT_COLLECTION, load_collection
     work = Path(tempfile.mkdtemp(prefix="rag-bench-"))
     steps = [(f"build, {load}, {n} thread(s)", load, n) for load in ("idle", "busy")
              for n in sorted({1, CORES})]
-    runs = {}
+    one_thread = {}                           # seconds with 1 thread, per load: built first
     try:
         docs, index = work / "docs", work / "index"
         docs.mkdir()
         texts = [d["text"] for d in load_collection(DEFAULT_COLLECTION)["docs"][:abstracts]]
         for n, text in enumerate(texts):
             (docs / f"abstract{n:04d}.txt").write_text(text, encoding="utf-8")
+        print(f"== A MiniLM --docs index of {len(texts):,} CISI abstracts, a file each: each run a "
+              f"fresh process, {CORES} cores (wall seconds, peak memory) ==")
         args = ["--docs", str(docs), "--backend", "minilm", "--index", str(index)]
         for label, load, threads in steps + [("reuse, nothing changed", "idle", 0),
                                              ("update, one file edited", "idle", 0)]:
@@ -149,11 +140,16 @@ def bench_build(abstracts: int = 1460) -> dict:
                 edited.write_text(edited.read_text(encoding="utf-8") + " Edited.", encoding="utf-8")
             with busy(load == "busy"):
                 seconds, out, peak = timed(core(*args, threads=threads))
-            runs[label] = {"s": seconds, "peak_mb": peak, "said": said(
-                out, "loaded the saved index", "updated the index").replace(f" from {index}", "")}
+            if label.startswith("build"):
+                one_thread.setdefault(load, seconds)
+                note = f"{one_thread[load] / seconds:.2f}x the speed of 1 thread"
+            else:
+                note = "(" + said(out, "loaded the saved index", "updated the index").replace(
+                    f" from {index}", "") + ")"
+            print(f"  {label:<25} {seconds:7.2f} s {peak or 0:7,.0f} MB   {note}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"files": len(texts), "runs": runs}
+    print("  (every run imports the libraries and loads the weights: the reuse is that cost)")
 
 
 @contextlib.contextmanager
@@ -171,16 +167,17 @@ def serving(threads: int):
         server.wait()
 
 
-def bench_stream(repeats: int, long: bool, max_tokens: int) -> list[dict]:
+def bench_stream(repeats: int, long: bool, max_tokens: int) -> None:
     """Median first-token seconds and tokens/s of a streamed answer, per generator, threads, load."""
     import itertools
     import json
 
     import rag_docs
     import rag_from_scratch as rag
-    rows = []
+    print(f"== A streamed SmolLM2 answer, {CORES} cores (median of {repeats}) ==")
+    print("  generator  threads  load  first token (s)  tokens/s  prompt tokens")
     for flags in [["--question", rag.VACATION_Q, "--k", "3"]] + ([LONG_PROMPT] if long else []):
-        shown = quiet(rag.main, ["--backend", "tfidf", *flags])      # the prompt the core builds
+        _, shown = quiet(rag.main, ["--backend", "tfidf", *flags])   # the prompt the core builds
         prompt = shown.split("-- the prompt a model would read --\n")[1].split("\n\n(no answer")[0]
         system = rag_docs.DOCS_SYSTEM_PROMPT if "--docs" in flags else rag.SYSTEM_PROMPT
         for generator, threads, load in itertools.product(("local", "openai"), (1, 2),
@@ -197,9 +194,8 @@ def bench_stream(repeats: int, long: bool, max_tokens: int) -> list[dict]:
                         raise RuntimeError(f"a streamed answer failed: {run.stderr.strip()[-200:]}")
                     runs.append([float(x) for x in run.stdout.split()])
             first, rate, tokens = (statistics.median(column) for column in zip(*runs))
-            rows.append({"generator": generator, "threads": threads, "load": load,
-                         "first_s": first, "tokens_per_s": rate, "prompt_tokens": int(tokens)})
-    return rows
+            print(f"  {generator:<9} {threads:>8}  {load:<4} {first:16.2f} {rate:9.1f} "
+                  f"{int(tokens):14}")
 
 
 def write_notes(folder: Path, n: int) -> None:
@@ -217,7 +213,7 @@ def said(printed: str, *starts: str) -> str:
     return next((line.strip() for line in printed.splitlines() if line.startswith(starts)), "?")
 
 
-def bench_update(files: int = 2000) -> dict:
+def bench_update(files: int = 2000) -> None:
     """Full MiniLM build of a saved index, then one file edited: the incremental update."""
     import rag_from_scratch as rag
     work = Path(tempfile.mkdtemp(prefix="rag-bench-"))
@@ -229,30 +225,29 @@ def bench_update(files: int = 2000) -> dict:
         print(f"building a MiniLM index of {files:,} files, twice ...", file=sys.stderr)
         quiet(rag.main, args)               # warms the disk cache and the imports
         shutil.rmtree(index)
-        t0 = time.perf_counter()
-        quiet(rag.main, args)
-        full = time.perf_counter() - t0
+        full, _ = quiet(rag.main, args)
         (notes / "note0007.md").write_text("# Ticket 7\n\nClosed: a duplicate of ticket 8.\n")
-        t0 = time.perf_counter()
-        printed = quiet(rag.main, args)
-        update = time.perf_counter() - t0
+        update, printed = quiet(rag.main, args)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"files": files, "full_s": full, "update_s": update, "speedup": full / update,
-            "said": said(printed, "updated the index")}
+    print(f"== One file edited in {files:,}: MiniLM index update (wall seconds) ==")
+    print(f"  full rebuild   {full:7.2f}")
+    print(f"  update         {update:7.2f}   {full / update:.1f}x faster "
+          f"({said(printed, 'updated the index')})")
+    print("  (in one process: the libraries are imported once, each run loads the weights)")
 
 
-def quiet(fn, *args) -> str:
-    """Run fn(*args) and return what it printed, instead of printing it."""
+def quiet(fn, *args) -> tuple[float, str]:
+    """Run fn(*args); return its wall seconds and what it printed, instead of printing it."""
     import io
-    buffer = io.StringIO()
+    buffer, start = io.StringIO(), time.perf_counter()
     with contextlib.redirect_stdout(buffer):
         status = fn(*args)
     if status == 130:                        # Ctrl-C inside the run: the same for the benchmark
         raise KeyboardInterrupt
     if status != 0:
         raise RuntimeError("the indexing run failed")
-    return buffer.getvalue()
+    return time.perf_counter() - start, buffer.getvalue()
 
 
 def parse_args(argv=None):
@@ -271,41 +266,19 @@ def parse_args(argv=None):
 
 
 def run(args) -> None:
-    """Run the chosen parts and print their figures."""
+    """Run the chosen parts; each prints its figures."""
     if args.files < 2 or args.repeats < 1 or args.abstracts < 1:
         raise ValueError("--files must be at least 2, --repeats and --abstracts at least 1")
     if args.max_tokens < 2:
         raise ValueError("--max-tokens must be at least 2: tokens/s is timed after the first")
     if args.part in ("demo", "all"):
-        d = bench_demo(args.repeats)
-        print("== The MiniLM demo beside one busy process (median wall seconds) ==")
-        print(f"  import sentence_transformers    {d['import_s']:6.2f}")
-        print(f"  demo, core's threads (1)        {d['demo_s']:6.2f}   adds {d['added_s']:.2f} "
-              f"s to the import (goal <= {GOAL_S})")
-        print(f"  demo, two torch threads         {d['demo_two_threads_s']:6.2f}")
-        print(f"  same figures with 1 and 2 threads: {'yes' if d['same_figures'] else 'NO'}")
+        bench_demo(args.repeats)
     if args.part in ("update", "all"):
-        u = bench_update(args.files)
-        print(f"== One file edited in {u['files']:,}: MiniLM index update (wall seconds) ==")
-        print(f"  full rebuild   {u['full_s']:7.2f}")
-        print(f"  update         {u['update_s']:7.2f}   {u['speedup']:.1f}x faster ({u['said']})")
-        print("  (in one process: the libraries are imported once, each run loads the weights)")
+        bench_update(args.files)
     if args.part in ("build", "all"):
-        b = bench_build(args.abstracts)
-        print(f"== A MiniLM --docs index of {b['files']:,} CISI abstracts, a file each: each run a "
-              f"fresh process, {CORES} cores (wall seconds, peak memory) ==")
-        for label, r in b["runs"].items():
-            one = b["runs"].get(label.rsplit(",", 1)[0] + ", 1 thread(s)")    # same load, 1 thread
-            note = f"{one['s'] / r['s']:.2f}x the speed of 1 thread" if one else f"({r['said']})"
-            print(f"  {label:<25} {r['s']:7.2f} s {r['peak_mb'] or 0:7,.0f} MB   {note}")
-        print("  (every run imports the libraries and loads the weights: the reuse is that cost)")
+        bench_build(args.abstracts)
     if args.part in ("stream", "all"):
-        rows = bench_stream(args.repeats, args.long, args.max_tokens)
-        print(f"== A streamed SmolLM2 answer, {CORES} cores (median of {args.repeats}) ==")
-        print("  generator  threads  load  first token (s)  tokens/s  prompt tokens")
-        for r in rows:
-            print(f"  {r['generator']:<9} {r['threads']:>8}  {r['load']:<4} {r['first_s']:16.2f} "
-                  f"{r['tokens_per_s']:9.1f} {r['prompt_tokens']:14}")
+        bench_stream(args.repeats, args.long, args.max_tokens)
 
 
 main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1

@@ -94,6 +94,7 @@ def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
                       deadline_s: float = DEADLINE_S, stream: bool = False):
     """llm_fn(prompt, system_prompt) -> str for Bedrock, bounded in time, with advice on errors;
     stream=True: an iterator of the answer's text pieces (converse_stream)."""
+    from rag_docs import shown                      # no escape sequence reaches the terminal
     if not model_id or model_id.startswith("<"):
         raise ValueError("Amazon Bedrock needs a real --model-id (a model or inference-profile "
                          "id enabled in your account), not the placeholder")
@@ -101,9 +102,8 @@ def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
     attempts = (client.meta.config.retries or {}).get("total_max_attempts", ATTEMPTS)
 
     def pieces(prompt: str, system_prompt: str):
-        """The answer's text as ConverseStream sends it (contentBlockDelta events), all within
-        deadline_s; the request is generate_with_bedrock's."""
-        from rag_docs import shown                  # no escape sequence reaches the terminal
+        """The answer's text deltas as ConverseStream sends them, all within deadline_s."""
+        # The request is generate_with_bedrock's: the core has no function that builds it alone.
         deadline = time.monotonic() + deadline_s
         try:
             request = {"modelId": model_id,
@@ -126,7 +126,6 @@ def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
         if stream:
             return pieces(prompt, system_prompt)
         try:
-            from rag_docs import shown              # no escape sequence reaches the terminal
             return shown(with_deadline(f"Amazon Bedrock in {region}", deadline_s,
                                        lambda: rag.generate_with_bedrock(prompt, system_prompt, model_id,
                                                                          region, client=client),

