@@ -28,11 +28,13 @@ from rag_storage import (INDEX_FORMAT, check_writable, claim_folder, folder_lock
                          sha256_bytes, sha256_file, write_atomic)
 
 MAX_FILE_BYTES = 2_000_000   # bigger files are logs and dumps, not notes: skipped with one line
+MAX_DEPTH = 32               # folders nested deeper than this are named and skipped
 SUFFIXES = (".md", ".txt")
 
 
 # == Loading a folder =====================================================================
 FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.S)
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029]")   # not \t, \n, \r
 
 
 def split_front_matter(text: str) -> tuple[list[str], str]:
@@ -49,9 +51,6 @@ def split_front_matter(text: str) -> tuple[list[str], str]:
     tags = [str(t).strip() for t in (tags if isinstance(tags, list) else [tags])
             if isinstance(t, (str, int, float)) and str(t).strip()]
     return tags, text[match.end():]
-
-
-CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029]")   # not \t, \n, \r
 
 
 def shown(text: str, lines: bool = True) -> str:
@@ -86,9 +85,6 @@ def read_note(path: Path, rel: str, root: Path):
         return shown(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
         return skip(rel, "not UTF-8 text (re-save it as UTF-8)")
-
-
-MAX_DEPTH = 32          # folders nested deeper than this are named and skipped
 
 
 def note_paths(root: Path) -> list[Path]:
