@@ -7,11 +7,10 @@ the pages, how well retrieval finds the right file, and what the extractive gene
     python rag_devset.py --show-answers        # every answer, worst first
     python rag_devset.py --docs my_docs/ --questions my_questions.jsonl
 
-The development set (data/devset/README.md: its source, how the questions were written):
-19 pages of MkDocs' documentation (admonitions, code, tables, a long changelog); 38 questions
-in users' words, each with the files that answer it and a phrase the answer must contain, and
-8 the pages cannot answer. Settings are tuned here, never on the tutorial's ten policies
-alone. Offline; MiniLM runs on this machine's cores.
+The development set (data/devset/README.md says how it was made): 19 pages of MkDocs' docs
+(admonitions, code, tables, a long changelog); 38 questions in users' words, each with the files
+and a phrase that answer it, and 8 the pages cannot answer. Settings are tuned here, not on the
+tutorial's ten policies alone. Offline; MiniLM runs on this machine's cores.
 """
 
 
@@ -82,9 +81,7 @@ def run(args) -> None:
     print(f"\n== Retrieval ({len(answerable)} answerable questions, by file) ==")
     print(f"  {'variant':<9} hit@1  hit@{K}  mrr@{K}")
     for name, context in (("plain", False), ("context", True)):   # context: the --docs default
-        vectors = rag_docs.context_vectors(chunks, embedder) if context else None
-        retrieve = rag_retrieval.make_retriever(chunks, index, embedder, context=context,
-                                                context_vectors=vectors)
+        retrieve = rag_retrieval.make_retriever(chunks, index, embedder, context=context)
         m = rag.evaluate_retrieval(answerable, index, chunks, embedder, k=K, retrieve=retrieve)
         print(f"  {name:<9} {m['hit1']:.2f}   {m['hit_rate']:.2f}   {m['mrr']:.2f}")
 

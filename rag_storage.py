@@ -84,8 +84,7 @@ def check_writable(folder, flag: str) -> None:
 
 
 def write_atomic(path, data: bytes) -> str:
-    """Write `data` to `path` all-or-nothing (a temporary name unique to this call, then a
-    rename); return the SHA-256 of exactly those bytes."""
+    """Write `data` to `path` all or nothing (a unique temporary name, renamed); return its SHA-256."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
     try:
@@ -102,8 +101,7 @@ def write_atomic(path, data: bytes) -> str:
 
 @contextmanager
 def folder_lock(folder):
-    """Hold filelock's exclusive lock on `folder` while saving; another run waits its turn
-    (and says so). The operating system releases it when the process ends, even by kill -9."""
+    """Hold filelock's lock on `folder` while saving; another run waits its turn, and says so."""
     from filelock import FileLock, Timeout
     path = Path(folder) / LOCK_FILE
     if path.is_symlink():                         # older filelock versions would follow it
