@@ -52,7 +52,7 @@ MINILM_CHUNKS = 256    # chunks in the MiniLM throughput test (0 skips it)
 SEED = 0               # random vectors and queries are the same on every run
 MB = 1e6               # decimal megabytes, as disk and memory makers count
 RECALL_K = 10          # quantized rows: recall@10 against exact search, as bench_ann measures
-RESCORES = [4, 40, 400, 4000]   # ... rescoring reads the best R x RECALL_K candidates' floats
+RESCORES = [4, 40, 400, 1000, 4000]   # ... rescoring reads the best R x RECALL_K candidates' floats
 
 
 # == 1. Data and timing =====================================================================

@@ -121,6 +121,9 @@ def test_command_prints_the_table(cisi_table, monkeypatch, capsys):
     assert lines[1].split() == ["float32", "0.132", "0.419", "1.00", "1,536"]
     assert lines[5].split() == ["binary", "+", "rescore", "x4", "0.125", "0.410", "0.92", "48", "(+",
                                 "1,536", "on", "disk)"]
+    from conftest import ROOT
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert "\n".join(lines[:6]) in page                # the docs quote the table as printed
 
 
 @pytest.mark.parametrize("argv, expected", [(["--collection", "/no/such"], "not found"),
