@@ -35,9 +35,8 @@ class EmbeddingCache:
     """Vectors on disk keyed by model and text; hits, misses and repeats count the work done."""
 
     def __init__(self, folder=CACHE_DIR):
-        from rag_storage import check_writable, refuse_foreign_folder
-        self.folder = refuse_foreign_folder(folder, "--cache")    # now, before any slow work
-        check_writable(self.folder, "--cache")
+        from rag_storage import usable_folder
+        self.folder = usable_folder(folder, "--cache")    # now, before any slow work
         self.hits = 0        # texts read from disk
         self.misses = 0      # distinct texts that had to go through the model
         self.repeats = 0     # new texts equal to another new text: encoded once for both

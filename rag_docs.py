@@ -24,7 +24,7 @@ import numpy as np
 import rag_from_scratch as rag
 from rag_cli import parse_json, read_jsonl, refuse_empty
 from rag_retrieval import split_sentences, with_context
-from rag_storage import (INDEX_FORMAT, check_writable, claim_folder, folder_lock, refuse_foreign_folder,
+from rag_storage import (INDEX_FORMAT, claim_folder, folder_lock, usable_folder,
                          sha256_bytes, sha256_file, write_atomic)
 
 MAX_FILE_BYTES = 2_000_000   # bigger files are logs and dumps, not notes: skipped with one line
@@ -660,7 +660,6 @@ def check_args(args) -> None:
     if args.exclude and not all(pattern.strip() for pattern in args.exclude):
         raise ValueError("--exclude needs a pattern, got an empty string")
     if args.index:
-        refuse_foreign_folder(args.index, "--index")
-        check_writable(args.index, "--index")
+        usable_folder(args.index, "--index")
     if args.eval:
         load_eval_file(args.eval)                  # a malformed file fails now, not after embedding

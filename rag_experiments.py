@@ -588,12 +588,8 @@ def write_plots(results: dict, folder: str) -> list[str]:
 
 def plot_folder(folder: str, claim: bool = False) -> Path:
     """The --plot folder if the kit may write there (new, empty or ours); claim=True marks it."""
-    from rag_storage import check_writable, claim_folder, refuse_foreign_folder
-    out = refuse_foreign_folder(folder, "--plot")
-    if claim:
-        return claim_folder(out, "--plot")
-    check_writable(out, "--plot")
-    return out
+    from rag_storage import claim_folder, usable_folder
+    return claim_folder(folder, "--plot") if claim else usable_folder(folder, "--plot")
 
 
 # == 5. Command line ========================================================================

@@ -431,7 +431,7 @@ def retriever_for(args, chunks: list[dict], index, embedder, eval_set, context_v
     k = min(args.k, len(chunks) if allowed is None else len(allowed))
     retrieve = make_retriever(chunks, index, embedder, **chosen, allowed=allowed,
                               context_vectors=context_vectors)
-    if (any(chosen.values()) or allowed is not None) and eval_set and not args.question:
+    if (variant_name(**chosen) != "plain" or allowed is not None) and eval_set and not args.question:
         print_variant(eval_set, retrieve, k, variant_name(**chosen))
     retrieve.report = True
     if args.compare:

@@ -47,20 +47,29 @@ def is_our_folder(folder) -> bool:
     return (Path(folder) / MARK_FILE).is_file()
 
 
-def refuse_foreign_folder(folder, flag: str) -> Path:
-    """ValueError if `folder` is a file or holds anything the kit did not create."""
+def usable_folder(folder, flag: str) -> Path:
+    """`folder` if the kit may write there: ValueError, now, before any slow work, if it is a
+    file, holds anything the kit did not create, or (or its nearest existing parent) is not
+    writable."""
     folder = Path(folder).expanduser()
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{flag} {folder} is a file, not a folder: give a folder path")
     if folder.is_dir() and any(folder.iterdir()) and not is_our_folder(folder):
         raise ValueError(f"{flag} {folder} holds files the kit did not create; it will not touch "
                          f"them: choose a new or empty folder")
+    existing = folder.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:                                   # root passes os.access checks; a real write tells
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError:
+        raise ValueError(f"cannot write to {flag} {folder}: choose a folder you can write to") from None
     return folder
 
 
 def claim_folder(folder, flag: str) -> Path:
     """Create `folder` (or accept an empty one, or one of ours) and put our mark in it first."""
-    folder = refuse_foreign_folder(folder, flag)
+    folder = usable_folder(folder, flag)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if not is_our_folder(folder):            # "x": created once, even by two runs at once
@@ -70,17 +79,6 @@ def claim_folder(folder, flag: str) -> Path:
         raise ValueError(f"cannot write to {flag} {folder} ({exc.strerror or exc}): "
                          f"choose a folder you can write to") from None
     return folder
-
-
-def check_writable(folder, flag: str) -> None:
-    """Fail now, before slow work, if `folder` (or the nearest existing parent) is not writable."""
-    path = Path(folder).expanduser().absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    try:                                   # root passes os.access checks; a real write tells
-        tempfile.TemporaryFile(dir=path).close()
-    except OSError:
-        raise ValueError(f"cannot write to {flag} {folder}: choose a folder you can write to") from None
 
 
 def write_atomic(path, data: bytes) -> str:

@@ -278,6 +278,11 @@ def test_a_variant_is_scored_beside_step_6_in_the_demo(capsys):
         "k=3: hit_rate=1.00  recall=1.00  precision=0.47  mrr=0.95  ndcg=0.96  (hit@1 of this ranking: 0.90)")
 
 
+def test_hybrid_weight_0_is_a_variant_too(capsys):
+    status, out, _ = run_main(capsys, "--backend", "tfidf", "--hybrid", "0")
+    assert status == 0 and "== Retrieval evaluation with hybrid 0.0 (10 questions) ==" in out
+
+
 def test_eval_with_docs_scores_the_variant_after_the_plain_search(capsys, notes, tmp_path):
     qa = tmp_path / "qa.jsonl"
     qa.write_text('{"question": "Who approves restart requests?", "relevant": ["hr/leave.txt"]}\n',
