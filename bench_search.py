@@ -128,12 +128,10 @@ def search_methods(index: np.ndarray, k: int) -> tuple[dict, str | None]:
     return methods, None
 
 
-def bench_size(n: int, k: int, repeats: int, buffer: np.ndarray, dim: int = DIM,
-               seed: int = SEED) -> dict:
-    """Time every method on one index of n random unit vectors, with the same queries."""
-    index = random_unit_vectors(n, dim, seed)
+def bench_size(index: np.ndarray, queries: np.ndarray, k: int, buffer: np.ndarray) -> dict:
+    """Time every method on one index of random unit vectors, with the same queries."""
+    (n, dim), repeats = index.shape, len(queries) - 1          # the first query is a warm-up
     methods, no_faiss = search_methods(index, k)
-    queries = query_vectors(repeats, dim, seed)
     seconds, ids, bandwidths = {}, {}, []
     # One method at a time: FAISS's OpenMP threads and NumPy's BLAS threads each spin for
     # a while after a call, so alternating them per query would time their fight for cores.
@@ -360,8 +358,8 @@ def parse_args(argv=None):
     p.add_argument("--tfidf-chunks", type=int, default=TFIDF_CHUNKS, help="0 skips the TF-IDF test")
     p.add_argument("--minilm-chunks", type=int, default=MINILM_CHUNKS, help="0 skips MiniLM")
     p.add_argument("--collection", default=None,
-                   help=f"text for the TF-IDF, MiniLM and real-vector tests (default: {DEFAULT_COLLECTION} "
-                        f"if present, else made-up text)")
+                   help=f"text for the TF-IDF, MiniLM and real-vector tests (default: "
+                        f"{DEFAULT_COLLECTION} if present, else made-up text)")
     p.add_argument("--rescore", type=int, nargs="+", default=RESCORES,
                    help="quantized rows: rescore the best R x 10, one row per R "
                         "(default: %(default)s)")
@@ -405,8 +403,8 @@ def measure(args) -> dict:
     if args.sizes:       # far bigger than the CPU caches, every page already touched
         buffer = np.ones(int(args.bandwidth_mb * MB) // 4, dtype=np.float32)
         for n in args.sizes:
-            run = bench_size(n, args.k, args.repeats, buffer)
             index, queries = random_unit_vectors(n), query_vectors(args.repeats)
+            run = bench_size(index, queries, args.k, buffer)
             run["quantized"] = bench_quantized(index, queries, run["bound_ms"],
                                                rescores=args.rescore)
             report["search"].append(run)
