@@ -13,14 +13,10 @@ the answer? F to I measure its exercises: F sentence-aware chunking, G BM25 and 
 H refusing unanswerable questions, I merging overlapping chunks. J is Rocchio feedback.
 Tables add MRR, nDCG and 95% bootstrap intervals: with ten questions, one moves a rate by 0.10.
 Offline and free; without MiniLM the TF-IDF and BM25 parts run and the skips are named.
-The test-collection scores (--collection) live in ir_test_collections.py.
+The test-collection scores (--collection) live in rageval/ir_scores.py.
 """
 
 from __future__ import annotations
-
-if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
-    import rag_cli
-    rag_cli.quiet_interrupts()
 
 import math
 import re
@@ -29,11 +25,13 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-import rag_cli
-from rag_retrieval import (BM25_B, BM25_K1, ROCCHIO_A, ROCCHIO_B, ROCCHIO_M, SEED, bm25_matrix,
-                           bm25_scores, bootstrap_ci, evaluate_scores, hybrid_scores,
-                           paired_bootstrap, per_question, reciprocal_rank_fusion, rocchio,
-                           split_sentences)
+from ragkit import plumbing
+from ragkit.arguments import add_cache, add_collection
+from ragkit.embeddings import dense
+from ragkit.retrieval import (BM25_B, BM25_K1, ROCCHIO_A, ROCCHIO_B, ROCCHIO_M, SEED, bm25_matrix,
+                              bm25_scores, bootstrap_ci, evaluate_scores, hybrid_scores,
+                              paired_bootstrap, per_question, reciprocal_rank_fusion, rocchio)
+from ragkit.text import split_sentences
 
 # The lab's new holiday policy and its question (tutorial, hands-on lab, task 2): with it,
 # MiniLM sends "How many vacation days do I get each year?" to holidays, not annual leave.
@@ -45,7 +43,7 @@ HR05_DOC = {"doc_id": "HR-05", "title": "Public and floating holidays", "text": 
 HR05_QUESTION = {"question": "Can I take a day off for a festival that is not on the holiday list?",
                  "relevant": {"HR-05"}}
 
-# The one place the defaults live; the retrieval maths' own (BM25_K1, ...) are in rag_retrieval.py.
+# The one place the defaults live; the retrieval maths' own (BM25_K1, ...) are in ragkit/retrieval.py.
 SIZE, OVERLAP = rag.defaults(rag.build_chunks).values()   # the tutorial's 50 words, 10 shared
 CHUNKS = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)      # its 17 chunks: A, D, G, H and J
 EXPERIMENTS = "ABCDEFGHIJ"
@@ -87,11 +85,6 @@ def setup(backend: str, chunks: list[dict], minilm: rag.Embedder | None = None):
     """(embedder, index) for these chunks: TF-IDF is refit (cheap), MiniLM reuses one model."""
     embedder = rag.Embedder("tfidf") if backend == "tfidf" else minilm
     return embedder, rag.build_index(chunks, embedder)
-
-
-def dense(scores) -> np.ndarray:
-    """A score matrix as a NumPy array (TF-IDF's products are sparse)."""
-    return scores.toarray() if hasattr(scores, "toarray") else np.asarray(scores)
 
 
 def score_matrix(questions: list[str], index, embedder: rag.Embedder) -> np.ndarray:
@@ -227,7 +220,7 @@ def experiment_b(minilm) -> dict:
     # A finer sweep for the chart: no overlap, and a quarter of the chunk repeated.
     sweep = {0.0: [], 0.25: []}
     settings = [(share, size) for share in sweep for size in B_SWEEP]
-    for share, size in rag_cli.progress(settings, len(settings), "chunking and encoding the sweep",
+    for share, size in plumbing.progress(settings, len(settings), "chunking and encoding the sweep",
                                         " sizes"):         # on stderr: the figures stay clean
         chunks = rag.build_chunks(rag.CORPUS, size, int(size * share))
         embedder, index = setup("minilm", chunks, minilm)
@@ -492,7 +485,7 @@ def run_experiments(letters: str = EXPERIMENTS, minilm: rag.Embedder | None = No
     letters = parse_letters(letters)
     results, skipped = {}, {}
     if minilm is None and set(letters) - NO_EMBEDDINGS:
-        from ir_test_collections import minilm_embedder
+        from ragkit.embeddings import minilm_embedder
         try:
             minilm = minilm_embedder()
         except RuntimeError as exc:
@@ -588,36 +581,33 @@ def write_plots(results: dict, folder: str) -> list[str]:
 
 def plot_folder(folder: str, claim: bool = False) -> Path:
     """The --plot folder if the kit may write there (new, empty or ours); claim=True marks it."""
-    from rag_storage import claim_folder, usable_folder
+    from ragkit.storage import claim_folder, usable_folder
     return claim_folder(folder, "--plot") if claim else usable_folder(folder, "--plot")
 
 
 # == 5. Command line ========================================================================
 def parse_args(argv=None):
     """Command-line flags; every default comes from the block at the top of the file."""
-    from embedding_cache import CACHE_DIR
-    from ir_collections import GRADE_READINGS
-    p = rag_cli.OneLineParser(description="Measure what each RAG setting does to retrieval: "
+    from rageval.ir_collection import GRADE_READINGS
+    p = plumbing.OneLineParser(description="Measure what each RAG setting does to retrieval: "
                                           "the tutorial's experiments A-J, or a test collection.")
     p.add_argument("--only",
                    help=f"experiments to run, e.g. B or A,B,E (default: all of {EXPERIMENTS})")
     p.add_argument("--plot", metavar="DIR", help="also write PNG charts into DIR (needs matplotlib)")
-    p.add_argument("--collection", metavar="PATH",
-                   help="score TF-IDF, BM25, MiniLM, hybrids and feedback on a SMART test "
-                        "collection folder, tuned settings cross-validated")
+    add_collection(p, help="score TF-IDF, BM25, MiniLM, hybrids and feedback on a SMART test "
+                           "collection folder, tuned settings cross-validated")
     p.add_argument("--json", action="store_true", help="with --collection: print one JSON object")
     p.add_argument("--grades", default="auto",
                    help=f"with --collection: how to read relevance grades: auto (higher "
                         f"when the file's grades differ, else binary) or one of {', '.join(GRADE_READINGS)} "
                         f"(default: %(default)s)")
-    p.add_argument("--cache", help=f"with --collection: folder for cached document vectors "
-                                   f"(default: {CACHE_DIR})")
+    add_cache(p, "with --collection: folder for cached document vectors")
     return p.parse_args(argv)
 
 
 def check_flags(args) -> None:
     """Every flag checked before any slow work: a bad one is one line, nothing written."""
-    rag_cli.refuse_empty(args, ("plot", "cache", "collection"), "a path")
+    plumbing.refuse_empty(args, ("plot", "cache", "collection"), "a path")
     if args.collection is None:
         for flag, given in [("--json", args.json), ("--cache", args.cache is not None),
                             ("--grades", args.grades != "auto")]:
@@ -630,7 +620,7 @@ def check_flags(args) -> None:
         parse_letters(args.only)
     if args.plot is not None:
         plot_folder(args.plot)
-        import importlib.util                      # before the work, not after it
+        import importlib.util  # before the work, not after it
         if importlib.util.find_spec("matplotlib") is None:
             raise RuntimeError(NO_MATPLOTLIB)
 
@@ -639,14 +629,14 @@ def run(args) -> None:
     """The experiments, or the test collection if --collection was given."""
     check_flags(args)
     if args.collection:
-        from ir_test_collections import run_collection
+        from rageval.ir_scores import run_collection
         run_collection(args.collection, args.json, args.cache, grades=args.grades)
     else:
         run_experiments(args.only or EXPERIMENTS, plot_dir=args.plot)
 
 
-main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = plumbing.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    rag_cli.leave(main())
+    plumbing.leave(main())

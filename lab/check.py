@@ -24,10 +24,6 @@ LAB = Path(__file__).resolve().parent
 ROOT = LAB.parent
 sys.path.insert(0, str(ROOT))            # the given parts come from rag_from_scratch.py
 
-if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
-    import rag_cli
-    rag_cli.quiet_interrupts()
-
 import argparse  # noqa: E402
 import contextlib
 import importlib.util
@@ -46,7 +42,7 @@ import traceback
 import numpy as np
 
 import rag_from_scratch as rag
-from rag_cli import OneLineParser, leave, one_line, refuse_empty, run_cli
+from ragkit.plumbing import OneLineParser, leave, one_line, refuse_empty, run_cli
 
 FUNCTIONS = ("chunk_text", "cosine_similarity", "search", "build_prompt", "evaluate_retrieval")
 

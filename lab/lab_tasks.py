@@ -16,13 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # find rag_from_scratch.py
 
-if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
-    import rag_cli
-    rag_cli.quiet_interrupts()
 
 import rag_from_scratch as rag  # noqa: E402
-from rag_cli import OneLineParser, leave, run_cli
-from rag_experiments import HR05_DOC, HR05_QUESTION, setup   # HR-05: the new policy of Task 2
+from rag_experiments import HR05_DOC, HR05_QUESTION, setup  # HR-05: the new policy of Task 2
+from ragkit.arguments import add_backend
+from ragkit.embeddings import model_for
+from ragkit.plumbing import OneLineParser, leave, run_cli
 
 # ---------------------------------------------------------------------------
 # Lab data: the new policy and its labelled question (Task 2), and the synonym edit (Task 3c)
@@ -202,8 +201,7 @@ def main(argv=None) -> int:
     p = OneLineParser(description="The RAG lab: baseline, new document, regression, fixes.")
     p.add_argument("--task", type=int, choices=sorted(TASKS), help="run only this task")
     defaults = rag.defaults(rag.Embedder)              # the core's, from its signature
-    p.add_argument("--backend", default=defaults["backend"], choices=rag.Embedder.BACKENDS,
-                   help="embedding backend (default: %(default)s)")
+    add_backend(p, defaults["backend"])
     p.add_argument("--model", default=defaults["model"], help="MiniLM model name or local folder")
     p.add_argument("--reveal", action="store_true", help="Task 3: also print which change wins")
     return run_cli(run_tasks, p.parse_args(argv))
@@ -213,6 +211,7 @@ def run_tasks(args) -> None:
     """Load the embedder once and run the chosen tasks with it."""
     if args.backend == "tfidf":     # MiniLM says "loading ..." itself
         print("loading scikit-learn for TF-IDF ...", file=sys.stderr)
+    args.backend, args.model = model_for(args.backend, args.model)   # one line if it cannot load
     embedder = rag.Embedder(args.backend, args.model)
     for number in [args.task] if args.task else sorted(TASKS):
         if number != (args.task or 1):

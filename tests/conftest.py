@@ -18,7 +18,7 @@ LATE_S = 15
 sys.path.insert(0, str(ROOT))
 
 import rag_from_scratch as rag  # noqa: E402
-from ir_collections import DEFAULT_COLLECTION  # noqa: E402
+from rageval.ir_collection import DEFAULT_COLLECTION  # noqa: E402
 
 # CISI as the repository carries it (data/cisi); until that copy is merged, the shared one
 # beside the checkout. Tests only: the scripts themselves default to data/cisi.
@@ -27,8 +27,10 @@ CISI = DEFAULT_COLLECTION          # data/cisi, shipped with the repository
 
 @pytest.fixture(scope="session")
 def minilm():
-    """The real all-MiniLM-L6-v2 model, loaded once for the whole test run."""
-    return rag.Embedder("minilm")
+    """The real all-MiniLM-L6-v2 model, loaded once for the whole test run, as the kit runs it
+    (ragkit/embeddings.py: each text encoded once, a question on one thread)."""
+    from ragkit.embeddings import CachedEmbedder
+    return CachedEmbedder("minilm")
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +42,17 @@ def chunks():
 @pytest.fixture(scope="session")
 def minilm_index(minilm, chunks):
     return rag.build_index(chunks, minilm)
+
+
+@pytest.fixture()
+def shared_minilm(monkeypatch, minilm):
+    """Let the script's Embedder("minilm") reuse the session's model instead of loading another."""
+    real = rag.Embedder
+
+    def embedder(backend="auto", model="sentence-transformers/all-MiniLM-L6-v2", **kwargs):
+        return minilm if backend in ("minilm", "auto") else real(backend, model, **kwargs)
+
+    monkeypatch.setattr(rag, "Embedder", embedder)
 
 
 @pytest.fixture()
@@ -60,6 +73,59 @@ def silent_server():
     listener.close()
 
 
+PACKAGES = ("ragkit", "rageval", "ragbench")     # the kit's folders of modules
+
+
+def command(script: str) -> list:
+    """What follows `python` to run a script: a file's path ("rag_experiments.py",
+    "lab/check.py"), or -m and a module ("rageval.ir_scores")."""
+    return [str(ROOT / script)] if script.endswith(".py") else ["-m", script]
+
+
+def entry_points() -> set:
+    """Every script of the kit: the root's by file name, the packages' by module name."""
+    scripts = {p.name for p in ROOT.glob("*.py") if 'if __name__ == "__main__"' in p.read_text()}
+    return scripts | {f"{p.parent.name}.{p.stem}" for package in PACKAGES
+                      for p in (ROOT / package).glob("*.py")
+                      if 'if __name__ == "__main__"' in p.read_text()}
+
+
+@pytest.fixture()
+def stalling_http():
+    """start(replies): an HTTP server on 127.0.0.1 that answers GET paths in `replies` with
+    their JSON, and holds every other request unanswered until the test ends; returns its port."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    release, servers = threading.Event(), []
+
+    def start(replies: dict) -> int:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path in replies:
+                    body = json.dumps(replies[self.path]).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                else:
+                    release.wait()                 # the stall: no reply until the test ends
+            do_POST = do_DELETE = do_PUT = do_GET
+
+            def log_message(self, *args):
+                pass
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server.server_address[1]
+    yield start
+    release.set()
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
 def like_a_terminal():
     """Popen(preexec_fn=...): Ctrl-C reaches the child as it would from a terminal, even when
     the test run itself was started in the background (where SIGINT is ignored and inherited)."""
@@ -73,12 +139,13 @@ def run_alone(folder, *args, timeout=120):
     import shutil
     import subprocess
     shutil.copy(ROOT / "rag_from_scratch.py", folder)
-    others = sorted(p.stem for p in ROOT.glob("*.py") if p.stem != "rag_from_scratch")
+    others = sorted([p.stem for p in ROOT.glob("*.py") if p.stem != "rag_from_scratch"]
+                    + list(PACKAGES))
     code = ("import runpy, sys\n"
             "class NotHere:\n"
             "    def find_spec(self, name, path=None, target=None):\n"
             f"        if name.split('.')[0] in {others!r}:\n"
-            "            raise ImportError(f'No module named {name!r}')\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
             "sys.meta_path.insert(0, NotHere())\n"
             "sys.argv = ['rag_from_scratch.py'] + sys.argv[1:]\n"
             "runpy.run_path('rag_from_scratch.py', run_name='__main__')\n")

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ROOT, command, entry_points, press_ctrl_c
 
-import ir_test_collections as rc
 import rag_experiments as rx
 import rag_from_scratch as rag
-import rag_storage
-from conftest import ROOT, press_ctrl_c
+from rageval import ir_scores as rc
+from ragkit import storage
 
 # (script, arguments, a phrase the one error line must hold). In the arguments:
 # {missing} a path that does not exist, {foreign} a folder of the user's own files,
@@ -73,40 +73,40 @@ ROWS = [
     ("rag_experiments.py", "--collection {cisi} --grades sideways", "unknown grade reading"),
     ("rag_experiments.py", "--collection {broken}", "not a finite number"),
     ("rag_experiments.py", "--collection {tiny}", "needs at least 2 judged queries"),
-    # ir_test_collections.py
-    ("ir_test_collections.py", "{missing}", "collection folder not found"),
-    ("ir_test_collections.py", "''", "empty string"),
-    ("ir_test_collections.py", "{foreign}", "no documents file"),
-    ("ir_test_collections.py", "{broken}", "not a finite number"),
-    ("ir_test_collections.py", "{cisi} --bogus", "unrecognized arguments"),
-    ("ir_test_collections.py", "{cisi} --cache {missing}", "--cache goes with --embed"),
-    ("ir_test_collections.py", "{cisi} --embed --cache {foreign}", "did not create"),
-    ("ir_test_collections.py", "{cisi} --embed --cache {file}", "not a folder"),
-    ("ir_test_collections.py", "{cisi} --embed --cache ''", "empty string"),
-    # bench_search.py
-    ("bench_search.py", "--bogus", "unrecognized arguments"),
-    ("bench_search.py", "--k abc", "invalid int value"),
-    ("bench_search.py", "--k 0 --sizes 1000 --tfidf-chunks 0 --minilm-chunks 0", "at least 1"),
-    ("bench_search.py", "--sizes -5 --tfidf-chunks 0 --minilm-chunks 0", "must be larger than k"),
-    ("bench_search.py", "--collection {missing} --sizes --minilm-chunks 0", "not found"),
-    ("bench_search.py", "--rescore 0 --sizes 1000", "--rescore must be at least 1"),
-    ("bench_search.py", "--rescore abc", "invalid int value"),
-    ("bench_search.py", "--real-vectors=yes", "ignored explicit argument"),
-    ("rag_quantized.py", "--rescore 4 0", "--rescore must be at least 1"),
-    # rag_quantized.py
-    ("rag_quantized.py", "--bogus", "unrecognized arguments"),
-    ("rag_quantized.py", "--rescore 0", "--rescore must be at least 1"),
-    ("rag_quantized.py", "--rescore abc", "invalid int value"),
-    ("rag_quantized.py", "--collection {missing}", "collection folder not found"),
-    # rag_generate.py
-    ("rag_generate.py", "--bogus", "unrecognized arguments"),
-    ("rag_generate.py", "--generators nope", "unknown generator 'nope'"),
-    ("rag_generate.py", "--k 0 --generators extractive", "at least 1"),
-    ("rag_generate.py", "--max-tokens abc", "invalid int value"),
-    ("rag_generate.py", "--gold {missing} --generators extractive", "gold file not found"),
-    ("rag_generate.py", "--gold {file} --generators extractive", "line 1"),
-    ("rag_generate.py", "--docs {docs} --generators extractive", "--docs needs --gold"),
-    ("rag_generate.py", "--port 5 --generators extractive", "--port goes with --serve"),
+    # rageval/ir_scores.py
+    ("rageval.ir_scores", "{missing}", "collection folder not found"),
+    ("rageval.ir_scores", "''", "empty string"),
+    ("rageval.ir_scores", "{foreign}", "no documents file"),
+    ("rageval.ir_scores", "{broken}", "not a finite number"),
+    ("rageval.ir_scores", "{cisi} --bogus", "unrecognized arguments"),
+    ("rageval.ir_scores", "{cisi} --cache {missing}", "--cache goes with --embed"),
+    ("rageval.ir_scores", "{cisi} --embed --cache {foreign}", "did not create"),
+    ("rageval.ir_scores", "{cisi} --embed --cache {file}", "not a folder"),
+    ("rageval.ir_scores", "{cisi} --embed --cache ''", "empty string"),
+    # ragbench/search.py
+    ("ragbench.search", "--bogus", "unrecognized arguments"),
+    ("ragbench.search", "--k abc", "invalid int value"),
+    ("ragbench.search", "--k 0 --sizes 1000 --tfidf-chunks 0 --minilm-chunks 0", "at least 1"),
+    ("ragbench.search", "--sizes -5 --tfidf-chunks 0 --minilm-chunks 0", "must be larger than k"),
+    ("ragbench.search", "--collection {missing} --sizes --minilm-chunks 0", "not found"),
+    ("ragbench.search", "--rescore 0 --sizes 1000", "--rescore must be at least 1"),
+    ("ragbench.search", "--rescore abc", "invalid int value"),
+    ("ragbench.search", "--real-vectors=yes", "ignored explicit argument"),
+    ("rageval.quantized", "--rescore 4 0", "--rescore must be at least 1"),
+    # rageval/quantized.py
+    ("rageval.quantized", "--bogus", "unrecognized arguments"),
+    ("rageval.quantized", "--rescore 0", "--rescore must be at least 1"),
+    ("rageval.quantized", "--rescore abc", "invalid int value"),
+    ("rageval.quantized", "--collection {missing}", "collection folder not found"),
+    # rageval/generation.py
+    ("rageval.generation", "--bogus", "unrecognized arguments"),
+    ("rageval.generation", "--generators nope", "unknown generator 'nope'"),
+    ("rageval.generation", "--k 0 --generators extractive", "at least 1"),
+    ("rageval.generation", "--max-tokens abc", "invalid int value"),
+    ("rageval.generation", "--gold {missing} --generators extractive", "gold file not found"),
+    ("rageval.generation", "--gold {file} --generators extractive", "line 1"),
+    ("rageval.generation", "--docs {docs} --generators extractive", "--docs needs --gold"),
+    ("rageval.generation", "--port 5 --generators extractive", "--port goes with --serve"),
     # lab/check.py and lab/lab_tasks.py
     ("lab/check.py", "--bogus", "unrecognized arguments"),
     ("lab/check.py", "--module {missing}", "to grade"),
@@ -120,14 +120,14 @@ ROWS = [
     ("lab/lab_tasks.py", "--backend nope", "invalid choice"),
     ("lab/lab_tasks.py", "--bogus", "unrecognized arguments"),
     ("lab/lab_tasks.py", "--backend minilm --model {missing}", "model folder not found"),
-    ("rag_devset.py", "--backend nope", "invalid choice"),
-    ("bench_ann.py", "--bogus", "unrecognized arguments"),
-    ("bench_learner.py", "--files 1", "--files must be at least 2"),
-    ("bench_learner.py", "--part nope", "invalid choice"),
-    ("bench_learner.py", "--part stream --max-tokens 1", "--max-tokens must be at least 2"),
-    ("rag_devset.py", "--backend tfidf --docs {missing}", "not found"),
-    ("rag_devset.py", "--backend tfidf --questions {missing}", "gold file not found"),
-    ("rag_devset.py", "--backend tfidf --questions {file}", "not JSON"),
+    ("rageval.devset", "--backend nope", "invalid choice"),
+    ("ragbench.ann", "--bogus", "unrecognized arguments"),
+    ("ragbench.learner", "--files 1", "--files must be at least 2"),
+    ("ragbench.learner", "--part nope", "invalid choice"),
+    ("ragbench.learner", "--part stream --max-tokens 1", "--max-tokens must be at least 2"),
+    ("rageval.devset", "--backend tfidf --docs {missing}", "not found"),
+    ("rageval.devset", "--backend tfidf --questions {missing}", "gold file not found"),
+    ("rageval.devset", "--backend tfidf --questions {file}", "not JSON"),
     # verify_bedrock_request.py takes no flags
     ("verify_bedrock_request.py", "--bogus", "unrecognized arguments"),
 ]
@@ -165,6 +165,7 @@ def snapshot(folder: Path) -> dict:
             for p in sorted(folder.rglob("*"))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script, args, expected", list(params()))
 def test_bad_input_is_one_line_a_nonzero_exit_and_nothing_touched(script, args, expected,
                                                                   places, tmp_path):
@@ -172,7 +173,7 @@ def test_bad_input_is_one_line_a_nonzero_exit_and_nothing_touched(script, args, 
     named = {key: shlex.quote(str(path)) for key, path in places.items()}
     argv = shlex.split(args.format(**named))
     before = snapshot(tmp_path)
-    done = subprocess.run([sys.executable, str(ROOT / script), *argv], cwd=ROOT,
+    done = subprocess.run([sys.executable, *command(script), *argv], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     lines = [line for line in done.stderr.splitlines() if not line.startswith("waiting for")]
     assert done.returncode != 0, done.stdout[-500:]
@@ -184,8 +185,7 @@ def test_bad_input_is_one_line_a_nonzero_exit_and_nothing_touched(script, args, 
 
 def test_the_table_covers_every_entry_point_with_40_rows_or_more():
     scripts = {script for script, _, _ in ROWS}
-    entry_points = {p.name for p in ROOT.glob("*.py") if 'if __name__ == "__main__"' in p.read_text()}
-    assert scripts == entry_points | {"lab/check.py", "lab/lab_tasks.py"}
+    assert scripts == entry_points() | {"lab/check.py", "lab/lab_tasks.py"}
     assert len(ROWS) >= 40 and len({(s, a) for s, a, _ in ROWS}) == len(ROWS)
 
 
@@ -235,32 +235,34 @@ def test_a_plot_folder_holding_a_file_named_like_a_chart_is_not_ours(tmp_path):
     ("rag_experiments.py", ["--only", "A"], None),                 # before any import
     ("rag_experiments.py", ["--only", "A"], "importing sentence-transformers"),
     ("rag_experiments.py", ["--only", "A"], "loading all-MiniLM-L6-v2"),
-    ("ir_test_collections.py", ["--embed"], None),
-    ("ir_test_collections.py", ["--embed"], "importing sentence-transformers"),
+    ("rageval.ir_scores", ["--embed"], None),
+    ("rageval.ir_scores", ["--embed"], "importing sentence-transformers"),
 ])
+@pytest.mark.slow
 def test_ctrl_c_while_a_script_starts_is_one_line_and_exit_130(script, args, at, tmp_path):
     if "--embed" in args:
         args = args + ["--cache", str(tmp_path / "cache")]
-    press_ctrl_c([str(ROOT / script), *args], at=at)
+    press_ctrl_c([*command(script), *args], at=at)
 
 
 @pytest.mark.parametrize("script, args", [
-    ("rag_vector_db.py", ["--backend", "tfidf"]), ("bench_ann.py", ["--sizes", "1000"]),
-    ("bench_search.py", ["--sizes", "1000"]), ("bench_learner.py", ["--part", "update", "--files", "20"]),
-    ("lab/check.py", []), ("lab/lab_tasks.py", ["--backend", "tfidf"]), ("rag_devset.py", ["--backend", "tfidf"]),
+    ("rag_vector_db.py", ["--backend", "tfidf"]), ("ragbench.ann", ["--sizes", "1000"]),
+    ("ragbench.search", ["--sizes", "1000"]), ("ragbench.learner", ["--part", "update", "--files", "20"]),
+    ("lab/check.py", []), ("lab/lab_tasks.py", ["--backend", "tfidf"]), ("rageval.devset", ["--backend", "tfidf"]),
 ])
 def test_ctrl_c_before_the_imports_of_every_other_script_is_one_line_and_exit_130(script, args):
-    press_ctrl_c([str(ROOT / script), *args])
+    press_ctrl_c([*command(script), *args])
 
 
 def test_ctrl_c_inside_the_indexing_run_stops_bench_learner_with_exit_130():
-    press_ctrl_c([str(ROOT / "bench_learner.py"), "--part", "update", "--files", "20"],
+    press_ctrl_c(["-m", "ragbench.learner", "--part", "update", "--files", "20"],
                  at="building a MiniLM index")
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_embed_encodes_leaves_no_partial_cache_file(tmp_path):
     cache = tmp_path / "cache"
-    press_ctrl_c([str(ROOT / "ir_test_collections.py"), "--embed", "--cache", str(cache)],
+    press_ctrl_c(["-m", "rageval.ir_scores", "--embed", "--cache", str(cache)],
                  at="encoding 1,458 documents with all-MiniLM-L6-v2")
     assert not list(cache.glob("*.npz")) and not list(cache.glob("*.partial"))
 
@@ -282,6 +284,7 @@ def damage_by_flipping_a_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", [damage_by_truncating, damage_by_flipping_a_byte])
 def test_a_damaged_cache_file_is_ignored_with_one_line_and_rebuilt(minilm, tmp_path, capsys,
                                                                    damage):
@@ -311,8 +314,8 @@ def test_the_cache_refuses_a_folder_of_someone_elses_files(tmp_path):
 def test_a_folder_holding_only_a_file_shaped_like_a_cache_file_is_not_ours(minilm, tmp_path):
     cache = rc.EmbeddingCache(tmp_path)
     cache.encode(minilm, TEXTS[:1])
-    (tmp_path / rag_storage.MARK_FILE).unlink()         # our file's name and shape, not our mark
-    (tmp_path / rag_storage.LOCK_FILE).unlink()
+    (tmp_path / storage.MARK_FILE).unlink()         # our file's name and shape, not our mark
+    (tmp_path / storage.LOCK_FILE).unlink()
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     with pytest.raises(ValueError, match="did not create"):
         rc.EmbeddingCache(tmp_path)

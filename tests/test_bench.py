@@ -4,10 +4,10 @@ import json
 
 import numpy as np
 import pytest
-
-import bench_search as bench
-import rag_from_scratch as rag
 from conftest import CISI
+
+import rag_from_scratch as rag
+from ragbench import search as bench
 
 # The core's defaults, read from its function signatures (one source of truth).
 CHUNK_SIZE = rag.defaults(rag.build_chunks)["chunk_size"]   # the tutorial's 50 words
@@ -38,12 +38,11 @@ def test_json_has_every_field(small_report):
     assert run["read_gb_per_s"] > 0
     assert small_report["threads"]["cpus"] >= 1 and small_report["threads"]["load_before"] >= 0
     assert (run["n"], run["dim"], run["k"]) == (2000, 384, TOP_K)
-    assert run["index_mb"] == pytest.approx(2000 * 384 * 4 / 1e6)
-    # bound = bytes scanned / read bandwidth
-    assert run["bound_ms"] == pytest.approx(2000 * 384 * 4 / (run["read_gb_per_s"] * 1e9) * 1e3)
-    for name in METHODS:
+    assert run["index_mb"] == pytest.approx(2000 * 384 * 4 / 1e6)      # 2,000 x 384 float32
+    assert run["bound_ms"] > 0
+    for name in METHODS:                    # each method timed, next to its own bound reading
         assert run[f"{name}_ms"] >= run[f"{name}_min_ms"] > 0
-        assert run[f"{name}_x_bound"] == pytest.approx(run[f"{name}_ms"] / run["bound_ms"])
+        assert run[f"{name}_x_bound"] > 0
 
 
 def test_core_search_returns_the_same_ids_as_faiss_and_argsort(small_report):
@@ -75,6 +74,7 @@ def test_random_unit_vectors_are_unit_length_float32_and_repeatable():
                                   bench.random_unit_vectors(300, dim=8))
 
 
+@pytest.mark.slow
 def test_tfidf_index_of_10k_cisi_chunks_stays_sparse_and_under_100_mb():
     chunks, source, questions = bench.text_chunks(10_000, CISI)
     assert len(chunks) == 10_000 and "overlap 40" in source
@@ -151,14 +151,15 @@ def test_quantized_rows_have_recall_against_exact_and_memory_per_million(small_r
 @pytest.fixture(scope="module")
 def cisi_minilm(minilm):
     """CISI's document and query vectors (cached): real structure, as MiniLM rows need."""
-    from embedding_cache import EmbeddingCache
-    from ir_collections import load_collection
-    from rag_retrieval import unit_rows
+    from rageval.ir_collection import load_collection
+    from ragkit.embeddings import EmbeddingCache
+    from ragkit.retrieval import unit_rows
     col, cache = load_collection(CISI), EmbeddingCache()
     return (unit_rows(cache.encode(minilm, [d["text"] for d in col["docs"]])),
             unit_rows(cache.encode(minilm, [q["text"] for q in col["queries"]])))
 
 
+@pytest.mark.slow
 def test_minilm_rows_grow_real_vectors_and_use_every_query(cisi_minilm, monkeypatch):
     import io
     from contextlib import redirect_stdout

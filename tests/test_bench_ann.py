@@ -1,4 +1,4 @@
-"""bench_ann.py at a tiny size: every method runs, the exact ones agree with NumPy, the table
+"""ann.py at a tiny size: every method runs, the exact ones agree with NumPy, the table
 is printed; figures of speed are the benchmark's business, never a test's."""
 import re
 from pathlib import Path
@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import bench_ann
 import rag_from_scratch as rag
 import rag_vector_db  # noqa: F401  (imported before a test replaces rag.Embedder)
+from ragbench import ann
 
 ROOT = Path(__file__).resolve().parent.parent
 METHODS = ["NumPy exact (index @ q)", "pgvector exact (no index)", "pgvector HNSW ef_search=40",
@@ -20,9 +20,10 @@ def cisi_folder() -> Path:
     return ROOT / "data" / "cisi"
 
 
+@pytest.mark.slow
 def test_tiny_benchmark_prints_every_method(monkeypatch, minilm, tmp_path, capsys):
     monkeypatch.setattr(rag, "Embedder", lambda backend="minilm", *a, **kw: minilm)
-    code = bench_ann.main(["--sizes", "120", "150", "--queries", "4", "--noise", "0.2",
+    code = ann.main(["--sizes", "120", "150", "--queries", "4", "--noise", "0.2",
                            "--collection", str(cisi_folder()), "--cache", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -41,8 +42,8 @@ def test_tiny_benchmark_prints_every_method(monkeypatch, minilm, tmp_path, capsy
 
 def test_noisy_copies_are_unit_length_and_distinct():
     rng = np.random.default_rng(0)
-    real = bench_ann.unit_rows(rng.standard_normal((5, 8)).astype(np.float32))
-    grown = bench_ann.grow(real, 40, 0.2, rng)
+    real = ann.unit_rows(rng.standard_normal((5, 8)).astype(np.float32))
+    grown = ann.grow(real, 40, 0.2, rng)
     assert grown.shape == (40, 8) and np.allclose(grown[:5], real)
     assert np.allclose(np.linalg.norm(grown, axis=1), 1, atol=1e-5)
     assert len({row.tobytes() for row in grown}) == 40                  # no ties
@@ -51,7 +52,7 @@ def test_noisy_copies_are_unit_length_and_distinct():
 
 
 def test_recall_counts_the_shared_rows():
-    assert bench_ann.recall([[1, 2, 3], [4, 5, 6]], [[3, 2, 9], [4, 5, 6]]) == pytest.approx(5 / 6)
+    assert ann.recall([[1, 2, 3], [4, 5, 6]], [[3, 2, 9], [4, 5, 6]]) == pytest.approx(5 / 6)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -60,6 +61,6 @@ def test_recall_counts_the_shared_rows():
     (["--collection", "/nonexistent"], "no test collection at /nonexistent"),
 ])
 def test_bad_input_is_one_line(argv, message, capsys):
-    assert bench_ann.main(argv) == 1
+    assert ann.main(argv) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1

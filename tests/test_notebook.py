@@ -56,6 +56,7 @@ def test_the_committed_notebook_has_no_outputs():
     assert nb["metadata"]["kernelspec"]["name"] == "python3"
 
 
+@pytest.mark.slow
 def test_the_notebook_prints_the_demos_tfidf_figures(executed):
     text = "".join(o["text"] for o in outputs(executed, "stream") if o["name"] == "stdout")
     assert "backend tfidf" in text
@@ -88,6 +89,7 @@ def test_the_notebook_draws_three_pictures_and_writes_no_error_or_warning(execut
     assert stderr_of(executed) == ""
 
 
+@pytest.mark.slow
 def test_switching_to_minilm_raises_no_iprogress_warning(tmp_path):
     # sentence-transformers imports tqdm.autonotebook, which warns in a kernel without
     # ipywidgets; the notebook's first cell settles that before the model is loaded.

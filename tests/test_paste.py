@@ -4,9 +4,9 @@ import time
 
 import numpy as np
 import pytest
+from conftest import ROOT, run_alone
 
 import rag_from_scratch as rag
-from conftest import ROOT, run_alone
 
 SOURCE = (ROOT / "rag_from_scratch.py").read_text(encoding="utf-8")
 TREE = ast.parse(SOURCE)
@@ -64,9 +64,27 @@ def test_pasted_in_file_order_the_minilm_path_reproduces_the_tutorial(minilm):
         (0.477, "IT-01#0"), (0.273, "IT-02#0"), (0.236, "IT-02#1")]
 
 
+def global_names(code) -> set:
+    """The global names a function's code (and the code nested in it) looks up when it runs."""
+    import dis
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            names |= global_names(const)
+    return names
+
+
 @pytest.mark.parametrize("node", FUNCTIONS, ids=lambda n: n.name)
-def test_each_function_pasted_alone_defines(node):
-    exec(compile(cell(node), node.name, "exec"), {"np": np})
+def test_each_function_needs_only_numpy_and_what_stands_above_it(node):
+    import builtins
+    cell_globals = {"np": np}
+    exec(compile(cell(node), node.name, "exec"), cell_globals)      # pasted alone: it defines
+    made = cell_globals[node.name]
+    codes = ([made.__code__] if callable(made) and hasattr(made, "__code__") else
+             [f.__code__ for f in vars(made).values() if hasattr(f, "__code__")])
+    above = {n.name if hasattr(n, "name") else n.targets[0].id for n in PIPELINE if n.lineno < node.lineno}
+    needed = set().union(*(global_names(c) for c in codes)) - set(dir(builtins)) - {"np", node.name}
+    assert sorted(needed - above) == []           # nothing from below it, nothing from elsewhere
 
 
 def test_the_cli_shows_the_defaults_the_functions_really_use():
@@ -77,12 +95,16 @@ def test_the_cli_shows_the_defaults_the_functions_really_use():
     assert args.region == rag.defaults(rag.generate_with_bedrock)["region"]
 
 
-def test_the_core_stays_short_enough_to_read():
-    assert len(SOURCE.splitlines()) <= 600
+def test_the_core_opens_with_its_docstring_and_numpy_and_never_aliases_itself():
+    first = [n for n in TREE.body if not isinstance(n, ast.Expr)][0]     # after the docstring
+    assert isinstance(first, ast.Import) and [(a.name, a.asname) for a in first.names] == [("numpy", "np")]
+    assert "sys.modules" not in SOURCE and "signal" not in SOURCE and "os._exit" not in SOURCE
+    assert len(SOURCE.splitlines()) < 600
 
 
 @pytest.mark.parametrize("backend, line", [
     ("tfidf", "k=1: hit_rate=0.90  recall=0.85"), ("minilm", "k=1: hit_rate=1.00  recall=0.95")])
+@pytest.mark.slow
 def test_copied_alone_into_an_empty_folder_the_file_prints_the_tutorials_figures(tmp_path, backend, line):
     out = run_alone(tmp_path, "--backend", backend)
     assert out.returncode == 0, out.stderr
@@ -98,8 +120,8 @@ def test_copied_alone_generate_with_the_placeholder_stops_before_any_work(tmp_pa
 def test_copied_alone_a_companion_flag_names_the_file_it_needs(tmp_path):
     out = run_alone(tmp_path, "--docs", "notes/")
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr == ("error: --docs notes/: flags beyond the tutorial need rag_cli.py and the "
-                          "other files of the kit beside this one\n")
+    assert out.stderr == ("error: --docs: flags beyond the tutorial need the kit (the ragkit "
+                          "folder beside this file)\n")
 
 
 def test_question_answers_without_rerunning_the_demo(capsys):

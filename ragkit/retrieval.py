@@ -1,7 +1,7 @@
 """
-rag_retrieval.py: the retrieval maths the experiments and the test-collection scores share.
+ragkit/retrieval.py: the retrieval maths the experiments and the test-collection scores share.
 
-    from rag_retrieval import bm25_matrix, bm25_scores, hybrid_scores, minmax, reciprocal_rank_fusion
+    from ragkit.retrieval import bm25_matrix, bm25_scores, hybrid_scores, minmax, reciprocal_rank_fusion
     vectorizer, W = bm25_matrix(texts)                # sparse: W[d, t] = BM25 weight of term t in d
     keyword = bm25_scores(["new fathers"], vectorizer, W)
     fused = hybrid_scores(minmax(keyword), minmax(dense), weight=0.3)
@@ -24,13 +24,14 @@ the functions that need them.
 from __future__ import annotations
 
 import functools
-import re
 import sys
 import time
 
 import numpy as np
 
 import rag_from_scratch as rag  # light: NumPy only at import
+from ragkit import documents, embeddings
+from ragkit.plumbing import refuse_empty
 
 # == Defaults: the one place they live (the experiments' CLI reads them from here) =========
 BM25_K1 = 1.5            # how quickly repeats of a word stop adding score (rank_bm25's default)
@@ -175,11 +176,6 @@ def neighbour_smoothed(docs: np.ndarray, g: float = 0.5, neighbours: int = 10) -
     return unit_rows(docs + g * (top_rows(similar, neighbours) @ docs))
 
 
-def split_sentences(text: str) -> list[str]:
-    """Cut after '.', '!' or '?' followed by a space ("id.kestrelwood.example" stays whole)."""
-    return [s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s]
-
-
 # == 4. Bootstrap intervals over questions =================================================
 def bootstrap_ci(values, resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float]:
     """95% interval for the mean of per-question values, resampling questions with replacement."""
@@ -205,9 +201,9 @@ GET_RERANKER = (f"download it once where the network is open (`hf download {RERA
 
 
 def load_reranker(model: str = RERANKER):
-    """A sentence-transformers CrossEncoder from a local copy, through the core's one loader."""
+    """A sentence-transformers CrossEncoder from a local copy (ragkit/embeddings.py)."""
     try:
-        return rag.load_minilm(model, kind="CrossEncoder")
+        return embeddings.load_cross_encoder(model)
     except RuntimeError as exc:
         if "no local copy" not in str(exc):
             raise
@@ -234,11 +230,6 @@ def hybrid_setting(value: str):
     except ValueError:
         pass
     raise ValueError(f"--hybrid takes rrf or a BM25 weight between 0 and 1 (e.g. 0.3), got {value!r}")
-
-
-def with_context(chunks: list[dict]) -> list[str]:
-    """The text to embed for each chunk: its title ("file > heading") in front of its words."""
-    return [f"{c['title']}\n{c['text']}" for c in chunks]
 
 
 def passes(doc: dict, source: str | None, tag: str | None) -> bool:
@@ -276,7 +267,7 @@ def make_retriever(chunks: list[dict], index, embedder, hybrid=None, reranker=No
                    context: bool = False, allowed=None, context_vectors=None):
     """fn(question, k) -> the k best chunks with their "score": filter, fuse, then rerank;
     fn.timing counts the seconds reranking took and the queries it served."""
-    texts = with_context(chunks) if context else [c["text"] for c in chunks]
+    texts = documents.with_context(chunks) if context else [c["text"] for c in chunks]
     if context and context_vectors is not None:      # made already (a saved --index keeps them)
         index = context_vectors
     elif context:                                    # TF-IDF relearns its words with the titles
@@ -375,7 +366,6 @@ def print_variant(eval_set, retrieve, k: int, name: str) -> None:
 
 def check_args(args) -> None:
     """--hybrid, --rerank, --source, --tag, --context, --compare: the values, before slow work."""
-    from rag_cli import refuse_empty
     refuse_empty(args, ("source", "tag", "rerank"))
     if args.hybrid is not None:
         hybrid_setting(args.hybrid)
@@ -387,12 +377,11 @@ def check_args(args) -> None:
         if args.docs:
             import contextlib
             import io
-            import rag_docs
             with contextlib.redirect_stderr(io.StringIO()):   # its [skip] lines come later, once
-                docs = rag_docs.load_documents(args.docs, args.exclude)
+                docs = documents.load_documents(args.docs, args.exclude)
         check_filters(docs, args.source, args.tag)
-    if args.rerank not in (None, "auto") and not rag.find_local_model(args.rerank):
-        if args.rerank.startswith((".", "/", "~")) or args.rerank.count("/") > 1:
+    if args.rerank not in (None, "auto") and not embeddings.model_folder(args.rerank):
+        if embeddings.looks_like_folder(args.rerank):
             raise FileNotFoundError(f"model folder not found: {args.rerank} (give a folder holding "
                                     f"config.json)")
         raise RuntimeError(f"no local copy of the reranker {args.rerank}: {GET_RERANKER}")

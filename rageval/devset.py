@@ -1,11 +1,11 @@
 """
-rag_devset.py: score the --docs path on a real documentation folder: what the reader made of
+rageval/devset.py: score the --docs path on a real documentation folder: what the reader made of
 the pages, how well retrieval finds the right file, and what the extractive generator answers.
 
-    python rag_devset.py                       # MkDocs' own docs (data/devset), MiniLM
-    python rag_devset.py --backend tfidf
-    python rag_devset.py --show-answers        # every answer, worst first
-    python rag_devset.py --docs my_docs/ --questions my_questions.jsonl
+    python -m rageval.devset                       # MkDocs' own docs (data/devset), MiniLM
+    python -m rageval.devset --backend tfidf
+    python -m rageval.devset --show-answers        # every answer, worst first
+    python -m rageval.devset --docs my_docs/ --questions my_questions.jsonl
 
 The development set (data/devset/README.md says how it was made): 19 pages of MkDocs' docs
 (admonitions, code, tables, a long changelog); 38 questions in users' words, each with the files
@@ -13,21 +13,14 @@ and a phrase that answer it, and 8 the pages cannot answer. Settings are tuned h
 tutorial's ten policies alone. Offline; MiniLM runs on this machine's cores.
 """
 
-
-if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
-    import rag_cli
-    rag_cli.quiet_interrupts()
-
 import re
-from pathlib import Path
 
-import rag_cli
-import rag_docs
 import rag_from_scratch as rag
-import rag_generate as gen
-import rag_extractive
+from rageval import generation as gen
+from rageval.devsets import DEVSET
+from ragkit import documents, extractive, plumbing
+from ragkit.arguments import add_backend
 
-DEVSET = Path(__file__).resolve().parent / "data" / "devset"
 K = 5                       # hit@5 and MRR@5; the answer's prompt gets the top 3
 
 # What markup left in a chunk's prose looks like (code blocks are left out of the count).
@@ -63,15 +56,15 @@ def verdict(row: dict, item: dict) -> str:
 
 def run(args) -> None:
     """Index the folder, then print the artefacts, retrieval and answer tables."""
-    import rag_retrieval
+    from ragkit import retrieval
     gold = gen.load_gold(args.questions)
-    docs = rag_docs.load_documents(args.docs)
+    docs = documents.load_documents(args.docs)
     embedder = rag.Embedder(args.backend)
-    fits = rag_docs.model_fits(embedder)
-    chunks = rag_docs.document_chunks(docs, fits=fits)
+    fits = documents.model_fits(embedder)
+    chunks = documents.document_chunks(docs, fits=fits)
     index = rag.build_index(chunks, embedder)
     print(f"{len(docs)} files -> {len(chunks)} chunks, backend={embedder.backend}")
-    rag_docs.print_biggest_file(chunks)
+    documents.print_biggest_file(chunks)
 
     print("\n== What the reader left in the chunks (0 is the goal) ==")
     for name, n in artefact_counts(chunks, fits).items():
@@ -81,13 +74,13 @@ def run(args) -> None:
     print(f"\n== Retrieval ({len(answerable)} answerable questions, by file) ==")
     print(f"  {'variant':<9} hit@1  hit@{K}  mrr@{K}")
     for name, context in (("plain", False), ("context", True)):   # context: the --docs default
-        retrieve = rag_retrieval.make_retriever(chunks, index, embedder, context=context)
+        retrieve = retrieval.make_retriever(chunks, index, embedder, context=context)
         m = rag.evaluate_retrieval(answerable, index, chunks, embedder, k=K, retrieve=retrieve)
         print(f"  {name:<9} {m['hit1']:.2f}   {m['hit_rate']:.2f}   {m['mrr']:.2f}")
 
-    results = gen.evaluate_generation(gold, {"extractive": rag_extractive.extractive_generator()}, index,
-                                      chunks, embedder, k=3, system_prompt=rag_docs.DOCS_SYSTEM_PROMPT,
-                                      prompt_fn=rag_docs.build_fenced_prompt, retrieve=retrieve)["extractive"]
+    results = gen.evaluate_generation(gold, {"extractive": extractive.extractive_generator()}, index,
+                                      chunks, embedder, k=3, system_prompt=documents.DOCS_SYSTEM_PROMPT,
+                                      prompt_fn=documents.build_fenced_prompt, retrieve=retrieve)["extractive"]
     verdicts = [verdict(row, item) for row, item in zip(results["rows"], gold)]
     print(f"\n== Extractive answers ({len(gold)} questions, top 3 chunks with context) ==")
     for name in ("right", "partial", "wrong", "refused (wrong)", "refused (right)", "answered (wrong)"):
@@ -100,15 +93,15 @@ def run(args) -> None:
 
 
 def main(argv=None) -> int:
-    """`python rag_devset.py --help` lists the flags."""
-    p = rag_cli.OneLineParser(description="Score the --docs path on a real documentation folder.")
+    """`python -m rageval.devset --help` lists the flags."""
+    p = plumbing.OneLineParser(description="Score the --docs path on a real documentation folder.")
     p.add_argument("--docs", default=str(DEVSET / "docs"), help="the folder (default: data/devset/docs)")
     p.add_argument("--questions", default=str(DEVSET / "questions.jsonl"),
                    help="JSON Lines: question, relevant files, answer patterns (or answerable: false)")
-    p.add_argument("--backend", default="minilm", choices=rag.Embedder.BACKENDS[1:])
+    add_backend(p, "minilm", auto=False)
     p.add_argument("--show-answers", action="store_true", help="print every answer, worst first")
-    return rag_cli.run_cli(run, p.parse_args(argv))
+    return plumbing.run_cli(run, p.parse_args(argv))
 
 
 if __name__ == "__main__":
-    rag_cli.leave(main())
+    plumbing.leave(main())

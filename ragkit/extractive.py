@@ -1,5 +1,5 @@
 """
-rag_extractive.py: an answer with no model: the retrieved sentences that best match the question.
+ragkit/extractive.py: an answer with no model: the retrieved sentences that best match the question.
 
     python rag_from_scratch.py --question "How much time off do new fathers get?" --generator extractive
 
@@ -16,11 +16,11 @@ import math
 import re
 
 import rag_from_scratch as rag
-from rag_retrieval import split_sentences
+from ragkit.text import split_sentences
 
 MIN_SUPPORT = 0.25        # refuse below this share of the question supported
                           # (chosen by leave-one-question-out over the gold file and the development
-                          # set: `python rag_generate.py --tune-refusal`)
+                          # set: `python -m rageval.generation --tune-refusal`)
 
 
 # ---------------------------------------------------------------------------
@@ -71,7 +71,7 @@ def stop_words() -> frozenset:
 def fold(word: str) -> str:
     """Fold plurals and -ed/-ing so "booked" meets "book": fold("policies") -> "policy".
 
-    Lighter than the Porter2 stemmer BM25 uses (rag_retrieval.word_analyzer): with Porter2 the
+    Lighter than the Porter2 stemmer BM25 uses (ragkit.retrieval.word_analyzer): with Porter2 the
     refusal rule lets more unanswerable questions through (held-out 20/30 right, not 22/30).
     """
     if len(word) > 4 and word.endswith("ies"):

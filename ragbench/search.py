@@ -1,31 +1,26 @@
 """
-bench_search.py: how fast is exact search, and how close is it to what memory allows?
+ragbench/search.py: how fast is exact search, and how close is it to what memory allows?
 
-    python bench_search.py                         # N = 10k, 100k, 1M (needs about 4 GB free)
-    python bench_search.py --sizes 10000 100000    # choose the sizes
-    python bench_search.py --json                  # the same figures as one JSON object
+    python -m ragbench.search                         # N = 10k, 100k, 1M (needs about 4 GB free)
+    python -m ragbench.search --sizes 10000 100000    # choose the sizes
+    python -m ragbench.search --json                  # the same figures as one JSON object
 
 Exact search reads the whole index for every query, so none beats
 bound = index bytes / memory read bandwidth, measured here next to each method. On the same
 random unit vectors and queries it times matvec (index @ q alone), core (what search runs:
 index @ q on build_index's column-major matrix, then top_k), rowmajor (the same on a row-major
 matrix), argsort (the tutorial's first version) and FAISS IndexFlatIP, in ms and as multiples
-of the bound. Then rag_quantized's int8 and binary search, with and without exact rescoring,
+of the bound. Then rageval/quantized.py's int8 and binary search, with and without exact rescoring,
 and FAISS's IndexScalarQuantizer (8 bit) and IndexBinaryFlat: multiples of the same bound,
 recall@10 against exact search, memory per million vectors; each rescored at every --rescore
 depth. The same rows again on MiniLM vectors of real text at each N (CISI's texts plus noisy
-copies, as bench_ann.py builds them; its 112 queries). Then, on real text: a sparse
+copies, as ragbench/ann.py builds them; its 112 queries). Then, on real text: a sparse
 TF-IDF index of 10,000 chunks against the tutorial's dense .toarray() (computed, not
 allocated), and MiniLM's chunks per second.
 Offline, on the CPU; timings move with other work on the machine: compare ratios in one run.
 """
 
 from __future__ import annotations
-
-
-if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
-    import rag_cli
-    rag_cli.quiet_interrupts()
 
 import argparse
 import json
@@ -36,9 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-import rag_cli
 import rag_from_scratch as rag
-from ir_collections import DEFAULT_COLLECTION, load_collection
+from rageval.ir_collection import DEFAULT_COLLECTION, load_collection
+from ragkit import plumbing
+from ragkit.arguments import add_collection, add_k
 
 # The core's defaults, read from its function signatures (one source of truth).
 CHUNK_SIZE, OVERLAP = rag.defaults(rag.build_chunks).values()   # the tutorial's 50 words, 10 shared
@@ -83,7 +79,7 @@ def read_bandwidth(buffer: np.ndarray, repeats: int = REPEATS) -> dict:
 def thread_counts() -> dict:
     """CPUs, how busy they already are, and how many threads BLAS and FAISS may use."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None    # not on Windows
-    from threadpoolctl import threadpool_info          # installed with scikit-learn
+    from threadpoolctl import threadpool_info  # installed with scikit-learn
     counts = {"cpus": os.cpu_count(), "load_before": load, "blas": max(
         (p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=None)}
     try:
@@ -162,9 +158,9 @@ def bench_size(index: np.ndarray, queries: np.ndarray, k: int, buffer: np.ndarra
 
 
 def quantized_methods(index: np.ndarray, k: int = RECALL_K, rescores=RESCORES) -> dict:
-    """name -> (search(q) giving k ids, bytes per vector == MB per million): rag_quantized's
+    """name -> (search(q) giving k ids, bytes per vector == MB per million): rageval/quantized.py's
     variants, then FAISS's scalar-quantizer and binary flat indexes, rescored the same way."""
-    import rag_quantized as rq
+    from rageval import quantized as rq
     dim = index.shape[1]
     size = {"float32": 4 * dim, "int8": dim, "binary": -(-dim // 8)}
     methods = {name: (search, size[name.split()[0]])
@@ -190,11 +186,11 @@ def quantized_methods(index: np.ndarray, k: int = RECALL_K, rescores=RESCORES) -
 
 
 def minilm_vectors(collection) -> tuple[np.ndarray, np.ndarray]:
-    """MiniLM vectors of CISI's distinct texts and of its queries, as bench_ann.py reads
+    """MiniLM vectors of CISI's distinct texts and of its queries, as ragbench/ann.py reads
     them (encoded once, then read from .rag_cache)."""
-    from bench_ann import real_texts
-    from embedding_cache import EmbeddingCache
-    from rag_retrieval import unit_rows
+    from ragbench.ann import real_texts
+    from ragkit.embeddings import EmbeddingCache
+    from ragkit.retrieval import unit_rows
     col = load_collection(collection)
     cache, embedder = EmbeddingCache(), rag.Embedder("minilm")
     queries = [q["text"] for q in col["queries"]]
@@ -347,19 +343,18 @@ def print_report(report: dict) -> None:
 # == 5. Command line ========================================================================
 def parse_args(argv=None):
     """Command-line flags; defaults come from the block at the top of this file."""
-    p = rag_cli.OneLineParser(description="Exact-search latency against the memory bound, "
+    p = plumbing.OneLineParser(description="Exact-search latency against the memory bound, "
                                           "TF-IDF memory at scale, MiniLM throughput.")
     p.add_argument("--sizes", type=int, nargs="*", default=SIZES,
                    help="index sizes N (default: %(default)s); none skips the search test")
-    p.add_argument("--k", type=int, default=TOP_K, help="results per query (default: %(default)s)")
+    add_k(p, TOP_K)
     p.add_argument("--repeats", type=int, default=REPEATS, help="timed queries per method")
     p.add_argument("--bandwidth-mb", type=int, default=BANDWIDTH_MB,
                    help="buffer size for the memory-bandwidth test")
     p.add_argument("--tfidf-chunks", type=int, default=TFIDF_CHUNKS, help="0 skips the TF-IDF test")
     p.add_argument("--minilm-chunks", type=int, default=MINILM_CHUNKS, help="0 skips MiniLM")
-    p.add_argument("--collection", default=None,
-                   help=f"text for the TF-IDF, MiniLM and real-vector tests (default: "
-                        f"{DEFAULT_COLLECTION} if present, else made-up text)")
+    add_collection(p, help=f"text for the TF-IDF, MiniLM and real-vector tests (default: "
+                           f"{DEFAULT_COLLECTION} if present, else made-up text)")
     p.add_argument("--rescore", type=int, nargs="+", default=RESCORES,
                    help="quantized rows: rescore the best R x 10, one row per R "
                         "(default: %(default)s)")
@@ -410,7 +405,8 @@ def measure(args) -> dict:
             report["search"].append(run)
         del buffer, index
         if args.real_vectors:
-            from bench_ann import NOISE, SEED as ANN_SEED, grow
+            from ragbench.ann import NOISE, grow
+            from ragbench.ann import SEED as ANN_SEED
             real, queries = minilm_vectors(args.collection or DEFAULT_COLLECTION)
             for run in report["search"]:
                 vectors = grow(real, run["n"], NOISE, np.random.default_rng(ANN_SEED))
@@ -441,8 +437,8 @@ def run(args) -> None:
     print(json.dumps(report, indent=1)) if args.json else print_report(report)
 
 
-main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = plumbing.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    rag_cli.leave(main())
+    plumbing.leave(main())

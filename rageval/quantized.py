@@ -1,8 +1,8 @@
 """
-rag_quantized.py: search that fits in memory: int8 and binary vectors, rescored exactly.
+rageval/quantized.py: search that fits in memory: int8 and binary vectors, rescored exactly.
 
-    python rag_quantized.py               # CISI: recall@10 and nDCG@10 of each variant
-    python bench_search.py --sizes 100000 # their speed against the float32 read bound
+    python -m rageval.quantized               # CISI: recall@10 and nDCG@10 of each variant
+    python -m ragbench.search --sizes 100000 # their speed against the float32 read bound
 
 A million MiniLM vectors are 1,536 MB as float32, and exact search reads all of it per query.
 int8 keeps one byte per dimension (384 MB), binary one bit (48 MB): search reads only those
@@ -14,11 +14,8 @@ reads MiniLM vectors from .rag_cache (encoded once if they are missing).
 
 from __future__ import annotations
 
-if __name__ == "__main__":      # Ctrl-C while the imports below load: one line, exit 130
-    import rag_cli
-    rag_cli.quiet_interrupts()
-
-import rag_cli
+from ragkit import plumbing
+from ragkit.arguments import add_collection
 
 
 # == 1. Indexes and search ==================================================================
@@ -53,6 +50,7 @@ def rescored(q, candidates, vectors=None, k=10):
     """The k candidates with the best exact scores q @ vectors[i]; without vectors the first k.
     vectors may be np.load("vectors.npy", mmap_mode="r"): only the candidates' rows are read."""
     import numpy as np
+
     from rag_from_scratch import top_k
     if vectors is None:
         return candidates[:k]
@@ -63,6 +61,7 @@ def rescored(q, candidates, vectors=None, k=10):
 def int8_search(q, codes, scale, k=10, rescore=4, vectors=None):
     """Top-k ids by codes @ (q * scale), the dot product with the decoded vectors."""
     import numpy as np
+
     from rag_from_scratch import top_k
     q_scaled, scores = (q * scale).astype(np.float32), np.empty(len(codes), dtype=np.float32)
     for start in range(0, len(codes), 1024):    # NumPy has no int8 matmul: widen a cached block
@@ -73,6 +72,7 @@ def int8_search(q, codes, scale, k=10, rescore=4, vectors=None):
 def binary_search(q, words, k=10, rescore=4, vectors=None):
     """Top-k ids by the fewest sign bits that differ from the query's (Hamming distance)."""
     import numpy as np
+
     from rag_from_scratch import top_k
     distance = hamming(words, binary_index(q)[0]).astype(np.int32)     # signed: -distance
     return rescored(q, top_k(-distance, k if vectors is None else rescore * k), vectors, k)
@@ -99,10 +99,11 @@ def cisi_quality(collection=None, embedder=None, k=10, rescores=(4,)) -> dict:
     """variant -> recall@k and nDCG@k on CISI's judged queries (MiniLM, whole documents),
     and the share of float32's top k it returns ("exact")."""
     import numpy as np
+
     import rag_from_scratch as rag
-    from embedding_cache import EmbeddingCache
-    from ir_collections import DEFAULT_COLLECTION, load_collection
-    from ir_test_collections import query_metrics
+    from rageval.ir_collection import DEFAULT_COLLECTION, load_collection
+    from rageval.ir_scores import query_metrics
+    from ragkit.embeddings import EmbeddingCache
     col = load_collection(collection or DEFAULT_COLLECTION)
     judged = [q for q in col["queries"] if q["qid"] in col["qrels"]]
     cache, embedder = EmbeddingCache(), embedder or rag.Embedder("minilm")
@@ -124,8 +125,8 @@ def cisi_quality(collection=None, embedder=None, k=10, rescores=(4,)) -> dict:
 
 def parse_args(argv=None):
     """The collection and the rescoring depth."""
-    p = rag_cli.OneLineParser(description="Recall@10 and nDCG@10 on CISI: float32, int8, binary.")
-    p.add_argument("--collection", help="a test collection folder (default: data/cisi)")
+    p = plumbing.OneLineParser(description="Recall@10 and nDCG@10 on CISI: float32, int8, binary.")
+    add_collection(p, help="a test collection folder (default: data/cisi)")
     p.add_argument("--rescore", type=int, nargs="+", default=[4],
                    help="rescore the best R x 10, one row per R (default: 4)")
     return p.parse_args(argv)
@@ -146,8 +147,8 @@ def run(args) -> None:
           "read again as float32")
 
 
-main = rag_cli.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = plumbing.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    rag_cli.leave(main())
+    plumbing.leave(main())

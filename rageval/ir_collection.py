@@ -1,7 +1,7 @@
 """
-ir_collections.py: load a classic IR test collection in the SMART layout (CISI, in data/cisi).
+rageval/ir_collection.py: load a classic IR test collection in the SMART layout (CISI, in data/cisi).
 
-    from ir_collections import load_collection
+    from rageval.ir_collection import load_collection
     col = load_collection("data/cisi")
     col["counts"]   # {'docs': 1460, 'queries': 112, 'judged_queries': 76, 'pairs': 3114}
 
@@ -30,7 +30,7 @@ import math
 import re
 from pathlib import Path
 
-DEFAULT_COLLECTION = Path(__file__).resolve().parent / "data" / "cisi"
+DEFAULT_COLLECTION = Path(__file__).resolve().parent.parent / "data" / "cisi"
 FILE_PATTERNS = {"documents": "*.all", "queries": "*.qry", "relevance": "*.rel"}   # any case
 SMART_ID = re.compile(r"\.I(?:\s+(\S+))?\s*$")          # ".I 12" starts record 12
 SMART_FIELD = re.compile(r"\.([A-Z])(?:\s+(.*))?$")     # ".T", ".W ", ".A Smith, J."

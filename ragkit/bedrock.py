@@ -1,5 +1,5 @@
 """
-rag_bedrock.py: Amazon Bedrock for the command line, with advice instead of tracebacks.
+ragkit/bedrock.py: Amazon Bedrock for the command line, with advice instead of tracebacks.
 
 rag_from_scratch.generate_with_bedrock is the lesson: one Converse call. This companion
 wraps it for `--generate` so a learner's first run fails kindly and never hangs:
@@ -14,7 +14,8 @@ import os
 import time
 
 import rag_from_scratch as rag
-from rag_cli import with_deadline
+from ragkit.plumbing import with_deadline
+from ragkit.text import shown
 
 ATTEMPTS = 3                 # botocore standard retry mode: the first try included
 CONNECT_TIMEOUT_S = 5
@@ -94,7 +95,6 @@ def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
                       deadline_s: float = DEADLINE_S, stream: bool = False):
     """llm_fn(prompt, system_prompt) -> str for Bedrock, bounded in time, with advice on errors;
     stream=True: an iterator of the answer's text pieces (converse_stream)."""
-    from rag_docs import shown                      # no escape sequence reaches the terminal
     if not model_id or model_id.startswith("<"):
         raise ValueError("Amazon Bedrock needs a real --model-id (a model or inference-profile "
                          "id enabled in your account), not the placeholder")
@@ -103,13 +103,9 @@ def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
 
     def pieces(prompt: str, system_prompt: str):
         """The answer's text deltas as ConverseStream sends them, all within deadline_s."""
-        # The request is generate_with_bedrock's: the core has no function that builds it alone.
         deadline = time.monotonic() + deadline_s
         try:
-            request = {"modelId": model_id,
-                       "system": [{"text": system_prompt or rag.SYSTEM_PROMPT}],
-                       "messages": [{"role": "user", "content": [{"text": prompt}]}],
-                       "inferenceConfig": {"maxTokens": 300, "temperature": 0.0}}
+            request = rag.converse_request(prompt, system_prompt, model_id)   # generate_with_bedrock's
             response = with_deadline(f"Amazon Bedrock in {region}", deadline_s,
                                      lambda: client.converse_stream(**request),
                                      "check your network")

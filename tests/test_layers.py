@@ -1,0 +1,117 @@
+"""The house in layers: every import, at module level or inside a function, goes down a floor;
+the core's main() handing unknown flags to the kit's CLI is the one door up. Files and
+functions stay within their budgets (700 and 60 lines), and the table of lines per file is
+printed, so growth is visible in every run (pytest -s, or -rP)."""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The floors, lowest first. A module may import only modules on lower floors.
+FLOORS = {
+    # 0: the ground floor: the lesson itself, and the plumbing every script shares
+    "rag_from_scratch": 0, "ragkit.plumbing": 0, "ragkit.text": 0,
+    # 1-2: storage, then the embedding models and their cached vectors
+    "ragkit.storage": 1,
+    "ragkit.embeddings": 2, "ragkit.markdown": 2, "ragkit.readers": 2,
+    # 3-4: your own files as chunks; the shared flags
+    "ragkit.documents": 3, "ragkit.arguments": 3,
+    "ragkit.saved_index": 4, "ragkit.retrieval": 4, "ragkit.extractive": 4, "ragkit.bedrock": 4,
+    # 5-6: the generators, then the command line on top
+    "ragkit.llm": 5,
+    "ragkit.cli": 6,
+    # 7-: the scripts: evaluation, the design card's companions, benchmarks, the lab
+    "rageval.ir_collection": 7, "rageval.devsets": 7,
+    "rageval.ir_scores": 8, "rageval.generation": 8,
+    "rageval.devset": 9, "rageval.quantized": 9, "rag_experiments": 9, "rag_vector_db": 9,
+    "verify_bedrock_request": 9,
+    "ragbench.ann": 10, "ragbench.learner": 10, "ragbench.search": 11,
+    "lab.lab_tasks": 12, "lab.check": 12, "lab.starter": 12,
+    "lab.handouts.chunk_text": 12, "lab.handouts.build_prompt": 12,
+}
+HOOK = ("rag_from_scratch", "ragkit.cli")     # the core's main() hands unknown flags to the kit
+PACKAGES = ("ragkit", "rageval", "ragbench")
+FILE_LINES, FUNCTION_LINES = 700, 60
+
+
+def kit_files() -> dict:
+    """module name -> path, for every Python file of the kit (tests and lab's tests excepted)."""
+    files = {p.stem: p for p in ROOT.glob("*.py")}
+    for folder in (*PACKAGES, "lab", "lab/handouts"):
+        for p in (ROOT / folder).glob("*.py"):
+            if p.stem not in ("__init__", "conftest") and not p.stem.startswith("test_"):
+                files[f"{folder.replace('/', '.')}.{p.stem}"] = p
+    return files
+
+
+def imports(path: Path, known: set) -> set:
+    """The kit's modules that `path` imports anywhere in it (module level or in a function)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        found |= {name for name in names if name in known}
+    return found
+
+
+def graph() -> dict:
+    """module -> the kit's modules it imports."""
+    files = kit_files()
+    return {name: imports(path, set(files)) - {name} for name, path in files.items()}
+
+
+def test_every_module_has_a_floor():
+    assert sorted(set(kit_files()) - set(FLOORS)) == []
+
+
+def test_no_module_imports_one_on_its_own_floor_or_above():
+    upward = sorted(f"{module} (floor {FLOORS[module]}) imports {target} (floor {FLOORS[target]})"
+                    for module, targets in graph().items() for target in targets
+                    if FLOORS[target] >= FLOORS[module] and (module, target) != HOOK)
+    assert upward == []
+
+
+def test_the_only_cycle_is_the_cores_hook_into_the_cli():
+    edges = graph()
+    edges["rag_from_scratch"] = edges["rag_from_scratch"] - {HOOK[1]}
+    state = {}
+
+    def visit(module, path):           # depth-first: a module met again on its own path closes a loop
+        state[module] = "open"
+        for target in sorted(edges[module]):
+            if state.get(target) == "open":
+                pytest.fail("import cycle: " + " -> ".join(path + [module, target]))
+            if target not in state:
+                visit(target, path + [module])
+        state[module] = "done"
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [])
+    assert HOOK[1] in graph()["rag_from_scratch"]       # the hook itself is still there
+
+
+def test_the_cli_is_imported_only_by_the_cores_hook():
+    assert sorted(m for m, targets in graph().items() if "ragkit.cli" in targets) == ["rag_from_scratch"]
+
+
+def test_files_and_functions_stay_within_their_budgets():
+    everything = sorted([*kit_files().values(), *ROOT.glob("tests/*.py"), *ROOT.glob("lab/*.py")])
+    rows, over = [], []
+    for path in dict.fromkeys(everything):
+        text = path.read_text(encoding="utf-8")
+        lines = len(text.splitlines())
+        rows.append(f"{lines:6d}  {path.relative_to(ROOT)}")
+        if lines > FILE_LINES:
+            over.append(f"{path.relative_to(ROOT)}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > FUNCTION_LINES:
+                    over.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
+    print("\nlines per file\n" + "\n".join(rows))
+    assert over == []
