@@ -371,10 +371,11 @@ def rag_answer(question: str, index, chunks: list[dict], embedder: "Embedder", k
                llm_fn=None, system_prompt: str = None, prompt_fn=None, retrieve=None) -> dict:
     """Retrieve, augment, then generate with any `llm_fn(prompt, system_prompt) -> str`;
     retrieve(question, k) replaces Step 3's search, prompt_fn(question, chunks) Step 4."""
-    retrieve = retrieve or (lambda question, k: search(question, index, chunks, embedder, k=k))
-    found = retrieve(question, k)
-    # A chunk at score 0 shares no word with the question (TF-IDF): it only adds noise.
-    retrieved = [r for r in found if round(r["score"], 3) != 0] or found
+    if retrieve:                                  # the kit's retrievers (fused scores, filters)
+        found = retrieved = retrieve(question, k)
+    else:                 # Step 3's cosine: a chunk at 0 shares no word (TF-IDF), only noise
+        found = search(question, index, chunks, embedder, k=k)
+        retrieved = [r for r in found if round(r["score"], 3) != 0] or found
     prompt = (prompt_fn or build_prompt)(question, retrieved)
     answer = llm_fn(prompt, system_prompt or SYSTEM_PROMPT) if llm_fn else None
     return {"question": question, "found": found, "retrieved": retrieved, "prompt": prompt,
@@ -394,9 +395,9 @@ def defaults(fn) -> dict:
             if p.default is not inspect.Parameter.empty}
 
 
-def print_results(results: list[dict]) -> None:
-    """Print 'score  chunk_id  title' lines; chunks at 0.000 (TF-IDF: no shared word) are counted."""
-    matched = [r for r in results if round(r["score"], 3) != 0.0]
+def print_results(results: list[dict], count_zeros: bool = True) -> None:
+    """Print 'score  chunk_id  title' lines; cosines at 0.000 (TF-IDF: no shared word) are counted."""
+    matched = [r for r in results if round(r["score"], 3) != 0.0 or not count_zeros]
     for r in matched:                    # a file's title ("notes.md > Setup") names it already
         name = (f"{r['title']}  #{r['chunk_id'].rsplit('#')[-1]}" if r["title"].startswith(r["doc_id"])
                 else f"{r['chunk_id']:<9} {r['title']}")
@@ -464,12 +465,13 @@ def index_sample(args):
 
 
 def answer_question(question, chunks, index, embedder, k, llm=None, retrieve=None,
-                    prompt_fn=build_prompt, system_prompt=SYSTEM_PROMPT) -> None:
-    """Show the chunks found for one question and the prompt, then the answer if a model is set."""
+                    prompt_fn=build_prompt, system_prompt=SYSTEM_PROMPT, flag_uncited=False) -> None:
+    """Show the chunks found for one question and the prompt, then the answer if a model is set;
+    flag_uncited: say so when the answer cites none of the passages."""
     k = min(k, len(chunks))
     asked = rag_answer(question, index, chunks, embedder, k, retrieve=retrieve, prompt_fn=prompt_fn)
     print(f"\n== Your question (k={k}) ==\nQ: {question}")
-    print_results(asked["found"])
+    print_results(asked["found"], count_zeros=retrieve is None)   # fused scores: 0.000 is the lowest
     print("\n-- the prompt a model would read --\n" + asked["prompt"])
     if llm is None:
         print("\n(no answer generated: add --generator extractive for an offline answer, "
@@ -483,6 +485,8 @@ def answer_question(question, chunks, index, embedder, k, llm=None, retrieve=Non
              if f"[{r['doc_id']}]" in answer or f"[{r['doc_id']} >" in answer]
     if cited:
         print("sources: " + ", ".join(dict.fromkeys(cited)))
+    elif flag_uncited and answer.strip() not in system_prompt:   # not the refusal it asks for
+        print("(unsupported: this answer cites none of the passages above; check it against them)")
 
 
 def tutorial_parser():

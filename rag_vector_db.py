@@ -55,7 +55,7 @@ def index_fingerprint(corpus: list[dict], embedder: rag.Embedder, chunk_size: in
                       overlap: int) -> dict:
     """What a stored index was built from; a stored copy is usable only if all of it matches."""
     return {"backend": embedder.backend,
-            "model": embeddings.model_identity(embedder),   # name and weights, as --index checks
+            "model": embeddings.model_identity(embedder.backend, embedder.model_name),   # name and weights, as --index checks
             "chunk_size": chunk_size, "overlap": overlap,
             "corpus": saved_index.fingerprint(corpus),       # changes when any id or text does
             "space": "cosine"}

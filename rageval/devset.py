@@ -1,29 +1,42 @@
 """
-rageval/devset.py: score the --docs path on a real documentation folder: what the reader made of
-the pages, how well retrieval finds the right file, and what the extractive generator answers.
+rageval/devset.py: the --docs path scored on the development sets: what the reader made of the
+pages, whether retrieval finds the right file, whether the k passages hold the answer at all,
+and what the generators answer.
 
-    python -m rageval.devset                       # MkDocs' own docs (data/devset), MiniLM
-    python -m rageval.devset --backend tfidf
-    python -m rageval.devset --show-answers        # every answer, worst first
+    python -m rageval.devset                        # every set that is here, MiniLM
+    python -m rageval.devset --sets black,pip       # some of them
+    python -m rageval.devset --generators extractive,local
+    python -m rageval.devset --show-answers         # each set's worst answers, verbatim
     python -m rageval.devset --docs my_docs/ --questions my_questions.jsonl
 
-The development set (data/devset/README.md says how it was made): 19 pages of MkDocs' docs
-(admonitions, code, tables, a long changelog); 38 questions in users' words, each with the files
-and a phrase that answer it, and 8 the pages cannot answer. Settings are tuned here, not on the
-tutorial's ten policies alone. Offline; MiniLM runs on this machine's cores.
+The sets (rageval/devsets.py, data/devsets/README.md): five projects' docs, each with 30 or more
+questions in users' words, the files and the facts that answer them, and 8 the pages cannot
+answer. An answer is right when it states every fact in its first 50 words and cites a file
+that answers; partial when it states some of them (or all, citing another file); wrong when it
+states none; unanswerable questions should be refused. Offline; MiniLM runs on this machine.
 """
 
+import argparse
 import re
+import sys
+from pathlib import Path
+
+import numpy as np
 
 import rag_from_scratch as rag
+from rageval import devsets
 from rageval import generation as gen
-from rageval.devsets import DEVSET
-from ragkit import documents, extractive, plumbing
+from ragkit import chunking, documents, plumbing, retrieval
 from ragkit.arguments import add_backend
+from ragkit.embeddings import CachedEmbedder, EmbeddingCache
+from ragkit.text import CODE
 
-K = 5                       # hit@5 and MRR@5; the answer's prompt gets the top 3
+K = 5                       # hit@5 and MRR@5 by file
+PROMPT_K = documents.K      # the passages an answer is written from, as --docs gives them
+VERDICTS = ("right", "partial", "wrong", "refused (wrong)", "refused (right)", "answered (wrong)")
+WORST_FIRST = ("answered (wrong)", "wrong", "refused (wrong)", "partial", "refused (right)", "right")
 
-# What markup left in a chunk's prose looks like (code blocks are left out of the count).
+# What markup left in a chunk's prose looks like (code is left out of the count).
 ARTEFACTS = {
     "heading attribute {#id}": r"\{:?\s*[#.][^{}\n]*\}",
     "admonition or tab marker": r"(?m)^\s*(?:!!!|\?\?\?|///|:::|===)",
@@ -34,73 +47,149 @@ ARTEFACTS = {
 }
 
 
-def artefact_counts(chunks: list[dict], fits) -> dict:
-    """How many chunks show each kind of left-over markup, and the other faults of a chunk."""
-    prose = [re.sub(r"```[^\n]*\n.*?\n```", "", c["text"], flags=re.S) for c in chunks]  # no code
+# == Indexing a set as --docs does ===========================================================
+def build(folder, embedder, cache=None, context: bool = True):
+    """(chunks, vectors of the variant in use): the folder read and chunked as --docs does it,
+    each chunk embedded once (through the disk cache when one is given)."""
+    docs = documents.load_documents(folder)
+    chunks = chunking.document_chunks(docs, fits=chunking.model_fits(embedder))
+    texts = chunking.with_context(chunks) if context else [c["text"] for c in chunks]
+    if embedder.backend == "minilm" and cache is not None:
+        vectors = np.asfortranarray(cache.encode(embedder, texts, "chunks"))
+    else:
+        vectors = rag.build_index([{"text": t} for t in texts], embedder)
+    return chunks, vectors
+
+
+def retriever(chunks, vectors, embedder, context: bool, hybrid=retrieval.DOCS_HYBRID):
+    """fn(question, k): the kit's --docs retrieval over vectors already made for `context`."""
+    return retrieval.make_retriever(chunks, None if context else vectors, embedder,
+                                    hybrid=hybrid or None, context=context,
+                                    context_vectors=vectors if context else None)
+
+
+# == Scores =================================================================================
+def verdict(answer: str, item: dict, refusal: str) -> str:
+    """right / partial / wrong / refused (wrong) for an answerable question (facts in the first
+    50 words, a relevant file cited); refused (right) / answered (wrong) for the others."""
+    refused = answer.strip() == refusal
+    if not item["answerable"]:
+        return "refused (right)" if refused else "answered (wrong)"
+    if refused:
+        return "refused (wrong)"
+    head = gen.fact_head(answer)
+    found = [bool(p.search(head)) for p in item["answer"]]
+    if all(found) and gen.cites_relevant(answer, item["relevant"]):
+        return "right"
+    return "partial" if any(found) else "wrong"
+
+
+def artefact_counts(chunks: list[dict], fits, context: bool = True) -> dict:
+    """How many chunks show each kind of left-over markup, and the other faults of a chunk:
+    too long for the model (with the title in front under --context), a lead-in with nothing
+    after it, ten words or fewer."""
+    prose = [CODE.sub("", c["text"]) for c in chunks]         # code blocks and `spans` left out
     counts = {name: sum(bool(re.search(p, text)) for text in prose) for name, p in ARTEFACTS.items()}
     code = [c for c in chunks if "```" in c["text"]]
     counts["code block on one line"] = sum("\n" not in c["text"] for c in code)
-    counts["longer than the model reads"] = sum(not fits(c["text"]) for c in chunks)
+    texts = chunking.with_context(chunks) if context else [c["text"] for c in chunks]
+    counts["longer than the model reads"] = sum(not fits(t) for t in texts)
+    counts["ending in a colon"] = sum(c["text"].rstrip().endswith(":") for c in chunks)
     counts["ten words or fewer"] = sum(len(c["text"].split()) <= 10 for c in chunks)
     return counts
 
 
-def verdict(row: dict, item: dict) -> str:
-    """right / wrong / refused for an answerable question; refused / answered for the others."""
-    if not item["answerable"]:
-        return "refused (right)" if row["refused"] else "answered (wrong)"
-    if row["refused"]:
-        return "refused (wrong)"
-    return "right" if row["fact"] and row["cited"] else "partial" if row["fact"] else "wrong"
+def score(gold: list[dict], chunks, vectors, embedder, generators: dict, context: bool = True) -> dict:
+    """Retrieval by file, answer in context, and each generator's verdicts, for one set."""
+    retrieve = retriever(chunks, vectors, embedder, context)
+    answerable = [g for g in gold if g["answerable"]]
+    m = rag.evaluate_retrieval(answerable, None, None, None, k=K, retrieve=retrieve)
+    in_context = [documents.holds_every_fact(rag.rag_answer(g["question"], None, chunks, None, PROMPT_K,
+                                                  retrieve=retrieve)["retrieved"], g)
+                  for g in answerable]
+    results = gen.evaluate_generation(gold, generators, None, chunks, None, k=PROMPT_K,
+                                      system_prompt=documents.DOCS_SYSTEM_PROMPT,
+                                      prompt_fn=documents.build_fenced_prompt, retrieve=retrieve)
+    refusal = gen.refusal_sentence(documents.DOCS_SYSTEM_PROMPT)
+    answers = {name: [{**row, "verdict": verdict(row["answer"], item, refusal)}
+                      for row, item in zip(r["rows"], gold)] for name, r in results.items()}
+    return {"hit1": m["hit1"], "hit5": m["hit_rate"], "mrr": m["mrr"], "answerable": len(answerable),
+            "unanswerable": len(gold) - len(answerable), "in_context": float(np.mean(in_context)),
+            "answers": answers, "chunks": len(chunks),
+            "median_words": float(np.median([len(c["text"].split()) for c in chunks])),
+            "faults": artefact_counts(chunks, chunking.model_fits(embedder), context)}
+
+
+def counts(rows: list[dict]) -> dict:
+    """verdict -> how many answers got it."""
+    return {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
+
+
+# == Printing ===============================================================================
+def print_scores(name: str, s: dict, show: int) -> None:
+    """One set's figures: retrieval, answer in context, each generator's verdicts."""
+    n = s["answerable"]
+    print(f"\n== {name}: {n} answerable and {s['unanswerable']} unanswerable questions ==")
+    f = s["faults"]
+    markup = sum(f[name] for name in ARTEFACTS) + f["code block on one line"]
+    print(f"chunks: {s['chunks']}, median {s['median_words']:.0f} words; {f['longer than the model reads']} "
+          f"longer than the model reads, {f['ending in a colon']} ending in a colon, {markup} with "
+          f"markup left, {f['ten words or fewer']} of ten words or fewer")
+    print(f"retrieval by file: hit@1 {s['hit1']:.2f}  hit@{K} {s['hit5']:.2f}  mrr@{K} {s['mrr']:.2f}")
+    print(f"answer in context (every gold fact in the {PROMPT_K} passages): {s['in_context']:.2f}")
+    for generator, rows in s["answers"].items():
+        c = counts(rows)
+        print(f"{generator}: right {c['right']}, partial {c['partial']}, wrong {c['wrong']}, "
+              f"refused {c['refused (wrong)']} of {n} answerable; refused {c['refused (right)']} "
+              f"of {s['unanswerable']} unanswerable")
+        for row in sorted(rows, key=lambda r: WORST_FIRST.index(r["verdict"]))[:show]:
+            print(f"  [{row['verdict']}] {row['question']}\n    {' '.join(row['answer'].split())[:400]}")
 
 
 def run(args) -> None:
-    """Index the folder, then print the artefacts, retrieval and answer tables."""
-    from ragkit import retrieval
-    gold = gen.load_gold(args.questions)
-    docs = documents.load_documents(args.docs)
-    embedder = rag.Embedder(args.backend)
-    fits = documents.model_fits(embedder)
-    chunks = documents.document_chunks(docs, fits=fits)
-    index = rag.build_index(chunks, embedder)
-    print(f"{len(docs)} files -> {len(chunks)} chunks, backend={embedder.backend}")
-    documents.print_biggest_file(chunks)
-
-    print("\n== What the reader left in the chunks (0 is the goal) ==")
-    for name, n in artefact_counts(chunks, fits).items():
-        print(f"  {n:5d}  {name}")
-
-    answerable = [g for g in gold if g["answerable"]]
-    print(f"\n== Retrieval ({len(answerable)} answerable questions, by file) ==")
-    print(f"  {'variant':<9} hit@1  hit@{K}  mrr@{K}")
-    for name, context in (("plain", False), ("context", True)):   # context: the --docs default
-        retrieve = retrieval.make_retriever(chunks, index, embedder, context=context)
-        m = rag.evaluate_retrieval(answerable, index, chunks, embedder, k=K, retrieve=retrieve)
-        print(f"  {name:<9} {m['hit1']:.2f}   {m['hit_rate']:.2f}   {m['mrr']:.2f}")
-
-    results = gen.evaluate_generation(gold, {"extractive": extractive.extractive_generator()}, index,
-                                      chunks, embedder, k=3, system_prompt=documents.DOCS_SYSTEM_PROMPT,
-                                      prompt_fn=documents.build_fenced_prompt, retrieve=retrieve)["extractive"]
-    verdicts = [verdict(row, item) for row, item in zip(results["rows"], gold)]
-    print(f"\n== Extractive answers ({len(gold)} questions, top 3 chunks with context) ==")
-    for name in ("right", "partial", "wrong", "refused (wrong)", "refused (right)", "answered (wrong)"):
-        print(f"  {verdicts.count(name):3d}  {name}")
-    if args.show_answers:
-        order = sorted(range(len(gold)), key=lambda i: ["answered (wrong)", "wrong", "refused (wrong)",
-                                                        "partial", "refused (right)", "right"].index(verdicts[i]))
-        for i in order:
-            print(f"\n[{verdicts[i]}] {gold[i]['question']}\n  {results['rows'][i]['answer'][:300]}")
+    """Index each set, then print its figures."""
+    if args.docs:
+        if not Path(args.docs).is_dir():
+            raise FileNotFoundError(f"document folder not found: {args.docs}")
+        sets = {args.docs: (args.docs, args.questions)}
+    else:
+        names = args.sets.split(",") if args.sets else devsets.available()
+        sets = {name: (devsets.pages(name), devsets.questions(name)) for name in names}
+    embedder = CachedEmbedder(args.backend)
+    cache = EmbeddingCache(args.cache) if embedder.backend == "minilm" else None
+    generators = {name: gen.make_generator(name, args, embedder=embedder)
+                  for name in args.generators.split(",")}
+    for name, (folder, questions) in sets.items():
+        gold = gen.load_gold(questions)
+        chunks, vectors = build(folder, embedder, cache, args.context)
+        print(f"\n{name}: {len(chunks)} chunks, backend={embedder.backend}", file=sys.stderr)
+        print_scores(name, score(gold, chunks, vectors, embedder, generators, args.context),
+                     args.show_answers)
 
 
-def main(argv=None) -> int:
-    """`python -m rageval.devset --help` lists the flags."""
-    p = plumbing.OneLineParser(description="Score the --docs path on a real documentation folder.")
-    p.add_argument("--docs", default=str(DEVSET / "docs"), help="the folder (default: data/devset/docs)")
-    p.add_argument("--questions", default=str(DEVSET / "questions.jsonl"),
-                   help="JSON Lines: question, relevant files, answer patterns (or answerable: false)")
+def parse_args(argv=None):
+    """Which sets, which generators, how many answers to show."""
+    from ragkit.llm import add_model_arguments
+    p = plumbing.OneLineParser(description="Score the --docs path on the development sets.")
+    p.add_argument("--sets", help=f"comma-separated, from {', '.join(devsets.SETS)} (default: every one here)")
+    p.add_argument("--docs", metavar="FOLDER", help="your own folder instead (give --questions too)")
+    p.add_argument("--questions", help="with --docs: JSON Lines of questions, files and facts")
     add_backend(p, "minilm", auto=False)
-    p.add_argument("--show-answers", action="store_true", help="print every answer, worst first")
-    return plumbing.run_cli(run, p.parse_args(argv))
+    p.add_argument("--generators", default="extractive", help="comma-separated (default: %(default)s)")
+    p.add_argument("--context", action=argparse.BooleanOptionalAction, default=True,
+                   help="embed each chunk with its title in front (default: on, as --docs)")
+    p.add_argument("--show-answers", type=int, default=0, metavar="N", help="each set's N worst answers")
+    p.add_argument("--cache", help="where encoded chunk vectors are kept (default: .rag_cache)")
+    add_model_arguments(p)
+    p.add_argument("--model-id", default=rag.defaults(rag.generate_with_bedrock)["model_id"])
+    p.add_argument("--region", default=rag.defaults(rag.generate_with_bedrock)["region"])
+    args = p.parse_args(argv)
+    if bool(args.docs) != bool(args.questions):
+        raise ValueError("--docs and --questions go together")
+    return args
+
+
+main = plumbing.main_for(run, parse_args)
 
 
 if __name__ == "__main__":

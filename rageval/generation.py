@@ -21,9 +21,11 @@ import time
 from pathlib import Path
 
 import rag_from_scratch as rag
-from ragkit import plumbing
+from ragkit import chunking, plumbing
 from ragkit.arguments import add_backend, add_k
+from ragkit.documents import fact_text
 from ragkit.extractive import content_words, extract_answer, refusal_sentence, stop_words
+from ragkit.text import CODE
 from ragkit.llm import GENERATORS, INSTALL_LOCAL, add_model_arguments, make_generator, serve
 
 BEDROCK = rag.defaults(rag.generate_with_bedrock)   # the placeholder model id and the region
@@ -73,8 +75,9 @@ CITATION = re.compile(r"\[([^\[\]\n]+)\]")
 
 
 def cited_ids(answer: str) -> list[str]:
-    """Every [ID] in an answer, e.g. "... 24 days [HR-01]." -> ["HR-01"]."""
-    return [c.strip() for c in CITATION.findall(answer)]
+    """Every [ID] in an answer's prose, e.g. "... 24 days [HR-01]." -> ["HR-01"] (a TOML
+    [table] in a code block is no citation)."""
+    return [c.strip() for c in CITATION.findall(CODE.sub(" ", answer))]
 
 
 def cites_relevant(answer: str, relevant: set) -> bool:
@@ -85,8 +88,12 @@ def cites_relevant(answer: str, relevant: set) -> bool:
 
 def states_facts(answer: str, patterns: list) -> bool:
     """True if every pattern matches within the first FACT_WORDS words of the answer."""
-    head = " ".join(answer.split()[:FACT_WORDS])
-    return all(p.search(head) for p in patterns)
+    return all(p.search(fact_head(answer)) for p in patterns)
+
+
+def fact_head(answer: str) -> str:
+    """The first FACT_WORDS words of an answer, as facts are matched (ragkit.documents.fact_text)."""
+    return fact_text(" ".join(answer.split()[:FACT_WORDS]))
 
 
 def faithfulness(answer: str, retrieved_text: str, stop: frozenset) -> float:
@@ -193,10 +200,10 @@ def is_right(answer: str, item: dict, refusal: str) -> bool:
 
 
 def tune_refusal(cases: list[dict], grid=SUPPORT_GRID) -> dict:
-    """Leave one question out: pick min_support on the other questions, judge the one left out.
+    """Leave one set out: pick min_support on the other sets' questions, judge the set left out.
 
-    A case is {"item": gold item, "prompt": ..., "system": system prompt, "question": key}; a
-    question asked with two backends is left out with both prompts. Ties: the smaller threshold.
+    A case is {"item": gold item, "prompt": ..., "system": system prompt, "question": (set,
+    question)}; the tutorial's gold file asked with two backends is one set. Ties: the smaller.
     """
     sweep, refusals = {}, [refusal_sentence(c["system"]) for c in cases]
     for t in grid:
@@ -204,8 +211,8 @@ def tune_refusal(cases: list[dict], grid=SUPPORT_GRID) -> dict:
         sweep[t] = {"right": [is_right(a, c["item"], r) for a, c, r in zip(answers, cases, refusals)],
                     "refused": [a == r for a, r in zip(answers, refusals)]}
     picks, held_out = [], 0
-    for key in dict.fromkeys(c["question"] for c in cases):
-        out = [c["question"] == key for c in cases]
+    for key in dict.fromkeys(c["question"][0] for c in cases):
+        out = [c["question"][0] == key for c in cases]
         t = max(grid, key=lambda t: (sum(r for r, o in zip(sweep[t]["right"], out) if not o), -t))
         picks.append(t)
         held_out += sum(r for r, o in zip(sweep[t]["right"], out) if o)
@@ -221,8 +228,8 @@ def format_tuning(result: dict, cases: list[dict]) -> str:
         good_refusals = sum(r for r, a in zip(s["refused"], ok) if not a)
         lines.append(f"{t:>11.2f}  {sum(s['right']):>5}  {wrong_refusals:>18}  {good_refusals:>20}")
     picked = ", ".join(f"{t:.2f}" for t in sorted(set(result["picks"])))
-    lines.append(f"leave-one-question-out: {result['held_out']}/{result['total']} right on held-out "
-                 f"questions (thresholds picked: {picked})")
+    lines.append(f"leave-one-set-out: {result['held_out']}/{result['total']} right on held-out "
+                 f"sets (thresholds picked: {picked})")
     return "\n".join(lines)
 
 
@@ -277,7 +284,7 @@ def corpus_setup(args):
     if args.docs:
         from ragkit import documents
         docs = documents.load_documents(args.docs)
-        return documents.document_chunks(docs), documents.build_fenced_prompt, documents.DOCS_SYSTEM_PROMPT
+        return chunking.document_chunks(docs), documents.build_fenced_prompt, documents.DOCS_SYSTEM_PROMPT
     return rag.build_chunks(rag.CORPUS), rag.build_prompt, rag.SYSTEM_PROMPT
 
 
@@ -294,11 +301,15 @@ def run(args) -> None:
     gold = load_gold(args.gold)
     if args.tune_refusal:
         return print_tuning(gold, args)
-    names = args.generators.split(",") if args.generators else available_generators(args)
-    generators = {name.strip(): make_generator(name.strip(), args, args.stream) for name in names}
+    names = [n.strip() for n in (args.generators.split(",") if args.generators else available_generators(args))]
+    generators = {name: make_generator(name, args, args.stream) for name in names
+                  if name != "extractive"}               # first: a missing model or key fails early
     chunks, prompt_fn, system = corpus_setup(args)
     embedder = rag.Embedder(args.backend)
     index = rag.build_index(chunks, embedder)
+    if "extractive" in names:          # on your pages it scores sentences with the index's model
+        generators = {name: generators.get(name) or make_generator(
+                          name, args, args.stream, embedder if args.docs else None) for name in names}
     results = evaluate_generation(gold, generators, index, chunks, embedder,
                                   k=min(args.k, len(chunks)), system_prompt=system, prompt_fn=prompt_fn)
     n_ok = sum(g["answerable"] for g in gold)
@@ -312,8 +323,9 @@ def run(args) -> None:
 
 
 def print_tuning(gold: list[dict], args) -> None:
-    """Sweep the extractive refusal threshold: the gold file on both backends, and (without
-    --docs) the development set's 46 questions on MiniLM, so the choice rests on real pages too."""
+    """Sweep the threshold of the extractive answer by words (the tutorial's pages, and --docs
+    with TF-IDF): the gold file on both backends and (without --docs) each development set that
+    is here, on TF-IDF as --docs --backend tfidf reads it; then leave one set out."""
     chunks, prompt_fn, system = corpus_setup(args)
     k = min(args.k, len(chunks))
     cases = []
@@ -321,16 +333,15 @@ def print_tuning(gold: list[dict], args) -> None:
         cases += tuning_cases(gold, chunks, prompt_fn, system, rag.Embedder(backend), k, "gold")
     where = f"{len(gold)} questions x 2 backends (tfidf, minilm)"
     if not args.docs:
-        from rageval.devsets import DEVSET
+        from rageval import devsets
         from ragkit import documents
-        devset = load_gold(DEVSET / "questions.jsonl")
-        embedder = rag.Embedder("minilm")
-        pages = documents.document_chunks(documents.load_documents(DEVSET / "docs"),
-                                         fits=documents.model_fits(embedder))
-        cases += tuning_cases(devset, pages, documents.build_fenced_prompt,
-                              documents.DOCS_SYSTEM_PROMPT, embedder, k, "devset", context=True)
-        where += f" + {len(devset)} development-set questions (minilm)"
-    print(f"extractive refusal threshold on {where}, k={k}")
+        for name in devsets.available():
+            questions = load_gold(devsets.questions(name))
+            pages = chunking.document_chunks(documents.load_documents(devsets.pages(name)))
+            cases += tuning_cases(questions, pages, documents.build_fenced_prompt, documents.DOCS_SYSTEM_PROMPT,
+                                  rag.Embedder("tfidf"), documents.K, name, context=True)
+            where += f" + {name} ({len(questions)})"
+    print(f"extractive refusal threshold (answers by words) on {where}")
     print(format_tuning(tune_refusal(cases), cases))
 
 

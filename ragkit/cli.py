@@ -15,7 +15,7 @@ then the core's answer_question() shows the chunks, the prompt and the answer.
 import argparse
 
 import rag_from_scratch as rag
-from ragkit import embeddings
+from ragkit import chunking, documents, embeddings, retrieval
 from ragkit import llm as generators
 from ragkit.plumbing import run_cli
 
@@ -55,7 +55,14 @@ def parse_args(argv=None):
     g.add_argument("--compare", action="store_true",
                    help="score plain, hybrid, rerank and context side by side (the demo's questions, "
                         "or --eval FILE with --docs)")
+    p.set_defaults(chunk_size=None, k=None)   # the tutorial's, or --docs' own (chosen on real docs)
     args = p.parse_args(argv)
+    if args.chunk_size is None:
+        args.chunk_size = chunking.WORDS if args.docs else rag.defaults(rag.build_chunks)["chunk_size"]
+    if args.k is None:
+        args.k = documents.K if args.docs else rag.defaults(rag.search)["k"]
+    if args.hybrid is None and args.docs:
+        args.hybrid = str(retrieval.DOCS_HYBRID)
     if args.generate and args.generator not in (None, "bedrock"):
         raise ValueError("choose one: --generate (Amazon Bedrock, as in the tutorial) or --generator NAME")
     args.generator = "bedrock" if args.generate else args.generator
@@ -92,13 +99,14 @@ def run(args) -> None:
     check_args(args)
     args.backend, args.model = embeddings.model_for(args.backend, args.model)   # hub id: its folder
     llm = None
-    if args.generator:                    # built first, so a missing model or key fails early
+    if args.generator and args.generator != "extractive":   # first: a missing model or key fails early
         llm = generators.make_generator(args.generator, args, args.stream)
     prompt_fn, system_prompt, eval_set = rag.build_prompt, rag.SYSTEM_PROMPT, rag.EVAL_SET
-    context = None                        # --context's vectors, when a saved --index has them
+    context = None                        # vectors of each chunk with its title in front
     if args.docs:                         # your own folder instead of the sample
-        from ragkit import documents, saved_index
-        chunks, index, embedder, context = saved_index.index_folder(args)
+        from ragkit import saved_index
+        chunks, index, embedder = saved_index.index_folder(args)
+        context = index if args.context else None       # --context: the index embeds titles
         prompt_fn, system_prompt = documents.build_fenced_prompt, documents.DOCS_SYSTEM_PROMPT
         eval_set = documents.load_eval_file(args.eval, {c["doc_id"] for c in chunks}) if args.eval else None
         if eval_set:
@@ -106,17 +114,20 @@ def run(args) -> None:
             rag.print_evaluation(eval_set, index, chunks, embedder, args.k)
         elif not args.question:
             print('next: add --question "..." to ask about these files')
-    elif args.question or llm:
+    elif args.question or args.generator:
         chunks, index, embedder = rag.index_sample(args)
     else:
         chunks, index, embedder = rag.run_demo(args)
+    if args.generator == "extractive":    # on your pages it scores sentences with the index's model
+        llm = generators.make_generator(args.generator, args, args.stream, embedder if args.docs else None)
     retrieve = None
     if better_retrieval(args):            # hybrid, rerank, filters, context, --compare
-        from ragkit import retrieval
         retrieve = retrieval.retriever_for(args, chunks, index, embedder, eval_set, context)
-    if args.question or llm:
+    if args.docs and eval_set:            # the facts, if the file has them: can any answer be right?
+        documents.print_answer_in_context(eval_set, index, chunks, embedder, args.k, retrieve)
+    if args.question or args.generator:
         rag.answer_question(args.question or rag.VACATION_Q, chunks, index, embedder, args.k, llm,
-                            retrieve, prompt_fn, system_prompt)
+                            retrieve, prompt_fn, system_prompt, flag_uncited=bool(args.docs))
 
 
 def main(argv=None) -> int:

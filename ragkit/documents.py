@@ -20,30 +20,47 @@ from pathlib import Path
 
 import numpy as np
 
-from ragkit.markdown import read_markdown
 from ragkit.plumbing import read_jsonl, refuse_empty
 from ragkit.storage import usable_folder
-from ragkit.text import shown, split_sentences
+from ragkit.text import shown
 
 MAX_FILE_BYTES = 2_000_000   # bigger files are logs and dumps, not notes: skipped with one line
 MAX_DEPTH = 32               # folders nested deeper than this are named and skipped
 SUFFIXES = (".md", ".txt")
+K = 5                        # passages a --docs answer is written from (a prompt of ~1,000 words)
+MAX_FRONT_MATTER = 65_536    # characters of front matter read for tags: more is no note's header
+MAX_NESTING = 16             # YAML nested deeper is no list of tags (50,000 deep ends PyYAML)
 
 
 # == Loading a folder =====================================================================
 FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.S)
 
 
+def nesting(text: str) -> int:
+    """How deep brackets nest in a text: nesting("a: [1, [2]]") -> 2."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def split_front_matter(text: str) -> tuple[list[str], str]:
-    """(tags, text without front matter), read by PyYAML; a block that is not YAML has no tags."""
+    """(tags, text without front matter), read by PyYAML; a block that is not YAML, is longer
+    than MAX_FRONT_MATTER or nests deeper than MAX_NESTING has no tags."""
     import yaml
     match = FRONT_MATTER.match(text)
     if not match:
         return [], text
-    try:
-        meta = yaml.safe_load(match.group(1))
-    except yaml.YAMLError:
-        meta = None
+    block, meta = match.group(1), None
+    if len(block) <= MAX_FRONT_MATTER and nesting(block) <= MAX_NESTING:
+        try:
+            meta = yaml.safe_load(block)
+        except (yaml.YAMLError, RecursionError):
+            meta = None
     tags = meta.get("tags", []) if isinstance(meta, dict) else []
     tags = [str(t).strip() for t in (tags if isinstance(tags, list) else [tags])
             if isinstance(t, (str, int, float)) and str(t).strip()]
@@ -123,109 +140,6 @@ def load_documents(folder, exclude=()) -> list[dict]:
     return docs
 
 
-# == Chunks sized by what the model reads =================================================
-def units(kind: str, text: str, words: int, fits) -> list[tuple[str, str]]:
-    """A block as (kind, text) pieces: prose over `words` words splits at sentences, lists at
-    items, tables at rows; code stays whole while it fits, then splits between lines, fenced."""
-    if fits(text) and (kind in ("code", "table") or len(text.split()) <= words):
-        return [(kind, text)]
-    if kind == "code":
-        fence, *code = text.split("\n")[:-1]
-        pieces, current = [], []
-        for line in code:
-            if current and not fits("\n".join([fence, *current, line, "```"])):
-                pieces.append(("code", "\n".join([fence, *current, "```"])))
-                current = []
-            current.append(line)
-        return pieces + [("code", "\n".join([fence, *current, "```"]))]
-    parts = text.split("\n") if kind in ("list", "table") else split_sentences(text)
-    out = []
-    for part in parts:
-        tokens = part.split()                     # longer than the model reads: cut at a
-        while not fits(" ".join(tokens)) and len(tokens) > 1:   # word, as a last resort
-            cut = max(1, len(tokens) // 2)
-            while cut > 1 and not fits(" ".join(tokens[:cut])):
-                cut //= 2
-            out.append((kind, " ".join(tokens[:cut])))
-            tokens = tokens[cut:]
-        out.append((kind, " ".join(tokens)))
-    return out
-
-
-def pack(pieces: list[tuple[str, str, int]], words: int, fits, tiny: int = 10) -> list[str]:
-    """Greedy: (kind, text, block) pieces join a chunk while it fits and its prose stays within
-    `words`; then a chunk of `tiny` words or fewer joins its next (else previous) neighbour."""
-    chunks, current, last_block = [], "", None
-    for kind, piece, block in pieces:
-        joiner = " " if kind == "text" and block == last_block else "\n"
-        candidate = current + joiner + piece if current else piece
-        too_long = kind in ("text", "list") and len(candidate.split()) > words
-        if current and (too_long or not fits(candidate)):
-            chunks.append(current)
-            candidate = piece
-        current, last_block = candidate, block
-    if current:
-        chunks.append(current)
-    merged = []
-    for i, chunk in enumerate(chunks):
-        if len(chunk.split()) <= tiny and i + 1 < len(chunks) and fits(chunk + "\n" + chunks[i + 1]):
-            chunks[i + 1] = chunk + "\n" + chunks[i + 1]
-        elif len(chunk.split()) <= tiny and merged and fits(merged[-1] + "\n" + chunk):
-            merged[-1] += "\n" + chunk
-        else:
-            merged.append(chunk)
-    return merged
-
-
-def document_chunks(docs: list[dict], chunk_size: int = 50, fits=lambda text: True) -> list[dict]:
-    """Chunks of your own files, none longer than the model reads (`fits(text)` says)."""
-    chunks = []
-    for doc in docs:
-        if doc["doc_id"].lower().endswith(".md"):
-            sections = read_markdown(doc["text"])
-        else:                                    # a .txt file: one section of paragraphs
-            paragraphs = (" ".join(p.split()) for p in re.split(r"\n\s*\n", doc["text"]))
-            sections = [("", [("text", p) for p in paragraphs if p])]
-        n = 0
-        for heading, blocks in sections:
-            title = chunk_title(doc["doc_id"], heading)
-            # The section's own heading leads each of its chunks: on the development set it
-            # lifts plain MiniLM retrieval from hit@1 0.61 to 0.68 (MRR@5 0.74 -> 0.80).
-            lead = shown(heading.split(" > ")[-1], lines=False) if heading else ""
-            pieces = [(kind, text, n) for n, (block_kind, block) in enumerate(blocks)
-                      for kind, text in units(block_kind, block, chunk_size, fits)]
-            for text in pack(pieces, chunk_size, lambda t: fits(f"{lead}\n{t}")):
-                text = f"{lead}\n{text}" if lead else text
-                chunks.append({"chunk_id": f"{doc['doc_id']}#{n}", "doc_id": doc["doc_id"],
-                               "title": title, "tags": doc.get("tags") or [], "text": text})
-                n += 1
-    return chunks
-
-
-def chunk_title(doc_id: str, heading: str, limit: int = 120) -> str:
-    """'file > heading path'; past `limit` characters '...' replaces the middle, then a word."""
-    parts = [shown(doc_id, lines=False)] + (shown(heading, lines=False).split(" > ") if heading else [])
-    title = " > ".join(parts)
-    if len(title) > limit and len(parts) > 2:
-        title = " > ".join([parts[0], "...", parts[-1]])
-    if len(title) > limit:
-        title = title[:limit].rsplit(" ", 1)[0] + " ..."
-    return title
-
-
-def with_context(chunks: list[dict]) -> list[str]:
-    """The text to embed for each chunk with --context: its title ("file > heading") in front."""
-    return [f"{c['title']}\n{c['text']}" for c in chunks]
-
-
-def model_fits(embedder):
-    """fits(text): are its word pieces ([CLS], [SEP] too) within MiniLM's 256? TF-IDF: always."""
-    if embedder.backend != "minilm":
-        return lambda text: True
-    tokenizer, limit = embedder.model.tokenizer, embedder.model.max_seq_length
-    return lambda text: len(tokenizer(text, verbose=False)["input_ids"]) <= limit
-
-
 def truncation(texts: list[str], tokenizer, limit: int) -> dict:
     """How many texts a model that reads `limit` word pieces cuts, and how much they lose."""
     lengths = np.array([len(ids) for ids in tokenizer(texts, verbose=False)["input_ids"]])
@@ -257,20 +171,61 @@ def print_biggest_file(chunks: list[dict]) -> None:
 
 
 # == Evaluation on your own questions =====================================================
-def eval_item(item) -> dict:
-    """One --eval record: {"question": "...", "relevant": ["file", ...]} (one file: a string)."""
+def eval_item(item) -> dict | None:
+    """One --eval record: {"question": "...", "relevant": ["file", ...]} (one file: a string),
+    with "answer": ["regex", ...], the facts a right answer states, if it has them; None for
+    {"question": "...", "answerable": false}, which retrieval cannot be scored on."""
+    if isinstance(item, dict) and item.get("answerable") is False:
+        return None
     relevant = item.get("relevant") if isinstance(item, dict) else None
     relevant = [relevant] if isinstance(relevant, str) else relevant
+    facts = item.get("answer", []) if isinstance(item, dict) else []
     if not (isinstance(item, dict) and isinstance(item.get("question"), str)
             and item["question"].strip() and isinstance(relevant, list) and relevant
-            and all(isinstance(r, str) and r for r in relevant)):
-        raise ValueError('expected {"question": "...", "relevant": ["file", ...]}')
-    return {"question": item["question"], "relevant": set(relevant)}
+            and all(isinstance(r, str) and r for r in relevant)
+            and isinstance(facts, list) and all(isinstance(f, str) and f for f in facts)):
+        raise ValueError('expected {"question": "...", "relevant": ["file", ...]} (and, if you '
+                         'like, "answer": ["regex", ...])')
+    try:
+        patterns = [re.compile(f, flags=re.I) for f in facts]
+    except re.error as exc:
+        raise ValueError(f'"answer" holds a bad regular expression: {exc}') from None
+    return {"question": item["question"], "relevant": set(relevant), "answer": patterns}
+
+
+def fact_text(text: str) -> str:
+    """Text as a fact's pattern is matched against it: a code span's backticks dropped, so
+    "a tool like `build`" states "tool like build"."""
+    return text.replace("`", "")
+
+
+def holds_every_fact(passages: list[dict], item: dict) -> bool:
+    """Answer in context: every fact of the question is stated somewhere in these passages."""
+    text = fact_text("\n".join(f"{p['title']}\n{p['text']}" for p in passages))
+    return all(pattern.search(text) for pattern in item["answer"])
+
+
+def print_answer_in_context(eval_set, index, chunks, embedder, k: int, retrieve=None) -> None:
+    """The share of questions with facts whose k passages hold every one: what any generator,
+    however good, can answer from."""
+    import rag_from_scratch as rag
+    with_facts = [item for item in eval_set if item["answer"]]
+    if not with_facts:
+        return
+    k = min(k, len(chunks))
+    held = [holds_every_fact(rag.rag_answer(item["question"], index, chunks, embedder, k,
+                                            retrieve=retrieve)["retrieved"], item)
+            for item in with_facts]
+    print(f"answer in context: {sum(held) / len(held):.2f} (every fact of the answer in the k={k} "
+          f"passages, for {sum(held)} of {len(held)} questions)")
 
 
 def load_eval_file(path, doc_ids=None) -> list[dict]:
     """Labelled questions; with doc_ids, ids naming no indexed file (and questions left empty) go."""
-    eval_set = read_jsonl(path, eval_item, "evaluation file")
+    eval_set = [item for item in read_jsonl(path, eval_item, "evaluation file") if item]
+    if not eval_set:
+        raise ValueError(f"{path}: every question is marked unanswerable: retrieval needs some "
+                         f"with the files that answer them")
     if doc_ids is None:
         return eval_set
     unknown = sorted({r for item in eval_set for r in item["relevant"]} - set(doc_ids))

@@ -19,6 +19,7 @@ with stream=True, the bare generators return an iterator of text pieces instead;
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import rag_from_scratch as rag
 from ragkit.plumbing import held_ctrl_c, with_deadline
-from ragkit.text import shown
+from ragkit.text import in_prose, shown
 
 MAX_TOKENS = 128          # longest answer the local and OpenAI-compatible generators may write
 THREADS = 1               # llama.cpp threads: 2 on a busy 2-core machine wait on each other
@@ -165,12 +166,111 @@ def print_stream(pieces) -> str:
     return "".join(text)
 
 
+# == What a model writes, before the user sees it ===========================================
+# "<<BEGIN tag source="a.md > Setup">>" whole (a source may hold '>'), or what is left of one cut short
+FENCE_MARKER = re.compile(r"<<\s*(?:BEGIN|END)\b(?:[^\n]{0,300}?>>|[^<>\n]{0,40})|\bsource=\"[^\"\n]{0,300}\"")
+CITATION = re.compile(r"\[([^\[\]\n]{1,300})\](?!\()")
+SENTENCE_END = re.compile(r"(?<=[.!?:])[ \t]+")
+LONGEST_LINE = 4000          # characters a line holding "<<" is held back for, at most
+
+
+def sentence_parts(line: str) -> list[str]:
+    """A line cut after each sentence, never inside a fence marker (its source may hold '. ')."""
+    markers = [m.span() for m in FENCE_MARKER.finditer(line)]
+    parts, last = [], 0
+    for end in SENTENCE_END.finditer(line):
+        if not any(a < end.start() < b for a, b in markers):
+            parts.append(line[last:end.start()])
+            last = end.end()
+    return parts + [line[last:]]
+
+
+def segments(buffer: str) -> tuple[list[str], str]:
+    """(finished pieces, the unfinished rest): sentences, each line's last one with its "\n".
+    An unfinished line holding "<<" waits for its end: a fence marker may still be arriving."""
+    *lines, rest = buffer.split("\n")
+    done = []
+    for line in lines:
+        parts = sentence_parts(line)
+        done += parts[:-1] + [parts[-1] + "\n"]
+    if "<<" in rest and len(rest) <= LONGEST_LINE:
+        return done, rest
+    *more, rest = sentence_parts(rest)
+    return done + more, rest
+
+
+def sources_of(prompt: str) -> set:
+    """The source names a prompt quotes (its fenced passages', or the tutorial's doc ids)."""
+    from ragkit.extractive import read_prompt
+    try:
+        return {source for source, _ in read_prompt(prompt)[1]}
+    except ValueError:                                 # not a RAG prompt: nothing to cite
+        return set()
+
+
+def cleaned(segment: str, sources: set) -> str:
+    """A piece of an answer without the prompt's fence markers and without citations of
+    sources the prompt does not have (a model invents them)."""
+    segment = FENCE_MARKER.sub("", segment)
+    real = lambda name: name in sources or name.split(" > ")[0] in {s.split(" > ")[0] for s in sources}
+    return in_prose(segment, lambda prose: CITATION.sub(lambda m: m.group(0) if real(m.group(1).strip())
+                                                        else "", prose))
+
+
+def guard(pieces, sources: set):
+    """Yield an answer's text as it comes, a sentence or a line at a time, cleaned (see
+    cleaned()); stop at the first sentence that says again what an earlier one said: a loop.
+    Code blocks are passed on as they are."""
+    seen, code, buffer = set(), False, ""
+
+    def settled(segment: str):
+        """The segment as shown, or None for a repeat (the end)."""
+        nonlocal code
+        if segment.lstrip().startswith("```"):
+            code = not code
+        if code or segment.lstrip().startswith("```"):
+            return segment
+        text = cleaned(segment, sources)
+        key = " ".join(text.lower().split())
+        if len(key.split()) >= 2 and key in seen:
+            return None
+        seen.add(key)
+        return text
+    for piece in pieces:
+        buffer += piece
+        done, buffer = segments(buffer)
+        for segment in done:
+            shown = settled(segment)
+            if shown is None:
+                return
+            yield shown if shown.endswith("\n") else shown + " "
+    for segment in sentence_parts(buffer) if buffer else []:
+        shown = settled(segment)
+        if shown is None:
+            return
+        yield shown + " "
+
+
+def guarded(llm_fn):
+    """llm_fn whose answer (a string, or pieces with stream=True) passes through guard()."""
+    def safe(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT):
+        answer = llm_fn(prompt, system_prompt)
+        if not isinstance(answer, str):               # a stream: guarded as it comes
+            return guard(answer, sources_of(prompt))
+        safe.truncated = getattr(llm_fn, "truncated", False)
+        return re.sub(r"[ \t]{2,}", " ", "".join(guard([answer], sources_of(prompt)))).strip()
+    safe.runtime, safe.truncated = llm_fn.runtime, False
+    safe.bare = llm_fn                                 # its .truncated and .usage, after an answer
+    return safe
+
+
 def streaming(pieces_fn):
     """The one place an answer that arrives in pieces is shown: llm_fn(prompt, system) -> str
     that prints the pieces of pieces_fn(prompt, system) as they come, then returns the text."""
     def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
         text = print_stream(pieces_fn(prompt, system_prompt))
-        llm_fn.truncated = getattr(pieces_fn, "truncated", False)   # known once the stream ends
+        bare = getattr(pieces_fn, "bare", pieces_fn)
+        llm_fn.truncated = getattr(bare, "truncated", False)        # known once the stream ends
         return text
     llm_fn.streams, llm_fn.truncated = True, False
     llm_fn.runtime = getattr(pieces_fn, "runtime", "")
@@ -297,11 +397,12 @@ def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
 GENERATORS = ("extractive", "local", "openai", "bedrock")
 
 
-def make_generator(name: str, args, stream: bool = False):
-    """Build the generator --generator names, from the command-line flags (stream: --stream)."""
+def make_generator(name: str, args, stream: bool = False, embedder=None):
+    """Build the generator --generator names, from the command-line flags (stream: --stream;
+    embedder: the index's, which the extractive generator scores sentences with)."""
     if name == "extractive":
         from ragkit import extractive
-        llm = extractive.extractive_generator(stream=stream)
+        llm = extractive.extractive_generator(stream=stream, embedder=embedder)
     elif name == "local":
         llm = local_generator(args.threads, args.max_tokens, stream)
     elif name == "openai":
@@ -315,6 +416,8 @@ def make_generator(name: str, args, stream: bool = False):
         llm = bedrock.bedrock_generator(args.model_id, args.region, stream=stream)
     else:
         raise ValueError(f"unknown generator {name!r}: choose from {', '.join(GENERATORS)}")
+    if name != "extractive":               # fence markers, invented sources and loops never shown
+        llm = guarded(llm)
     if stream:                             # the pieces shown as they arrive, the text returned
         llm = streaming(llm)
     llm.name = llm.runtime if name == "bedrock" else f"{name}: {llm.runtime}"

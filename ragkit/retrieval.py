@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 import rag_from_scratch as rag  # light: NumPy only at import
-from ragkit import documents, embeddings
+from ragkit import chunking, documents, embeddings
 from ragkit.plumbing import refuse_empty
 
 # == Defaults: the one place they live (the experiments' CLI reads them from here) =========
@@ -38,6 +38,7 @@ BM25_K1 = 1.5            # how quickly repeats of a word stop adding score (rank
 BM25_B = 0.75            # how strongly long documents are penalised (0 = not at all)
 HYBRID_WEIGHT = 0.5      # share of the keyword score in a weighted hybrid
 RRF_K = 60               # reciprocal rank fusion constant (Cormack, Clarke and Buettcher, 2009)
+DOCS_HYBRID = 0.3        # --docs: BM25's share of the fused score (rageval/tuning.py chose it)
 ROCCHIO_A = 1.0          # weight of the query itself in Rocchio feedback
 ROCCHIO_B = 0.75         # weight of the feedback documents' mean (SMART's classic beta)
 ROCCHIO_M = 3            # how many top documents count as (pseudo-)relevant
@@ -267,10 +268,10 @@ def make_retriever(chunks: list[dict], index, embedder, hybrid=None, reranker=No
                    context: bool = False, allowed=None, context_vectors=None):
     """fn(question, k) -> the k best chunks with their "score": filter, fuse, then rerank;
     fn.timing counts the seconds reranking took and the queries it served."""
-    texts = documents.with_context(chunks) if context else [c["text"] for c in chunks]
-    if context and context_vectors is not None:      # made already (a saved --index keeps them)
+    texts = chunking.with_context(chunks) if context else [c["text"] for c in chunks]
+    if context and context_vectors is not None:      # made already (--docs embeds titles)
         index = context_vectors
-    elif context:                                    # TF-IDF relearns its words with the titles
+    elif context or index is None:                   # made here; TF-IDF learns its words anew
         embedder = rag.Embedder("tfidf") if embedder.backend == "tfidf" else embedder
         index = rag.build_index([{"text": t} for t in texts], embedder)
     bm25 = bm25_matrix(texts) if hybrid is not None else None
@@ -420,7 +421,8 @@ def retriever_for(args, chunks: list[dict], index, embedder, eval_set, context_v
     k = min(args.k, len(chunks) if allowed is None else len(allowed))
     retrieve = make_retriever(chunks, index, embedder, **chosen, allowed=allowed,
                               context_vectors=context_vectors)
-    if (variant_name(**chosen) != "plain" or allowed is not None) and eval_set and not args.question:
+    shown = "context" if context_vectors is not None else "plain"   # what Step 6's lines scored
+    if (variant_name(**chosen) != shown or allowed is not None) and eval_set and not args.question:
         print_variant(eval_set, retrieve, k, variant_name(**chosen))
     retrieve.report = True
     if args.compare:
@@ -428,7 +430,8 @@ def retriever_for(args, chunks: list[dict], index, embedder, eval_set, context_v
             "auto", "--compare: no rerank rows without a reranker"))
         print(f"\n== Retrieval variants side by side ({len(eval_set)} questions, k={k}, "
               f"backend={embedder.backend}) ==")
-        rows = compare_variants(eval_set, chunks, index, embedder, k,
+        plain = index if context_vectors is None else None   # --docs embedded titles: made anew
+        rows = compare_variants(eval_set, chunks, plain, embedder, k,
                                 fusion if fusion is not None else "rrf", reranker, allowed,
                                 context_vectors)
         print_comparison(rows, k)

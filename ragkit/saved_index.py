@@ -1,35 +1,43 @@
 """
 ragkit/saved_index.py: the index of your own files, saved (--index DIR) and reused.
 
-    chunks, index, embedder, context = index_folder(args)     # --docs FOLDER [--index DIR]
+    chunks, index, embedder = index_folder(args)      # --docs FOLDER [--index DIR] [--no-context]
 
-A saved index is rebuilt, with the reason said, when its inputs change: the backend, the model
-(its name and weights), the chunk size or the reader; when only files changed, MiniLM
-re-embeds just the chunks of those files. Every file is written whole under the folder's lock
-(ragkit/storage.py), meta.json last, and read back only after its checksum matches; nothing is
-ever unpickled.
+Each chunk is embedded once, as the variant in use reads it: with its title in front under
+--context (the --docs default), else its text alone. A saved index is rebuilt, with the reason
+said, when its inputs change: the backend, the model (its name and weights), the chunk size,
+--context or the reader; when only files changed, MiniLM re-embeds just the chunks of those
+files. A question on an unchanged index re-reads no file into chunks and embeds nothing.
+
+Every file is written whole under the folder's lock (ragkit/storage.py), meta.json last, and
+read back only when it is a plain file of sane size whose checksum matches, with the shapes,
+types and values an index has; nothing is ever unpickled. Anything else means: rebuild.
 """
 
 import io
 import json
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit import documents
-from ragkit.embeddings import model_identity, use_threads
+from ragkit import chunking, documents
+from ragkit.embeddings import model_identity, question_embedder, use_threads
 from ragkit.plumbing import parse_json
-from ragkit.storage import INDEX_FORMAT, claim_folder, folder_lock, sha256_bytes, write_atomic
+from ragkit.storage import (INDEX_FORMAT, claim_folder, folder_lock, read_plain_file, sha256_bytes,
+                            write_atomic)
 
 CHUNKS, META = "chunks.json", "meta.json"
 VECTOR_FILES = ("vectors.npy", "vectors.npz")
-CONTEXT = "vectors_context.npy"      # MiniLM vectors of "title\ntext" (--context), if asked for
-MAX_INDEX_BYTES = 4 << 30            # a saved file larger than this is not read (1M x 384 floats: 1.5 GB)
-READER = "markdown-structure-1"   # how files become chunks; a saved index made otherwise is rebuilt
+MAX_INDEX_BYTES = 4 << 30      # a saved file larger than this is not read (1M x 384 floats: 1.5 GB)
+MAX_META_BYTES = 64 << 20      # meta.json: settings and one hash per file
+READER = "sections-3"          # how files become chunks; a saved index made otherwise is rebuilt
 SETTINGS = [("backend", "the backend changed"), ("model", "the model changed"),
-            ("chunk_size", "the chunk size changed"), ("reader", "the way files are read changed")]
+            ("chunk_size", "the chunk size changed"), ("context", "--context changed"),
+            ("reader", "the way files are read changed")]
+CHUNK_KEYS = ("chunk_id", "doc_id", "title", "text")
 
 
 def fingerprint(docs: list[dict]) -> str:
@@ -42,6 +50,12 @@ def file_hashes(docs: list[dict]) -> dict:
     return {d["doc_id"]: sha256_bytes(d["text"].encode("utf-8"))[:16] for d in docs}
 
 
+def embedded_texts(chunks: list[dict], context: bool) -> list[str]:
+    """What the model reads of each chunk: its title in front under --context."""
+    return chunking.with_context(chunks) if context else [c["text"] for c in chunks]
+
+
+# == Saving =================================================================================
 def vectors_bytes(index) -> tuple[str, bytes]:
     """(file name, bytes) for the vectors: .npz for sparse TF-IDF, .npy for dense; no pickle."""
     buffer = io.BytesIO()
@@ -53,48 +67,78 @@ def vectors_bytes(index) -> tuple[str, bytes]:
     return "vectors.npy", buffer.getvalue()
 
 
-def save_index(folder, index, chunks: list[dict], meta: dict, context=None) -> None:
-    """Save vectors, chunks, --context vectors, then meta.json with their hashes: last, so an
-    interrupted save is detected on load and rebuilt."""
+def save_index(folder, index, chunks: list[dict], meta: dict) -> None:
+    """Save vectors and chunks, then meta.json with their hashes: last, so an interrupted save
+    is detected on load and rebuilt."""
     folder = claim_folder(folder, "--index")
     name, data = vectors_bytes(index)
     with folder_lock(folder):
         checksums = {name: write_atomic(folder / name, data),
                      CHUNKS: write_atomic(folder / CHUNKS, json.dumps(chunks).encode("utf-8"))}
-        if context is not None:
-            checksums[CONTEXT] = write_atomic(folder / CONTEXT, vectors_bytes(context)[1])
         full = {"format": INDEX_FORMAT, **meta, "n_chunks": len(chunks), "checksums": checksums}
         write_atomic(folder / META, json.dumps(full, indent=2).encode("utf-8"))
 
 
+# == Loading, with every file checked before it is trusted ==================================
 def read_meta(folder: Path):
-    """The saved meta.json as a dict with the fields we need, or None if it is not usable."""
+    """The saved meta.json as a dict with the fields and types we need, or None."""
     try:
-        meta = parse_json((folder / META).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):          # RecursionError: nested too deep
+        meta = parse_json(read_plain_file(folder / META, MAX_META_BYTES).decode("utf-8"))
+    except (OSError, ValueError):
         return None
     ok = (isinstance(meta, dict) and meta.get("format") == INDEX_FORMAT
-          and isinstance(meta.get("checksums"), dict) and isinstance(meta.get("n_chunks"), int)
-          and set(meta["checksums"]) - {CONTEXT} in ({CHUNKS, v} for v in VECTOR_FILES)
-          and all(isinstance(d, str) for d in meta["checksums"].values()))
+          and isinstance(meta.get("checksums"), dict) and type(meta.get("n_chunks")) is int
+          and set(meta["checksums"]) in ({CHUNKS, v} for v in VECTOR_FILES)
+          and all(isinstance(d, str) for d in meta["checksums"].values())
+          and isinstance(meta.get("files"), dict)
+          and all(isinstance(k, str) and isinstance(v, str) for k, v in meta["files"].items()))
     return meta if ok else None
 
 
 def read_checked(path: Path, digest: str) -> bytes | None:
     """The bytes of a plain file of sane size whose SHA-256 is `digest`, else None (a link or a
     FIFO is never opened); read once, so the bytes hashed are the bytes parsed."""
-    if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_INDEX_BYTES:
+    try:
+        data = read_plain_file(path, MAX_INDEX_BYTES)
+    except (OSError, ValueError):
         return None
-    data = path.read_bytes()
     return data if sha256_bytes(data) == digest else None
 
 
-def parse_vectors(name: str, data: bytes):
-    """Vectors from saved bytes: sparse (.npz) or dense (.npy); nothing is ever unpickled."""
+def parse_vectors(name: str, data: bytes, rows: int):
+    """Vectors from saved bytes, checked: `rows` rows of finite floats, dense (.npy) or sparse
+    (.npz, its members' inflated size capped before it is unpacked); never unpickled."""
     if name.endswith(".npz"):
         from scipy import sparse
-        return sparse.load_npz(io.BytesIO(data)).tocsr()
-    return np.asfortranarray(np.load(io.BytesIO(data), allow_pickle=False))
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            if sum(i.file_size for i in z.infolist()) > MAX_INDEX_BYTES:
+                raise ValueError("the vectors would inflate past the size limit")
+        vectors = sparse.load_npz(io.BytesIO(data)).tocsr()
+        values = vectors.data
+    else:
+        header = io.BytesIO(data)
+        readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+        version = np.lib.format.read_magic(header)
+        if version not in readers:
+            raise ValueError(f"an .npy file of version {version}")
+        shape, _, dtype = readers[version](header)          # read before anything is allocated
+        if dtype.kind != "f" or len(shape) != 2 or shape[0] != rows or \
+                np.prod(shape, dtype=np.int64) * dtype.itemsize > len(data):
+            raise ValueError("the vectors are not a float matrix of the saved size")
+        vectors = np.asfortranarray(np.load(io.BytesIO(data), allow_pickle=False))
+        values = vectors
+    if vectors.dtype.kind != "f" or vectors.ndim != 2 or vectors.shape[0] != rows \
+            or not np.isfinite(values).all():
+        raise ValueError("the vectors are not finite floats of the saved size")
+    return vectors
+
+
+def good_chunks(chunks) -> bool:
+    """A list of chunk dicts whose fields are strings (and tags a list of strings)."""
+    return isinstance(chunks, list) and all(
+        isinstance(c, dict) and all(isinstance(c.get(key), str) for key in CHUNK_KEYS)
+        and isinstance(c.get("tags", []), list) and all(isinstance(t, str) for t in c.get("tags", []))
+        for c in chunks)
 
 
 def load_index(folder, meta: dict):
@@ -105,21 +149,18 @@ def load_index(folder, meta: dict):
     if saved is None:
         missing = not (folder / META).exists()
         return None, None, None, "no saved index yet" if missing else "meta.json is damaged"
+    with folder_lock(folder):                      # not while another run saves
+        raw = {name: read_checked(folder / name, digest) for name, digest in saved["checksums"].items()}
+    damaged = next((name for name, data in raw.items() if data is None), None)
+    if damaged:
+        return None, None, None, f"{damaged} is damaged (an interrupted save?)"
     try:
-        with folder_lock(folder):                  # not while another run saves
-            raw = {name: read_checked(folder / name, digest) for name, digest in saved["checksums"].items()}
-        damaged = next((name for name, data in raw.items() if data is None), None)
-        if damaged:
-            return None, None, None, f"{damaged} is damaged (an interrupted save?)"
-        vectors = next(name for name in raw if name in VECTOR_FILES)
-        index = parse_vectors(vectors, raw[vectors])
         chunks = parse_json(raw[CHUNKS].decode("utf-8"))
-        saved["context_vectors"] = parse_vectors(CONTEXT, raw[CONTEXT]) if CONTEXT in raw else None
-    except (OSError, ValueError, RecursionError):
-        return None, None, None, "the saved index could not be read"
-    if not (isinstance(chunks, list) and index.shape[0] == len(chunks) == saved["n_chunks"]
-            and all(isinstance(c, dict) and isinstance(c.get("text"), str) for c in chunks)
-            and (saved["context_vectors"] is None or saved["context_vectors"].shape == index.shape)):
+        vectors = next(name for name in raw if name in VECTOR_FILES)
+        index = parse_vectors(vectors, raw[vectors], saved["n_chunks"])
+    except (ValueError, EOFError, OSError, zipfile.BadZipFile):
+        return None, None, None, "the saved vectors could not be read"
+    if not (good_chunks(chunks) and len(chunks) == saved["n_chunks"]):
         return None, None, None, "the saved vectors and chunks do not match"
     for key, what in SETTINGS:
         if saved.get(key) != meta.get(key):
@@ -128,6 +169,7 @@ def load_index(folder, meta: dict):
     return index, chunks, saved, "the documents changed" if changed else None
 
 
+# == Building and updating ==================================================================
 def embed_reusing(texts: list[str], embedder, old_texts: list[str], old_vectors):
     """(vectors, embedded, reused): MiniLM vectors of `texts`, reusing the rows of `old_vectors`
     whose text is unchanged (a MiniLM vector depends on its own text: equal to a fresh build)."""
@@ -142,10 +184,10 @@ def embed_reusing(texts: list[str], embedder, old_texts: list[str], old_vectors)
     return vectors, len(todo), len(keep)
 
 
-def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta):
+def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, context: bool):
     """MiniLM vectors of `chunks`, embedding only the chunks of changed or new files."""
-    index, embedded, reused = embed_reusing([c["text"] for c in chunks], embedder,
-                                            [c["text"] for c in saved_chunks], saved_index)
+    index, embedded, reused = embed_reusing(embedded_texts(chunks, context), embedder,
+                                            embedded_texts(saved_chunks, context), saved_index)
     old_files, new_files = saved.get("files") or {}, meta["files"]
     changed = sum(old_files.get(f) != h for f, h in new_files.items()) + len(set(old_files) - set(new_files))
     print(f"updated the index: {changed} file(s) changed or removed, {embedded} chunks embedded, "
@@ -153,48 +195,43 @@ def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta):
     return index
 
 
-def context_vectors(chunks, embedder, saved_chunks=None, saved=None):
-    """MiniLM vectors of each chunk with its title in front (--context), reusing saved ones."""
-    old = (saved or {}).get("context_vectors")
-    if old is None or not saved_chunks:
-        return rag.build_index([{"text": t} for t in documents.with_context(chunks)], embedder)
-    return embed_reusing(documents.with_context(chunks), embedder, documents.with_context(saved_chunks), old)[0]
-
-
 def index_folder(args):
-    """(chunks, index, embedder, --context vectors or None) for a folder, reusing a saved index."""
+    """(chunks, index, embedder) for a folder: the saved index when nothing changed, else the
+    chunks made again and only what changed embedded; the index embeds the variant in use."""
     docs = documents.load_documents(args.docs, args.exclude)
-    embedder = rag.Embedder(args.backend, args.model)
-    chunks = documents.document_chunks(docs, args.chunk_size, documents.model_fits(embedder))
-    print(f"{len(docs)} files -> {len(chunks)} chunks (about {args.chunk_size} words of prose each, "
-          f"at sentence boundaries; code and tables whole while the model reads them whole)")
-    documents.print_biggest_file(chunks)
-    meta = {"backend": embedder.backend, "model": model_identity(embedder),
-            "chunk_size": args.chunk_size, "reader": READER,
+    backend = "tfidf" if args.backend == "tfidf" else "minilm"   # cli.py checked that MiniLM loads
+    minilm = backend == "minilm"
+    meta = {"backend": backend, "model": model_identity(backend, args.model),
+            "chunk_size": args.chunk_size, "context": bool(args.context), "reader": READER,
             "fingerprint": fingerprint(docs), "files": file_hashes(docs)}
     saved_index, saved_chunks, saved, why = (load_index(args.index, meta) if args.index
                                              else (None, None, None, "no --index"))
-    minilm, context = embedder.backend == "minilm", None
-    if why is None:
-        index, chunks, context = saved_index, saved_chunks, saved["context_vectors"]
-        embedder.fit([c["text"] for c in chunks])        # TF-IDF relearns its vocabulary
-        print(f"loaded the saved index from {args.index} ({len(chunks)} chunks, not re-embedded)")
-    elif saved_index is not None and minilm:   # TF-IDF's words depend on every file: it refits
-        index = update_index(saved_index, saved_chunks, saved, chunks, embedder, meta)
+    if why is None:                       # nothing changed: only questions to embed from here
+        chunks, index = saved_chunks, saved_index
+        embedder = question_embedder(args.model) if minilm else rag.Embedder("tfidf")
+        embedder.fit(embedded_texts(chunks, args.context))       # TF-IDF relearns its vocabulary
+        print(f"{len(docs)} files -> {len(chunks)} chunks: loaded the saved index from {args.index} "
+              f"(not re-embedded)")
     else:
+        embedder = rag.Embedder(backend, args.model)
+        chunks = chunking.document_chunks(docs, args.chunk_size, chunking.model_fits(embedder))
+        print(f"{len(docs)} files -> {len(chunks)} chunks (sections whole up to {args.chunk_size} "
+              f"words and what the model reads; code, lists and tables kept with their lead-in)")
+        if saved_index is not None and minilm:     # TF-IDF's words depend on every file: it refits
+            index = update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, args.context)
+        else:
+            print(f"building the index: {why}" if args.index else "building the index ...")
+            index = rag.build_index([{"text": t} for t in embedded_texts(chunks, args.context)], embedder)
         if args.index:
-            print(f"building the index: {why}")
-        index = rag.build_index(chunks, embedder)
-    if (args.context or args.compare) and minilm and context is None:
-        context = context_vectors(chunks, embedder, saved_chunks, saved)
-        why = why or "the --context vectors were added"
-    if args.index and why is not None:
-        save_index(args.index, index, chunks, meta, context)
-        print(f"saved the index to {args.index}" + (" (with the --context vectors)" if context is not None else ""))
-    print(f"backend={embedder.backend}  index shape={index.shape}")
-    if minilm:
+            save_index(args.index, index, chunks, meta)
+            print(f"saved the index to {args.index}")
+    documents.print_biggest_file(chunks)
+    print(f"backend={embedder.backend}  index shape={index.shape}" + ("  (titles in front)" if args.context else ""))
+    if minilm and why is not None:  # a saved index said it when it was built
         model = embedder.model
-        report = documents.truncation([c["text"] for c in chunks], model.tokenizer, model.max_seq_length)
+        report = documents.truncation(embedded_texts(chunks, args.context), model.tokenizer,
+                                      model.max_seq_length)
         print(documents.truncation_line(report), file=sys.stderr)
+    if minilm:
         use_threads(1)              # questions from here: on a busy laptop a second thread waits
-    return chunks, index, embedder, context
+    return chunks, index, embedder

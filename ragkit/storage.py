@@ -25,7 +25,9 @@ from pathlib import Path
 OWNER = "rag_from_scratch"            # the mark: metadata created_by=OWNER, or this file
 MARK_FILE = ".rag_from_scratch"       # in every folder the kit creates
 LOCK_FILE = ".rag_from_scratch.lock"  # locked while a run saves into the folder
-INDEX_FORMAT = "rag_from_scratch-index-1"   # the saved index's layout; any other is rebuilt
+INDEX_FORMAT = "rag_from_scratch-index-2"   # the saved index's layout; any other is rebuilt
+PARTIAL = ".rag_from_scratch.partial"        # the end of a temporary file only this kit writes
+LOCK_WAIT_S = 120                             # how long a run waits for another run's save
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -84,7 +86,7 @@ def claim_folder(folder, flag: str) -> Path:
 def write_atomic(path, data: bytes) -> str:
     """Write `data` to `path` all or nothing (a unique temporary name, renamed); return its SHA-256."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=PARTIAL)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -108,16 +110,39 @@ def folder_lock(folder):
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        print(f"waiting for another run to finish saving in {folder} ...", file=sys.stderr, flush=True)
-        lock.acquire()
+        print(f"waiting for another run to finish saving in {folder} (up to {LOCK_WAIT_S} s) ...",
+              file=sys.stderr, flush=True)
+        try:
+            lock.acquire(timeout=LOCK_WAIT_S)
+        except Timeout:
+            raise TimeoutError(f"another run has held the lock on {folder} for {LOCK_WAIT_S} s: "
+                               f"let it finish, or stop it, and run again") from None
     except OSError as exc:
         raise ValueError(f"cannot lock {path} ({exc.strerror or exc})") from None
     try:
-        for left in Path(folder).glob(".*.partial"):   # a save killed mid-way left these: the
+        for left in Path(folder).glob(f".*{PARTIAL}"):  # a save killed mid-way left these: the
             left.unlink(missing_ok=True)               # lock is ours, so no save is running
         yield Path(folder)
     finally:
         lock.release()
+
+
+def read_plain_file(path, max_bytes: int) -> bytes:
+    """The bytes of a regular file (never a link, FIFO or device, which could hang or never
+    end) of at most `max_bytes`; OSError or ValueError otherwise, with the reason."""
+    import stat
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)                          # a link: ELOOP; a FIFO: no wait
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        if info.st_size > max_bytes:
+            raise ValueError(f"{path} is {info.st_size:,} bytes, over the {max_bytes:,} it may be")
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:                          # it grew while we read
+        raise ValueError(f"{path} is over the {max_bytes:,} bytes it may be")
+    return data
 
 
 def is_our_store(metadata) -> bool:

@@ -4,6 +4,8 @@ ragkit/text.py: text the kit prints, and text it cuts into sentences; the ground
   shown(text)             safe to print: control characters written out, so a file, a page or
                           a model's reply cannot drive the terminal
   split_sentences(text)   "Install it. Then run it." -> ["Install it.", "Then run it."]
+  in_prose(text, fn)      fn applied to the text outside code, so `pkg[extra]` and a TOML
+                          [table] are never read as citations or changed
 
 It imports nothing from the kit, so every other file may import it.
 """
@@ -21,6 +23,33 @@ def shown(text: str, lines: bool = True) -> str:
     return pattern.sub(lambda m: repr(m.group(0))[1:-1], text)
 
 
+ABBREVIATIONS = {"e.g.", "i.e.", "etc.", "vs.", "cf.", "approx.", "incl.", "no.", "nos.", "fig.",
+                 "eq.", "vol.", "ch.", "sec.", "mr.", "mrs.", "ms.", "dr.", "prof.", "st.", "jr.",
+                 "al.", "ca."}
+
+
 def split_sentences(text: str) -> list[str]:
-    """Cut after '.', '!' or '?' followed by a space ("id.kestrelwood.example" stays whole)."""
-    return [s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s]
+    """Cut after '.', '!' or '?' followed by a space, but not after an abbreviation or an
+    initial: split_sentences("Use a tool, e.g. pip. Done.") -> ["Use a tool, e.g. pip.", "Done."]
+    ("id.kestrelwood.example" stays whole: no space follows its dots)."""
+    sentences = []
+    for piece in re.split(r"(?<=[.!?])\s+", text.strip()):
+        last = sentences[-1].rsplit(None, 1)[-1].lstrip("([\"'").lower() if sentences else ""
+        if last in ABBREVIATIONS or re.fullmatch(r"[a-z]\.", last):
+            sentences[-1] += " " + piece                 # "e.g. pip": one sentence, not two
+        elif piece:
+            sentences.append(piece)
+    return sentences
+
+
+CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", flags=re.S)    # a fenced block or a `span`
+
+
+def in_prose(text: str, fn) -> str:
+    """text with fn(piece) in place of each piece outside code (fenced blocks, `spans`):
+    in_prose("a [b] `c[d]`", str.upper) -> "A [B] `c[d]`"."""
+    out, last = [], 0
+    for code in CODE.finditer(text):
+        out += [fn(text[last:code.start()]), code.group(0)]
+        last = code.end()
+    return "".join(out + [fn(text[last:])])

@@ -26,7 +26,7 @@ def test_the_build_benchmark_times_one_thread_against_every_core(capsys, minilm)
     from conftest import CISI
 
     from rageval.ir_collection import load_collection
-    from ragkit import documents
+    from ragkit import chunking
     assert learner.main(["--part", "build", "--abstracts", "2"]) == 0
     out = capsys.readouterr().out.splitlines()
     cores = sorted({1, os.cpu_count()})
@@ -38,8 +38,8 @@ def test_the_build_benchmark_times_one_thread_against_every_core(capsys, minilm)
     assert all(float(r[2]) > 0 and int(r[3].replace(",", "")) > 100 for r in rows)   # MiniLM loaded
     # What the kit said, against the chunks of the same two abstracts made here
     texts = [d["text"] for d in load_collection(CISI)["docs"][:2]]
-    fits = documents.model_fits(minilm)
-    chunked = lambda first: [c["text"] for c in documents.document_chunks(
+    fits = chunking.model_fits(minilm)
+    chunked = lambda first: [c["text"] for c in chunking.document_chunks(
         [{"doc_id": f"abstract{n:04d}.txt", "text": t} for n, t in enumerate([first, texts[1]])],
         fits=fits)]
     before, after = chunked(texts[0]), chunked(texts[0] + " Edited.")

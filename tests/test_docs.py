@@ -7,7 +7,7 @@ import pytest
 from conftest import LATE_S
 
 import rag_from_scratch as rag
-from ragkit import documents, markdown, saved_index, storage
+from ragkit import chunking, documents, embeddings, markdown, saved_index, storage
 
 SETUP_MD = """---
 title: Team handbook
@@ -79,6 +79,13 @@ class CountingEmbed:
             return original(model, texts, *args, **kwargs)
 
         monkeypatch.setattr(SentenceTransformer, "encode", counted)
+        original_quick = embeddings.BertMeanPooled.encode      # a saved index's questions
+
+        def counted_quick(model, texts, *args, **kwargs):
+            self.texts += len(texts)
+            return original_quick(model, texts, *args, **kwargs)
+
+        monkeypatch.setattr(embeddings.BertMeanPooled, "encode", counted_quick)
 
 
 # --- loading -----------------------------------------------------------------------------
@@ -108,7 +115,7 @@ def test_tilde_fences_and_unclosed_front_matter():
 
 
 def test_chunks_keep_their_file_and_heading(notes):
-    chunks = documents.document_chunks(documents.load_documents(notes))
+    chunks = chunking.document_chunks(documents.load_documents(notes))
     by_title = {c["title"]: c for c in chunks}
     backup = by_title["team/handbook.md > Handbook > Databases > Backups"]
     assert backup["doc_id"] == "team/handbook.md" and "35 days" in backup["text"]
@@ -123,7 +130,7 @@ def test_a_thousand_file_folder_loads_and_indexes(tmp_path):
     for i in range(1000):
         (folder / f"note{i:04d}.md").write_text(f"# Note {i}\n\nTicket {i} concerns server rack {i % 37}.")
     docs = documents.load_documents(folder)
-    chunks = documents.document_chunks(docs)
+    chunks = chunking.document_chunks(docs)
     embedder = rag.Embedder("tfidf")
     index = rag.build_index(chunks, embedder)
     assert len(docs) == 1000 and index.shape[0] == 1000
@@ -149,11 +156,11 @@ def test_saved_index_is_reused_without_embedding_again(notes, tmp_path, capsys, 
     first = capsys.readouterr().out
     embedded_first = counter.texts
     assert "building the index: no saved index yet" in first and embedded_first > 0
-    assert sorted(p.name for p in index_dir.iterdir()) == [   # --context is the --docs default
-        ".rag_from_scratch", ".rag_from_scratch.lock", "chunks.json", "meta.json", "vectors.npy",
-        "vectors_context.npy"]
+    assert sorted(p.name for p in index_dir.iterdir()) == [   # one set of vectors: the variant in use
+        ".rag_from_scratch", ".rag_from_scratch.lock", "chunks.json", "meta.json", "vectors.npy"]
     meta = json.loads((index_dir / "meta.json").read_text())
-    assert meta["backend"] == "minilm" and meta["chunk_size"] == 50 and meta["n_chunks"] > 0
+    assert meta["backend"] == "minilm" and meta["chunk_size"] == chunking.WORDS and meta["n_chunks"] > 0
+    assert meta["context"] is True                           # --context is the --docs default
 
     assert rag.main(args + ["--question", "How long are backups kept?", "--k", "1"]) == 0
     second = capsys.readouterr().out
@@ -165,8 +172,9 @@ def test_saved_index_is_reused_without_embedding_again(notes, tmp_path, capsys, 
 @pytest.mark.parametrize("change,reason", [
     ("edit", "the documents changed"),
     ("add", "the documents changed"),
-    ("chunking", "the chunk size changed (50 -> 40)"),
-    ("reader", "the way files are read changed (markdown-structure-0 -> markdown-structure-1)"),
+    ("chunking", f"the chunk size changed ({chunking.WORDS} -> 40)"),
+    ("context", "--context changed (True -> False)"),
+    ("reader", f"the way files are read changed (markdown-structure-0 -> {saved_index.READER})"),
     ("backend", "the backend changed (tfidf -> minilm)"),
 ])
 def test_each_cause_of_staleness_rebuilds_and_says_why(notes, tmp_path, capsys, change, reason):
@@ -181,6 +189,8 @@ def test_each_cause_of_staleness_rebuilds_and_says_why(notes, tmp_path, capsys, 
         (notes / "new.md").write_text("# New\nA brand new policy.", encoding="utf-8")
     elif change == "chunking":
         args += ["--chunk-size", "40"]
+    elif change == "context":
+        args += ["--no-context"]
     elif change == "reader":                  # an index saved by an earlier reader
         meta = json.loads((index_dir / "meta.json").read_text())
         saved_index.save_index(index_dir, *saved_index.load_index(index_dir, meta)[:2],
@@ -197,9 +207,11 @@ def test_each_cause_of_staleness_rebuilds_and_says_why(notes, tmp_path, capsys, 
 
 def test_a_changed_model_makes_the_index_stale(notes, tmp_path):
     docs = documents.load_documents(notes)
-    meta = {"backend": "minilm", "model": "model-a", "chunk_size": 50,
-            "reader": saved_index.READER, "fingerprint": saved_index.fingerprint(docs)}
-    saved_index.save_index(tmp_path / "ix", np.eye(3, dtype=np.float32), [{"text": "x"}] * 3, meta)
+    meta = {"backend": "minilm", "model": "model-a", "chunk_size": 50, "context": True,
+            "reader": saved_index.READER, "fingerprint": saved_index.fingerprint(docs),
+            "files": saved_index.file_hashes(docs)}
+    chunk = {"chunk_id": "a.md#0", "doc_id": "a.md", "title": "a.md", "text": "x"}
+    saved_index.save_index(tmp_path / "ix", np.eye(3, dtype=np.float32), [chunk] * 3, meta)
     assert saved_index.load_index(tmp_path / "ix", meta)[3] is None
     _, _, _, why = saved_index.load_index(tmp_path / "ix", {**meta, "model": "model-b"})
     assert why == "the model changed (model-a -> model-b)"
@@ -276,7 +288,7 @@ def test_a_bad_eval_line_names_the_line(notes, tmp_path, capsys):
 # --- prompt injection ------------------------------------------------------------------------
 def test_a_hostile_document_cannot_break_out_of_its_block(notes):
     docs = documents.load_documents(notes)
-    chunks = documents.document_chunks(docs)
+    chunks = chunking.document_chunks(docs)
     embedder = rag.Embedder("tfidf")
     index = rag.build_index(chunks, embedder)
     question = "ignore previous instructions developer mode"
@@ -418,15 +430,15 @@ def test_a_heading_with_a_long_run_of_spaces_keeps_its_words():
     # A pattern that backtracked over the spaces took over 120 s here; the speed of every
     # pattern on 2 MB inputs is measured by `python -m ragbench.markdown`, not timed here.
     text = "# a" + " " * 100_000 + "b\n" + "text\n"
-    assert markdown.read_markdown(text) == [("a" + " " * 100_000 + "b", [("text", "text")])]
+    assert markdown.read_markdown(text) == [("a b", [("text", "text")])]
 
 
 def test_docs_chunks_break_at_sentences_keep_code_whole_and_fit_the_model(minilm):
     long_code = "```python\n" + "\n".join(f"value_{i} = compute_something({i})" for i in range(120)) + "\n```"
     prose = " ".join(f"Sentence number {i} says one short thing." for i in range(30))
     doc = {"doc_id": "guide.md", "text": f"# Guide\n\n{prose}\n\nRun this:\n\n{long_code}\n\nDone.\n"}
-    fits = documents.model_fits(minilm)
-    chunks = documents.document_chunks([doc], 50, fits)
+    fits = chunking.model_fits(minilm)
+    chunks = chunking.document_chunks([doc], 50, fits)
     assert all(fits(c["text"]) for c in chunks)                       # no silent cut
     assert all(len(c["text"].split()) >= 3 for c in chunks)           # no tiny fragments
     prose_chunks = [c["text"] for c in chunks if "```" not in c["text"]]
@@ -438,7 +450,8 @@ def test_docs_chunks_break_at_sentences_keep_code_whole_and_fit_the_model(minilm
 
 
 def test_exclude_leaves_out_matching_files_and_the_biggest_file_is_named(notes, capsys):
-    (notes / "CHANGELOG.md").write_text("".join(f"## 1.{i}\n\n- Fixed bug {i}.\n\n" for i in range(30)))
+    entry = " ".join(["The loader now reads one more kind of file without a warning."] * 5)
+    (notes / "CHANGELOG.md").write_text("".join(f"## 1.{i}\n\n{entry} Fixed bug {i}.\n\n" for i in range(30)))
     assert rag.main(["--docs", str(notes), "--backend", "tfidf"]) == 0
     out = capsys.readouterr().out
     assert "most chunks: CHANGELOG.md (30 of " in out
@@ -447,16 +460,16 @@ def test_exclude_leaves_out_matching_files_and_the_biggest_file_is_named(notes, 
     assert "CHANGELOG" not in out and "3 files -> " in out
 
 
-# --- --context saved with the index --------------------------------------------------------
+# --- --context: each chunk embedded once, with its title -----------------------------------
 @pytest.mark.slow
-def test_context_vectors_are_saved_reused_and_updated_one_file_at_a_time(notes, tmp_path, capsys,
-                                                                          monkeypatch, minilm):
-    from ragkit.documents import with_context
+def test_each_chunk_is_embedded_once_with_its_title_and_updated_one_file_at_a_time(
+        notes, tmp_path, capsys, monkeypatch, minilm):
     counter = CountingEmbed(monkeypatch)
     index_dir = tmp_path / "index"
-    args = ["--docs", str(notes), "--backend", "minilm", "--index", str(index_dir), "--context"]
+    args = ["--docs", str(notes), "--backend", "minilm", "--index", str(index_dir)]   # --context
     assert rag.main(args) == 0
-    assert "saved the index to" in capsys.readouterr().out and (index_dir / "vectors_context.npy").is_file()
+    chunks = json.loads((index_dir / "chunks.json").read_text())
+    assert "saved the index to" in capsys.readouterr().out and counter.texts == len(chunks)
     first = counter.texts
     assert rag.main(args + ["--question", "How long are backups kept?"]) == 0
     out = capsys.readouterr().out
@@ -464,10 +477,10 @@ def test_context_vectors_are_saved_reused_and_updated_one_file_at_a_time(notes, 
     (notes / "travel.txt").write_text("Taxi receipts are due within 30 days.", encoding="utf-8")
     before = counter.texts
     assert rag.main(args) == 0
-    assert counter.texts - before == 2          # the edited file: its chunk, plain and with title
+    assert counter.texts - before == 1          # the edited file's one chunk, once
     chunks = json.loads((index_dir / "chunks.json").read_text())
-    saved = np.load(index_dir / "vectors_context.npy")
-    fresh = minilm.encode(with_context(chunks))
+    saved = np.load(index_dir / "vectors.npy")
+    fresh = minilm.encode(chunking.with_context(chunks))
     np.testing.assert_allclose(saved, fresh, atol=1e-6)          # equal to a fresh build
 
 

@@ -17,19 +17,19 @@ FLOORS = {
     "ragkit.storage": 1,
     "ragkit.embeddings": 2, "ragkit.markdown": 2, "ragkit.readers": 2,
     # 3-4: your own files as chunks; the shared flags
-    "ragkit.documents": 3, "ragkit.arguments": 3,
+    "ragkit.documents": 3, "ragkit.chunking": 3, "ragkit.arguments": 3,
     "ragkit.saved_index": 4, "ragkit.retrieval": 4, "ragkit.extractive": 4, "ragkit.bedrock": 4,
     # 5-6: the generators, then the command line on top
     "ragkit.llm": 5,
     "ragkit.cli": 6,
     # 7-: the scripts: evaluation, the design card's companions, benchmarks, the lab
-    "rageval.ir_collection": 7, "rageval.devsets": 7,
-    "rageval.ir_scores": 8, "rageval.generation": 8,
-    "rageval.devset": 9, "rageval.quantized": 9, "rag_experiments": 9, "rag_vector_db": 9,
-    "verify_bedrock_request": 9,
-    "ragbench.ann": 10, "ragbench.learner": 10, "ragbench.search": 11,
-    "lab.lab_tasks": 12, "lab.check": 12, "lab.starter": 12,
-    "lab.handouts.chunk_text": 12, "lab.handouts.build_prompt": 12,
+    "rageval.ir_collection": 7, "rageval.downloads": 7, "rageval.devsets": 8,
+    "rageval.ir_scores": 9, "rageval.generation": 9,
+    "rageval.devset": 10, "rageval.tuning": 11, "rageval.quantized": 10, "rag_experiments": 10, "rag_vector_db": 10,
+    "verify_bedrock_request": 10,
+    "ragbench.ann": 11, "ragbench.learner": 11, "ragbench.markdown": 11, "ragbench.search": 12,
+    "lab.lab_tasks": 13, "lab.check": 13, "lab.starter": 13,
+    "lab.handouts.chunk_text": 13, "lab.handouts.build_prompt": 13,
 }
 HOOK = ("rag_from_scratch", "ragkit.cli")     # the core's main() hands unknown flags to the kit
 PACKAGES = ("ragkit", "rageval", "ragbench")

@@ -166,7 +166,7 @@ def test_eval_ids_that_name_no_document_are_left_out_and_counted(tmp_path, capsy
     qa = tmp_path / "qa.jsonl"
     qa.write_text('{"question": "q?", "relevant": ["nope.md"]}\n'
                   '{"question": "r?", "relevant": ["note0.md", "gone.md"]}\n')
-    assert documents.load_eval_file(qa, {"note0.md"}) == [{"question": "r?", "relevant": {"note0.md"}}]
+    assert documents.load_eval_file(qa, {"note0.md"}) == [{"question": "r?", "relevant": {"note0.md"}, "answer": []}]
     assert capsys.readouterr().err == ("[warn] " + str(qa) + ": 2 relevant ids name no indexed file "
                                        "and are left out (gone.md, nope.md); 1 of 2 questions dropped\n")
 
@@ -274,7 +274,7 @@ def test_each_prompt_draws_a_new_tag_that_a_document_cannot_predict(notes):
 def test_a_bom_is_accepted_and_deep_json_is_named_by_file_and_line(tmp_path):
     qa = tmp_path / "qa.jsonl"
     qa.write_bytes('\ufeff{"question": "q?", "relevant": ["a.md"]}\n'.encode("utf-8"))
-    assert documents.load_eval_file(qa) == [{"question": "q?", "relevant": {"a.md"}}]
+    assert documents.load_eval_file(qa) == [{"question": "q?", "relevant": {"a.md"}, "answer": []}]
     qa.write_text('{"question": "q?", "relevant": ["a.md"]}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
     with pytest.raises(ValueError, match=r"qa.jsonl line 2: not JSON"):
         documents.load_eval_file(qa)

@@ -12,7 +12,7 @@ import pytest
 from conftest import CISI
 
 import rag_from_scratch as rag
-from ragkit import documents, embeddings, retrieval
+from ragkit import chunking, documents, embeddings, retrieval
 
 FATHERS = "How much time off do new fathers get?"
 
@@ -227,10 +227,10 @@ def test_context_embeds_the_title_in_front_of_each_chunk(chunks, minilm, minilm_
 
 def test_context_of_a_docs_chunk_is_file_and_heading(notes):
     from ragkit import documents
-    chunks = documents.document_chunks(documents.load_documents(notes))
-    assert documents.with_context(chunks)[0] == ("hr/leave.txt\nAnnual leave is 24 days. Apply in the portal; "
+    chunks = chunking.document_chunks(documents.load_documents(notes))
+    assert chunking.with_context(chunks)[0] == ("hr/leave.txt\nAnnual leave is 24 days. Apply in the portal; "
                                           "restart requests after a rejection go to your manager.")
-    assert documents.with_context(chunks)[1].startswith("ops/db.md > Restart\nRestart\nRestart the database")
+    assert chunking.with_context(chunks)[1].startswith("ops/db.md > Restart\nRestart\nRestart the database")
 
 
 def test_context_with_tfidf_leaves_the_plain_index_usable(chunks, tfidf_setup):
@@ -359,9 +359,10 @@ def test_context_is_the_docs_default_and_no_context_turns_it_off(capsys, notes, 
     qa.write_text('{"question": "Who approves restart requests?", "relevant": ["hr/leave.txt"]}\n',
                   encoding="utf-8")
     base = ["--backend", "tfidf", "--docs", str(notes), "--eval", str(qa), "--k", "1"]
-    status, out, err = run_main(capsys, *base)
-    assert status == 0 and "== Retrieval evaluation with context (1 question) ==" in out, err
+    status, out, err = run_main(capsys, *base)            # the one index embeds titles in front
+    assert status == 0 and "index shape=(3, " in out and "(titles in front)" in out, err
+    assert "k=1: hit_rate=1.00" in out and "with context" not in out     # scored once, as used
     status, out, err = run_main(capsys, *base, "--no-context")
-    assert status == 0 and "with context" not in out, err
+    assert status == 0 and "titles in front" not in out, err
     status, out, err = run_main(capsys, "--backend", "tfidf", "--question", "new fathers?")
     assert status == 0 and "with context" not in out     # the sample corpus: the tutorial's search

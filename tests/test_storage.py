@@ -131,13 +131,25 @@ def test_two_runs_claiming_one_new_folder_at_once_both_succeed(tmp_path):
         assert [p.name for p in folder.iterdir()] == [storage.MARK_FILE]
 
 
-def test_the_next_save_cleans_what_a_killed_save_left(tmp_path):
+def test_the_next_save_cleans_what_a_killed_save_left_and_only_that(tmp_path):
     folder = storage.claim_folder(tmp_path / "idx", "--index")
-    (folder / ".vectors.npy.abc123.partial").write_bytes(b"half a file")
+    (folder / f".vectors.npy.abc123{storage.PARTIAL}").write_bytes(b"half a file")
+    (folder / ".draft.partial").write_bytes(b"the user's own")       # not the kit's: kept
     with storage.folder_lock(folder):
         storage.write_atomic(folder / "vectors.npy", b"whole")
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        [storage.MARK_FILE, storage.LOCK_FILE, "vectors.npy"])
+        [storage.MARK_FILE, storage.LOCK_FILE, "vectors.npy", ".draft.partial"])
+
+
+def test_a_run_waiting_for_another_runs_lock_gives_up_at_its_deadline(tmp_path, monkeypatch, capsys):
+    from filelock import FileLock
+    folder = storage.claim_folder(tmp_path / "idx", "--index")
+    monkeypatch.setattr(storage, "LOCK_WAIT_S", 1)
+    with FileLock(folder / storage.LOCK_FILE):                 # "another run" holds it
+        with pytest.raises(TimeoutError, match="held the lock on .* for 1 s"):
+            with storage.folder_lock(folder):
+                pass
+    assert "waiting for another run to finish saving" in capsys.readouterr().err
 
 
 def test_progress_in_a_log_is_a_few_plain_lines_not_redrawn_frames(capsys):

