@@ -157,11 +157,13 @@ def run(args) -> None:
         sets = {name: (devsets.pages(name), devsets.questions(name)) for name in names}
     embedder = CachedEmbedder(args.backend)
     cache = EmbeddingCache(args.cache) if embedder.backend == "minilm" else None
-    generators = {name: gen.make_generator(name, args, embedder=embedder)
-                  for name in args.generators.split(",")}
+    names = args.generators.split(",")
+    models = {name: gen.make_generator(name, args) for name in names if name != "extractive"}
     for name, (folder, questions) in sets.items():
         gold = gen.load_gold(questions)
         chunks, vectors = build(folder, embedder, cache, args.context)
+        generators = {g: models.get(g) or gen.make_generator(g, args, embedder=embedder, chunks=chunks)
+                      for g in names}        # the extractive one learns each set's words
         print(f"\n{name}: {len(chunks)} chunks, backend={embedder.backend}", file=sys.stderr)
         print_scores(name, score(gold, chunks, vectors, embedder, generators, args.context),
                      args.show_answers)

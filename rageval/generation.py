@@ -309,7 +309,7 @@ def run(args) -> None:
     index = rag.build_index(chunks, embedder)
     if "extractive" in names:          # on your pages it scores sentences with the index's model
         generators = {name: generators.get(name) or make_generator(
-                          name, args, args.stream, embedder if args.docs else None) for name in names}
+                          name, args, args.stream, *((embedder, chunks) if args.docs else ())) for name in names}
     results = evaluate_generation(gold, generators, index, chunks, embedder,
                                   k=min(args.k, len(chunks)), system_prompt=system, prompt_fn=prompt_fn)
     n_ok = sum(g["answerable"] for g in gold)

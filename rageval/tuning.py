@@ -6,16 +6,21 @@ rageval/tuning.py: the --docs settings, chosen on the development sets by leavin
 
 For each of the five projects, each setting is chosen on the other four and the held-out
 project is scored with it: its figure is what a folder nobody tuned on gets. The kit ships
-the settings chosen on all five. Retrieval is chosen by answer in context (the share of
-answerable questions whose K passages hold every gold fact; ties go to the first in the grid:
-fewer words, no context, less BM25). The extractive answer's sentence-scoring weights are a
-logistic regression of "this sentence states every gold fact" on its features; its refusal
-threshold refuses the lowest-scoring tenth of the answerable questions (the most that still
-keeps nine in ten answered).
+the settings chosen on all five.
+  - Retrieval (chunk size, --context, BM25's share) by answer in context: the share of
+    answerable questions whose 5 passages hold every gold fact (ties go to the first in the
+    grid: fewer words, no context, less BM25).
+  - How many passages a prompt holds (--k with --docs): the fewest whose answer in context
+    reaches IN_CONTEXT_GOAL on average; more passages make a longer prompt to read.
+  - The extractive answer: its sentence-scoring weights are a logistic regression of "this
+    sentence states every gold fact" on its features; its two refusal thresholds come from a
+    second one, of "the question is answerable" on the best sentence's support and whether the
+    question has a word no page uses, cut where it refuses REFUSED_SHARE of the answerable.
 MiniLM; the chunk vectors are cached in .rag_cache, so a second run takes a fraction of the first.
 """
 
 import itertools
+import math
 import sys
 
 import numpy as np
@@ -25,11 +30,14 @@ from rageval import generation as gen
 from ragkit import chunking, documents, extractive, plumbing, retrieval
 from ragkit.embeddings import CachedEmbedder, EmbeddingCache
 
-K = 5                                          # the passages --docs gives a generator
-WORDS = [60, 100, 150]                         # words of text per chunk at most
+K = 5                                          # passages scored when choosing retrieval
+KS = [3, 5, 8]                                 # how many passages a prompt may hold
+IN_CONTEXT_GOAL = 0.9                          # ... the fewest that reach this
+WORDS = [60, 100, 150, 200]                    # words of text per chunk at most
 CONTEXTS = [False, True]                       # titles in front when embedding
 HYBRIDS = [0.0, 0.2, 0.3, 0.5]                 # BM25's share of the fused score
 FEATURES = ("meaning", "words", "names", "code", "asks", "rank")   # extractive.scores()' features
+REFUSED_SHARE = 0.08                           # of the answerable questions, refused at most
 
 
 # == Retrieval ===============================================================================
@@ -50,10 +58,10 @@ def retriever(chunks, vectors, embedder, context: bool, hybrid: float):
                                     context_vectors=vectors if context else None)
 
 
-def in_context(gold, retrieve) -> float:
-    """The share of answerable questions whose K passages hold every gold fact."""
+def in_context(gold, retrieve, k: int = K) -> float:
+    """The share of answerable questions whose k passages hold every gold fact."""
     answerable = [g for g in gold if g["answerable"]]
-    return float(np.mean([documents.holds_every_fact(retrieve(g["question"], K), g) for g in answerable]))
+    return float(np.mean([documents.holds_every_fact(retrieve(g["question"], k), g) for g in answerable]))
 
 
 def retrieval_table(names, embedder, cache) -> dict:
@@ -70,6 +78,24 @@ def retrieval_table(names, embedder, cache) -> dict:
     return table
 
 
+def k_table(names, setting, embedder, cache) -> dict:
+    """{k: {set: answer in context}} at one retrieval setting."""
+    words, context, hybrid = setting
+    table, store = {}, {}
+    for name in names:
+        gold = gen.load_gold(devsets.questions(name))
+        retrieve = retriever(*indexed(name, words, context, embedder, cache, store), embedder, context, hybrid)
+        for k in KS:
+            table.setdefault(k, {})[name] = in_context(gold, retrieve, k)
+    return table
+
+
+def choose_k(table: dict, names: list[str]) -> int:
+    """The fewest passages whose mean answer in context over `names` reaches IN_CONTEXT_GOAL
+    (else the most)."""
+    return next((k for k in KS if np.mean([table[k][n] for n in names]) >= IN_CONTEXT_GOAL), KS[-1])
+
+
 def choose(table: dict, names: list[str]):
     """The setting with the best mean over `names`; ties go to the first in the grid."""
     return max(table, key=lambda setting: np.mean([table[setting][n] for n in names]))
@@ -82,72 +108,102 @@ def leave_one_out(table: dict, names: list[str]) -> dict:
 
 
 # == The extractive answer ===================================================================
-def answer_cases(name: str, setting, embedder, cache, store) -> list[dict]:
-    """Each question of a set with its prompt (K passages, as --docs builds it) and the
-    features of every candidate sentence, computed once for the whole weight grid."""
+def answer_cases(name: str, setting, k: int, embedder, cache, store) -> list[dict]:
+    """Each question of a set with its prompt (k passages, as --docs builds it), the features
+    of every candidate sentence, computed once for every fit, and whether the question has a
+    word no page uses."""
     import rag_from_scratch as rag
     words, context, hybrid = setting
     chunks, vectors = indexed(name, words, context, embedder, cache, store)
     retrieve = retriever(chunks, vectors, embedder, context, hybrid)
-    stop = extractive.stop_words()
+    stop, known = extractive.stop_words(), extractive.known_words(chunks)
     cases = []
     for item in gen.load_gold(devsets.questions(name)):
-        prompt = rag.rag_answer(item["question"], None, chunks, None, K, retrieve=retrieve,
+        prompt = rag.rag_answer(item["question"], None, chunks, None, k, retrieve=retrieve,
                                 prompt_fn=documents.build_fenced_prompt)["prompt"]
         question, passages = extractive.read_prompt(prompt)
         candidates = extractive.candidate_sentences(passages, stop)
         idf = extractive.idf_weights([c["words"] for c in candidates])
         features = extractive.scores(question, candidates, idf, stop, embedder.encode)
-        cases.append({"item": item, "candidates": candidates, "features": features})
+        cases.append({"item": item, "candidates": candidates, "features": features,
+                      "new_word": not set(extractive.content_words(question, stop)) <= known})
     return cases
 
 
-def fit_weights(cases: list[dict]):
-    """(weights, refuse below) for the extractive answer, from these questions: a logistic
-    regression of "this sentence states every gold fact" on the sentences' features, and the
-    score below which the lowest tenth of the answerable questions' best sentences fall."""
+def best_support(case: dict, weights: dict) -> float:
+    """The support of the sentence the answer starts with (0 when there is none)."""
+    part = case["features"][0] if case["features"] else []
+    if not part:
+        return 0.0
+    best = max(range(len(part)), key=lambda i: (sum(weights[f] * part[i][f] for f in FEATURES), -i))
+    return extractive.support_of(part[best], weights)
+
+
+def fit_answer(cases: list[dict]):
+    """(weights, (refuse below, refuse below with a new word)) for the extractive answer, from
+    these questions: a logistic regression of "this sentence states every gold fact" on the
+    sentences' features; then one of "the question is answerable" on the best sentence's
+    support and whether the question has a word no page uses, cut where it refuses
+    REFUSED_SHARE of the answerable questions."""
     from sklearn.linear_model import LogisticRegression
     rows, labels = [], []
     for case in cases:
         if case["item"]["answerable"]:
             for candidate, features in zip(case["candidates"], case["features"][0]):
                 rows.append([features[f] for f in FEATURES])
-                labels.append(all(p.search(candidate["text"]) for p in case["item"]["answer"]))
+                labels.append(all(p.search(documents.fact_text(candidate["text"])) for p in case["item"]["answer"]))
     model = LogisticRegression(class_weight="balanced", max_iter=5000).fit(np.array(rows), np.array(labels))
     weights = {f: round(float(w), 2) for f, w in zip(FEATURES, model.coef_[0])}
-    supports = []                             # each answerable question's chosen sentence, supported
-    for case in cases:
-        if case["item"]["answerable"] and case["candidates"]:
-            part = case["features"][0]
-            chosen = max(range(len(part)), key=lambda i: (sum(weights[f] * part[i][f] for f in FEATURES), -i))
-            supports.append(extractive.support_of(part[chosen], weights))
-    return weights, round(float(sorted(supports)[len(supports) // 10]), 2)
+    x = np.array([[best_support(c, weights), float(c["new_word"])] for c in cases])
+    answerable = np.array([c["item"]["answerable"] for c in cases])
+    gate = LogisticRegression(class_weight="balanced", max_iter=5000).fit(x, answerable)
+    (a, b), c = gate.coef_[0], gate.intercept_[0]
+    if a <= 0:
+        raise RuntimeError("on these questions a better-supported sentence does not mean an answerable question")
+    cut = np.sort(x[answerable] @ [a, b] + c)[int(REFUSED_SHARE * answerable.sum())]
+    down = lambda value: math.floor(value * 100) / 100       # two decimals, never refusing more
+    return weights, (down((cut - c) / a), down((cut - c - b) / a))
 
 
-def verdicts(cases: list[dict], weights: dict, refuse_below: float) -> dict:
+def verdicts(cases: list[dict], weights: dict, refuse_below: tuple) -> dict:
     """verdict -> how many of these questions the extractive answer gets it."""
     from rageval.devset import counts, verdict
     refusal = gen.refusal_sentence(documents.DOCS_SYSTEM_PROMPT)
     rows = []
     for case in cases:
-        chosen = extractive.pick(case["candidates"], case["features"], weights, refuse_below)
+        chosen = extractive.pick(case["candidates"], case["features"], weights, refuse_below[case["new_word"]])
         answer = " ".join(f"{c['text']} [{c['source']}]" for c in chosen) if chosen else refusal
         rows.append({"verdict": verdict(answer, case["item"], refusal)})
     return counts(rows)
 
 
-def print_answers(cases_by_set: dict) -> None:
-    """Each held-out project's verdicts with weights fitted on the other four; then the fit on all."""
-    print("\n== Extractive answers: each project held out, fitted on the others ==")
-    for held, cases in cases_by_set.items():
-        weights, refuse = fit_weights([c for n, cs in cases_by_set.items() if n != held for c in cs])
-        c = verdicts(cases, weights, refuse)
+def print_answers(names: list[str], table: dict, embedder, cache) -> None:
+    """Each held-out project answered with every setting chosen on the other four: retrieval,
+    passages per prompt, weights and thresholds; then what the five together choose."""
+    store, k_tables, cases = {}, {}, {}
+    print(f"\n== Passages per prompt and extractive answers: each project held out, everything "
+          f"chosen on the other four ==")
+    for held in names + [None]:
+        others = [n for n in names if n != held]
+        setting = choose(table, others)
+        if setting not in k_tables:
+            k_tables[setting] = k_table(names, setting, embedder, cache)
+        k = choose_k(k_tables[setting], others)
+        if (setting, k) not in cases:
+            cases[setting, k] = {n: answer_cases(n, setting, k, embedder, cache, store) for n in names}
+        weights, refuse = fit_answer([c for n in others for c in cases[setting, k][n]])
+        if held is None:
+            print(f"  all five: {setting[0]} words, context {setting[1]}, BM25 share {setting[2]}, "
+                  f"k={k} (answer in context {np.mean([k_tables[setting][k][n] for n in names]):.2f})\n"
+                  f"  WEIGHTS = {weights}\n  REFUSE_BELOW, REFUSE_BELOW_NEW_WORD = {refuse[0]}, {refuse[1]}: "
+                  f"the kit's (ragkit/extractive.py)")
+            continue
+        c = verdicts(cases[setting, k][held], weights, refuse)
         answerable = c["right"] + c["partial"] + c["wrong"] + c["refused (wrong)"]
-        print(f"  {held:<10} right {c['right']:2}, partial {c['partial']:2}, wrong {c['wrong']:2}, "
-              f"refused {c['refused (wrong)']:2} of {answerable} answerable; refused "
-              f"{c['refused (right)']} of {c['refused (right)'] + c['answered (wrong)']} unanswerable")
-    weights, refuse = fit_weights([c for cs in cases_by_set.values() for c in cs])
-    print(f"  all: WEIGHTS = {weights}, REFUSE_BELOW = {refuse}: the kit's (ragkit/extractive.py)")
+        print(f"  {held:<10} k={k}, answer in context {k_tables[setting][k][held]:.2f}; right {c['right']:2}, "
+              f"partial {c['partial']:2}, wrong {c['wrong']:2}, refused {c['refused (wrong)']:2} of "
+              f"{answerable} answerable; refused {c['refused (right)']} of "
+              f"{c['refused (right)'] + c['answered (wrong)']} unanswerable")
 
 
 # == The command line ========================================================================
@@ -173,8 +229,7 @@ def run(args) -> None:
                  lambda s: f"{s[0]} words, context {'on' if s[1] else 'off'}, BM25 share {s[2]}")
     if args.part == "retrieval":
         return
-    store, setting = {}, choose(table, names)
-    print_answers({name: answer_cases(name, setting, embedder, cache, store) for name in names})
+    print_answers(names, table, embedder, cache)
 
 
 def parse_args(argv=None):

@@ -119,7 +119,7 @@ def run(args) -> None:
     else:
         chunks, index, embedder = rag.run_demo(args)
     if args.generator == "extractive":    # on your pages it scores sentences with the index's model
-        llm = generators.make_generator(args.generator, args, args.stream, embedder if args.docs else None)
+        llm = generators.make_generator(args.generator, args, args.stream, *((embedder, chunks) if args.docs else ()))
     retrieve = None
     if better_retrieval(args):            # hybrid, rerank, filters, context, --compare
         retrieve = retrieval.retriever_for(args, chunks, index, embedder, eval_set, context)

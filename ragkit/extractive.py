@@ -11,9 +11,12 @@ prompt's own sentence. How it picks:
   - on your own pages (--docs) with MiniLM (the retrieval model, given as `encode`): by
     meaning (the cosine of question and sentence) together with the question's rare words it
     shares, more for a sentence that names an option, command or path, or holds code, less for
-    one that is a question itself or comes from a lower-ranked passage; it refuses when the
-    chosen sentence's meaning and words fall below one score. The weights and that score were
-    fitted on the development sets' pages (`python -m rageval.tuning`);
+    one that is a question itself or comes from a lower-ranked passage. The best sentence comes
+    first; the next best from the same file follow while the answer stays within 50 words. It
+    refuses when the best sentence's meaning and words fall below a score, a higher one when
+    the question uses a word the pages never do ("conda", "Sentry": often what they lack). The
+    weights and both scores were fitted on the development sets' pages (`python -m
+    rageval.tuning`);
   - otherwise (the tutorial's ten policies, TF-IDF, or no model): by the (rare) words it shares
     with the question, refusing when too little of the question is supported. On the ten
     short policies this does better (9 of 10 facts against 7 of 10 by the weights fitted on
@@ -36,12 +39,15 @@ MIN_SUPPORT = 0.25        # words alone: refuse below this share of the question
 # pages' unanswerable questions but cuts the tutorial's facts from 0.90 to 0.60 (MiniLM). 0.25
 # keeps them, and refuses 22 of the 178 answerable questions there. A trade-off, stated.
 # With MiniLM: a sentence's score is the sum of these weights times its features (see scores()),
-# and the answer is refused when the chosen sentence's support (meaning and words alone) is below
-# REFUSE_BELOW. The weights are a logistic regression of "this sentence states every gold fact",
-# the threshold refuses a tenth of the answerable questions; both fitted on the five development
-# sets (python -m rageval.tuning).
+# and the answer is refused when the best sentence's support (meaning and words alone) is below
+# REFUSE_BELOW, or below REFUSE_BELOW_NEW_WORD when the question has a word no page uses. The
+# weights are a logistic regression of "this sentence states every gold fact"; the thresholds
+# refuse the lowest 8% of the answerable questions; all fitted on the five development sets
+# (python -m rageval.tuning).
 WEIGHTS = {"meaning": 2.28, "words": 1.98, "names": 1.26, "code": 0.86, "asks": -1.12, "rank": -0.19}
 REFUSE_BELOW = 1.34
+REFUSE_BELOW_NEW_WORD = 1.34
+ANSWER_WORDS = 50          # more sentences from the best one's file join it up to this many words
 
 
 # ---------------------------------------------------------------------------
@@ -231,17 +237,21 @@ def candidate_sentences(passages: list[tuple[str, str]], stop: frozenset) -> lis
 
 def extract_answer(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT,
                    min_support: float = MIN_SUPPORT, encode=None, weights: dict = WEIGHTS,
-                   refuse_below: float = REFUSE_BELOW) -> str:
-    """Answer with the best retrieved sentence per question part, each with [source]; or the
-    system prompt's own refusal sentence. encode(texts) -> unit vectors (MiniLM's) scores by
-    meaning too; without it, by words alone, refusing below `min_support` of the question."""
+                   refuse_below: tuple = (REFUSE_BELOW, REFUSE_BELOW_NEW_WORD),
+                   known_words: set | None = None) -> str:
+    """Answer with the best retrieved sentences, each with [source]; or the system prompt's own
+    refusal sentence. encode(texts) -> unit vectors (MiniLM's) scores by meaning too, refusing
+    below refuse_below[0], or [1] when the question has a word not in `known_words` (the
+    pages'); without encode, by words alone, refusing below `min_support` of the question."""
     stop = stop_words()
     question, passages = read_prompt(prompt)
     candidates = candidate_sentences(passages, stop)
     idf = idf_weights([c["words"] for c in candidates])
     refusal = refusal_sentence(system_prompt) or "The documents do not answer this question."
     if encode is not None:
-        chosen = by_meaning(question, candidates, idf, stop, encode, weights, refuse_below)
+        new_word = known_words is not None and not set(content_words(question, stop)) <= known_words
+        chosen = pick(candidates, scores(question, candidates, idf, stop, encode), weights,
+                      refuse_below[new_word])
     else:
         chosen = []
         for part in question_parts(question, stop):
@@ -276,12 +286,6 @@ def scores(question: str, candidates: list[dict], idf: dict, stop, encode) -> li
     return out
 
 
-def by_meaning(question, candidates, idf, stop, encode, weights, refuse_below) -> list[dict]:
-    """The best-scoring sentence for each part of the question, none if the best of all scores
-    below `refuse_below`."""
-    return pick(candidates, scores(question, candidates, idf, stop, encode), weights, refuse_below)
-
-
 def support_of(features: dict, weights: dict) -> float:
     """How well a sentence answers, in meaning and rare words alone: what refusing compares
     with REFUSE_BELOW (options, code and rank help choose a sentence, not decide to answer)."""
@@ -290,26 +294,44 @@ def support_of(features: dict, weights: dict) -> float:
 
 def pick(candidates: list[dict], features: list[list[dict]], weights: dict, refuse_below: float) -> list[dict]:
     """For each part's features, the candidate with the highest weighted sum (ties: the earlier
-    one), each candidate once; nothing if the best supported of them is below `refuse_below`."""
-    chosen, best = [], float("-inf")
+    one), each candidate once, then the next best of the first part's from the same file while
+    the answer stays within ANSWER_WORDS; nothing if the best supported is below `refuse_below`."""
+    chosen, best, orders = [], float("-inf"), []
     for part in features:
         totals = [sum(weights[f] * x[f] for f in weights) for x in part]
-        order = sorted(range(len(totals)), key=lambda i: (-totals[i], i))
-        first = next((i for i in order if candidates[i] not in chosen), None)
+        orders.append(sorted(range(len(totals)), key=lambda i: (-totals[i], i)))
+        first = next((i for i in orders[-1] if candidates[i] not in chosen), None)
         if first is not None:
             chosen.append(candidates[first])
             best = max(best, support_of(part[first], weights))
-    return chosen if best >= refuse_below else []
+    if best < refuse_below:
+        return []
+    file = chosen[0]["source"].split(" > ")[0]
+    for i in orders[0][1:3]:                       # the runners-up of the first part
+        more = candidates[i]
+        words = sum(len(c["text"].split()) for c in chosen + [more])
+        if more not in chosen and more["source"].split(" > ")[0] == file and words <= ANSWER_WORDS:
+            chosen.append(more)
+    return chosen
 
 
-def extractive_generator(min_support: float = MIN_SUPPORT, stream: bool = False, embedder=None):
+def known_words(chunks: list[dict]) -> set:
+    """Every content word of the pages (titles too): a question word outside it is one the
+    pages never use."""
+    stop = stop_words()
+    return {w for c in chunks for w in content_words(f"{c['title']} {c['text']}", stop)}
+
+
+def extractive_generator(min_support: float = MIN_SUPPORT, stream: bool = False, embedder=None,
+                         chunks=None):
     """llm_fn with no language model, answering from the prompt's own passages: by meaning too
-    when `embedder` is MiniLM (the one that indexed them), else by words alone; stream=True:
-    the same answer as an iterator, one cited sentence ("... [HR-01] ") at a time."""
+    when `embedder` is MiniLM (the one that indexed `chunks`, whose words it learns), else by
+    words alone; stream=True: the same answer as an iterator, one cited sentence at a time."""
     encode = embedder.encode if embedder is not None and embedder.backend == "minilm" else None
+    known = known_words(chunks) if encode and chunks else None
 
     def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT):
-        answer = extract_answer(prompt, system_prompt, min_support, encode)
+        answer = extract_answer(prompt, system_prompt, min_support, encode, known_words=known)
         return iter(re.split(r"(?<=\] )", answer)) if stream else answer
     llm_fn.runtime = "no model" + (", sentences scored by MiniLM" if encode else "")
     llm_fn.truncated = False

@@ -217,24 +217,34 @@ def cleaned(segment: str, sources: set) -> str:
                                                         else "", prose))
 
 
+# A reply line starting like one of the kit's own lines is marked, so it cannot pass for one.
+KIT_LINES = ("sources:", "[stream]", "(unsupported", "(no answer", "==", "--", "error:", "q:", "[skip]")
+
+
 def guard(pieces, sources: set):
     """Yield an answer's text as it comes, a sentence or a line at a time, cleaned (see
     cleaned()); stop at the first sentence that says again what an earlier one said: a loop.
-    Code blocks are passed on as they are."""
-    seen, code, buffer = set(), False, ""
+    A line that starts like one of the kit's own is marked "(reply)". Code blocks are passed
+    on as they are."""
+    seen, code, buffer, line_start = set(), False, "", True
 
     def settled(segment: str):
         """The segment as shown, or None for a repeat (the end)."""
-        nonlocal code
-        if segment.lstrip().startswith("```"):
-            code = not code
-        if code or segment.lstrip().startswith("```"):
+        nonlocal code, line_start
+        starts_code = segment.lstrip().startswith("```")
+        code = code != starts_code
+        if code or starts_code:
+            line_start = segment.endswith("\n")
             return segment
+        imitates = line_start and segment.lstrip().lower().startswith(KIT_LINES)
         text = cleaned(segment, sources)
         key = " ".join(text.lower().split())
         if len(key.split()) >= 2 and key in seen:
             return None
         seen.add(key)
+        if imitates:
+            text = "(reply) " + text.lstrip()
+        line_start = text.endswith("\n")
         return text
     for piece in pieces:
         buffer += piece
@@ -252,13 +262,17 @@ def guard(pieces, sources: set):
 
 
 def guarded(llm_fn):
-    """llm_fn whose answer (a string, or pieces with stream=True) passes through guard()."""
+    """llm_fn that reads a system prompt naming the fenced prompt's one real tag, and whose
+    answer (a string, or pieces with stream=True) passes through guard()."""
+    from ragkit.documents import naming_the_tag
+
     def safe(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT):
-        answer = llm_fn(prompt, system_prompt)
+        answer = llm_fn(prompt, naming_the_tag(system_prompt, prompt))
         if not isinstance(answer, str):               # a stream: guarded as it comes
             return guard(answer, sources_of(prompt))
         safe.truncated = getattr(llm_fn, "truncated", False)
-        return re.sub(r"[ \t]{2,}", " ", "".join(guard([answer], sources_of(prompt)))).strip()
+        text = "".join(guard([answer], sources_of(prompt)))
+        return in_prose(text, lambda prose: re.sub(r"[ \t]{2,}", " ", prose)).strip()
     safe.runtime, safe.truncated = llm_fn.runtime, False
     safe.bare = llm_fn                                 # its .truncated and .usage, after an answer
     return safe
@@ -397,12 +411,13 @@ def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
 GENERATORS = ("extractive", "local", "openai", "bedrock")
 
 
-def make_generator(name: str, args, stream: bool = False, embedder=None):
+def make_generator(name: str, args, stream: bool = False, embedder=None, chunks=None):
     """Build the generator --generator names, from the command-line flags (stream: --stream;
-    embedder: the index's, which the extractive generator scores sentences with)."""
+    embedder and chunks: the index's, which the extractive generator scores sentences with and
+    learns the pages' words from)."""
     if name == "extractive":
         from ragkit import extractive
-        llm = extractive.extractive_generator(stream=stream, embedder=embedder)
+        llm = extractive.extractive_generator(stream=stream, embedder=embedder, chunks=chunks)
     elif name == "local":
         llm = local_generator(args.threads, args.max_tokens, stream)
     elif name == "openai":

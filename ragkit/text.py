@@ -12,15 +12,21 @@ It imports nothing from the kit, so every other file may import it.
 
 import re
 
-CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029]")   # not \t, \n, \r
-CONTROL_OR_BREAK = re.compile(CONTROL.pattern[:-1] + r"\t\n\r]")
+# Written out, never printed raw: control characters (an escape sequence drives the terminal),
+# a carriage return ("24 days.\r99 days" shows as "99 days"), bidirectional controls (U+202E
+# shows "exe.txt" for "txt.exe") and zero-width characters (two names that look the same).
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\r\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e"
+                     r"\u2060-\u2064\u2066-\u2069\ufeff]")                  # not \t or \n
+CONTROL_OR_BREAK = re.compile(CONTROL.pattern[:-1] + r"\t\n]")
 
 
 def shown(text: str, lines: bool = True) -> str:
-    """Text safe to print: control characters written out (\\x1b), so text cannot drive the
-    terminal; lines=False also writes out line breaks, so a name cannot forge a printed line."""
+    """Text safe to print: control, bidirectional and zero-width characters written out
+    (\\x1b, \\u202e), a Windows line end read as a line end; lines=False also writes out line
+    breaks, so a name cannot forge a printed line."""
     pattern = CONTROL if lines else CONTROL_OR_BREAK
-    return pattern.sub(lambda m: repr(m.group(0))[1:-1], text)
+    return pattern.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"),
+                       text.replace("\r\n", "\n"))
 
 
 ABBREVIATIONS = {"e.g.", "i.e.", "etc.", "vs.", "cf.", "approx.", "incl.", "no.", "nos.", "fig.",

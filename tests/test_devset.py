@@ -89,7 +89,7 @@ def test_each_held_out_project_gets_the_setting_best_on_the_others_ties_to_the_f
         "r": ("a", 0.1)}          # p and q: a and c tie at 0.5; the first in the grid wins
 
 
-def case(answerable: bool, rows: list[tuple[float, float, bool]]):
+def case(answerable: bool, rows: list[tuple[float, float, bool]], new_word: bool = False):
     """A tuning case: candidates with (meaning, words) features; True marks the one stating the fact."""
     candidates = [{"text": "the fact" if right else f"other {i}", "source": "a.md", "rank": 0}
                   for i, (_, _, right) in enumerate(rows)]
@@ -97,14 +97,20 @@ def case(answerable: bool, rows: list[tuple[float, float, bool]]):
                  for m, w, _ in rows]]
     item = {"answerable": answerable, "question": "q", "relevant": {"a.md"},
             "answer": [re.compile("the fact")] if answerable else []}
-    return {"item": item, "candidates": candidates, "features": features}
+    return {"item": item, "candidates": candidates, "features": features, "new_word": new_word}
 
 
-def test_fitted_weights_favour_what_marks_the_answering_sentence_and_refuse_a_tenth():
-    cases = [case(True, [(0.8 - i / 100, 0.2, True), (0.3, 0.6, False), (0.2, 0.1, False)]) for i in range(20)]
-    weights, refuse = tuning.fit_weights(cases)
+def test_fitted_weights_favour_the_answering_sentence_and_a_new_word_needs_more_support():
+    answerable = [case(True, [(0.8 - i / 100, 0.2, True), (0.3, 0.6, False), (0.2, 0.1, False)],
+                       new_word=i % 5 == 0) for i in range(25)]
+    unanswerable = [case(False, [(0.45 + i / 100, 0.3, False)], new_word=True) for i in range(10)]
+    weights, (refuse, refuse_new) = tuning.fit_answer(answerable + unanswerable)
     assert weights["meaning"] > 0 and weights["meaning"] > weights["words"]
-    supports = sorted(extractive.support_of(c["features"][0][0], weights) for c in cases)
-    assert refuse == round(supports[2], 2)                   # the 3rd lowest of 20: a tenth below
-    counts = tuning.verdicts(cases + [case(False, [(0.1, 0.0, False)])], weights, refuse)
-    assert counts["right"] == 18 and counts["refused (wrong)"] == 2 and counts["refused (right)"] == 1
+    assert refuse_new > refuse              # every unanswerable question had a word no page uses
+    supports = sorted(extractive.support_of(c["features"][0][0], weights) for c in answerable)
+    counts = tuning.verdicts(answerable + unanswerable, weights, (refuse, refuse_new))
+    refused = sum(s < (refuse_new if c["new_word"] else refuse)
+                  for s, c in zip((extractive.support_of(c["features"][0][0], weights) for c in answerable), answerable))
+    assert refused <= round(tuning.REFUSED_SHARE * 25) and counts["refused (wrong)"] == refused
+    assert counts["right"] == 25 - refused and counts["refused (right)"] == 10   # all ten held below
+    assert min(supports) < refuse_new
