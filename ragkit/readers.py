@@ -40,7 +40,7 @@ MAX_BYTES = {".pdf": 1 << 30, ".html": 64 << 20, ".htm": 64 << 20, ".docx": 128 
              ".ipynb": 256 << 20}         # a file larger than this is skipped, with one line
 MAX_PAGES = 1000         # pages read of one PDF (--max-pages): 500 pages take a few seconds
 PROGRESS_PAGES = 100     # a PDF this long shows a progress line while it is read
-MAX_UNPACKED = 256 << 20  # what a .docx may unpack to: more is a zip bomb, not a document
+MAX_UNPACKED = 250_000_000  # bytes a .docx may unpack to: more is a zip bomb, not a document
 MAX_OUTPUT_CHARS = 2000  # of one notebook output, with --notebook-outputs
 
 
@@ -105,8 +105,9 @@ def without_margins(pages: list[list[str]]) -> list[list[str]]:
     out = []
     for lines in pages:
         top, bottom = min(EDGE, len(lines)), max(len(lines) - EDGE, min(EDGE, len(lines)))
-        out.append([line for i, line in enumerate(lines)
-                    if not ((i < top or i >= bottom) and margin_key(line) in repeated)])
+        kept = [line for i, line in enumerate(lines)
+                if not ((i < top or i >= bottom) and margin_key(line) in repeated)]
+        out.append(kept or lines)        # pages alike but for their numbers (a form) keep their text
     return out
 
 
