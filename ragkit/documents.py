@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ragkit import readers
-from ragkit.plumbing import read_jsonl, refuse_empty
+from ragkit.plumbing import one_line, read_jsonl, refuse_empty
 from ragkit.readers import Unreadable
 from ragkit.storage import usable_folder
 from ragkit.text import shown
@@ -181,16 +181,19 @@ def load_documents(folder, exclude=(), max_pages: int = readers.MAX_PAGES, outpu
         else:
             try:
                 found = read_file(path, rel, root, max_pages, outputs)
-            except Unreadable as exc:
-                skip(rel, str(exc))
-                skipped.append((rel, str(exc)))
+            except Exception as exc:    # a damaged file can fail anywhere inside a parsing library
+                why = str(exc) if isinstance(exc, Unreadable) else f"could not be read ({type(exc).__name__}: {one_line(exc)[:200]})"
+                skip(rel, why)
+                skipped.append((rel, why))
                 continue
             docs += found
             read[suffix] += 1
-    print_read_and_skipped(read, docs, skipped, needed)
-    if not docs:
+    if not docs:                          # one line: each skipped file was named as it was met
+        installs = "".join(f"; {len(names)} file(s) need {packages} (pip install {packages})"
+                           for packages, names in needed.items())
         raise ValueError(f"no readable .md or .txt files (nor {', '.join(sorted(readers.EXTRAS))}) "
-                         f"in {folder}")
+                         f"in {folder}{installs}")
+    print_read_and_skipped(read, docs, skipped, needed)
     return docs
 
 

@@ -266,9 +266,11 @@ def html_sections(data: bytes) -> list:
     return read_markdown(html_markdown(decoded(data)))
 
 
+# The title heads the document, so Word's headings sit one level below it; a code style is code.
 STYLE_MAP = "\n".join(f"p[style-name='{style}'] => {html}" for style, html in [
-    ("Title", "h1:fresh"), ("Subtitle", "h2:fresh"), ("Code", "pre:separator('\\n')"),
-    ("HTML Preformatted", "pre:separator('\\n')"), ("Macro Text", "pre:separator('\\n')")])
+    ("Title", "h1:fresh"), *((f"Heading {n}", f"h{n + 1}:fresh") for n in range(1, 6)),
+    ("Code", "pre:separator('\\n')"), ("HTML Preformatted", "pre:separator('\\n')"),
+    ("Macro Text", "pre:separator('\\n')")])
 
 
 def docx_sections(path) -> list:
@@ -328,7 +330,7 @@ def notebook_markdown(data: bytes, outputs: bool = False) -> str:
         with warnings.catch_warnings():          # a notebook an old tool saved validates noisily
             warnings.simplefilter("ignore")
             notebook = nbformat.reads(data.decode("utf-8-sig"), as_version=4)
-    except (ValueError, UnicodeDecodeError, KeyError, AttributeError, TypeError) as exc:
+    except (ValueError, KeyError, AttributeError, TypeError, nbformat.ValidationError) as exc:
         raise Unreadable(f"not a Jupyter notebook ({one_line(exc)[:100]})") from None
     meta = notebook.get("metadata", {})
     language = (meta.get("kernelspec", {}).get("language") or meta.get("language_info", {}).get("name")
