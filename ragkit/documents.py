@@ -1,12 +1,13 @@
 """
-ragkit/documents.py: your own .md and .txt files (--docs FOLDER) as chunks, and the prompt
-that quotes them.
+ragkit/documents.py: your own files (--docs FOLDER) as documents, and the prompt that quotes
+them: .md and .txt here, PDF, HTML, .docx and notebooks through ragkit/readers.py.
 
     python rag_from_scratch.py --docs my_notes/ --question "How do I restart the database?"
     python rag_from_scratch.py --docs my_notes/ --index .rag_index --question "..."  # saved, reused
     python rag_from_scratch.py --docs my_notes/ --eval qa.jsonl                       # score it
 
-What this adds (docs/your-documents.md): a folder loaded (a bad file named and skipped),
+What this adds (docs/your-documents.md): a folder loaded (what was read said by type, a bad
+file named and skipped),
 Markdown read as structure (ragkit/markdown.py), chunks sized by what the model reads, labelled
 questions of your own (--eval), and a fenced prompt. The saved index is ragkit/saved_index.py.
 """
