@@ -139,6 +139,9 @@ def read_file(path: Path, rel: str, root: Path, max_pages: int, outputs: bool) -
         total, pages = readers.read_pdf(path, max_pages, name)
         if total > max_pages:
             readers.say(f"{name}: read the first {max_pages} of its {total} pages (--max-pages N reads more)")
+        if len(pages) < min(total, max_pages):
+            readers.say(f"{name}: {min(total, max_pages) - len(pages)} of its pages have no text "
+                        f"(scanned pages need OCR)")
         return [reader_document(f"{name} p. {n}", sections) for n, sections in pages]
     if suffix == ".docx":
         sections = readers.docx_sections(path)

@@ -344,6 +344,26 @@ def test_without_the_extras_markdown_reads_as_before_and_the_rest_is_named_with_
             "(pip install mammoth beautifulsoup4 markdownify)") in err
     assert "[skip] 1 file(s) need nbformat: log.ipynb (pip install nbformat)" in err
     assert "read 2 files: 1 .md, 1 .txt" in err
+    for note in ("pump.md", "care.txt", "page.html", "guide.docx", "log.ipynb"):
+        (tmp_path / note).unlink()
+    done = subprocess.run([sys.executable, "-c", HIDE, str(tmp_path)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 1 and done.stderr.splitlines()[-1].endswith(
+        "; 1 file(s) need pypdfium2 (pip install pypdfium2)")
+
+
+def test_the_command_line_reads_notebook_outputs_and_pdf_pages_as_asked(tmp_path, capsys):
+    pump_notebook(tmp_path / "log.ipynb")
+    bad.make_long_pdf(tmp_path / "long.pdf", pages=3)
+    bad.make_pdf(tmp_path / "mixed.pdf", ["The first page has text.", ""])
+    ask = ["--docs", str(tmp_path), "--backend", "tfidf", "--question", "What pressure did the gauge show?"]
+    assert rag.main(ask + ["--max-pages", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "6.1 bar" not in out and "long.pdf p. 3" not in out
+    assert "[info] long.pdf: read the first 2 of its 3 pages (--max-pages N reads more)" in err
+    assert "[info] mixed.pdf: 1 of its pages have no text (scanned pages need OCR)" in err
+    assert rag.main(ask + ["--notebook-outputs", "--k", "1"]) == 0
+    assert "pressure: 6.1 bar" in capsys.readouterr().out
 
 
 # --- Real papers: pages retrieved and cited, the saved index updated per file --------------
