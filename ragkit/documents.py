@@ -190,6 +190,9 @@ def load_documents(folder, exclude=(), max_pages: int = readers.MAX_PAGES, outpu
                 skip(rel, why)
                 skipped.append((rel, why))
                 continue
+            if not found:                 # an empty note, a page with no main text
+                skipped.append((rel, "no text"))
+                continue
             docs += found
             read[suffix] += 1
     if not docs:                          # one line: each skipped file was named as it was met

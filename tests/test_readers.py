@@ -156,6 +156,28 @@ def test_a_long_pdf_shows_its_progress_and_stops_at_max_pages(tmp_path, capsys):
     assert "[info] long.pdf: read the first 120 of its 130 pages (--max-pages N reads more)" in err
 
 
+def test_two_column_papers_read_column_by_column_with_their_hyphens_joined():
+    fetched()
+    sentences = {  # read off the rendered pages: the left column's end, the right's, broken words
+        (FES, 3): ["The correct positioning was supported by palpation during targeted movements [29].",
+                   "This template of hand openings was used as a reference for both the evaluation of "
+                   "the behavioral outcome of FES and for post-hoc data analysis.",
+                   "This pulse-width value was chosen after a pilot study in order to reduce "
+                   "inter-subject variability of the threshold and stabilize the current values [18]."],
+        (PAPERS / "pasa.pdf", 2): [
+            "As illustrated in Figure 1, PaSa consists of two LLM agents: the Crawler and the Selector.",
+            "Fortunately, human scientists have already created a vast amount of high-quality academic "
+            "papers, which contain extensive surveys on a wide range of research topics.",
+            "Specifically, for AutoScholarQuery test set, PaSa-7b achieves a 34.05% improvement in "
+            "Recall@20 and a 39.36% improvement in Recall@50 compared to Google with GPT-4o, the "
+            "strongest Google-based baseline."]}
+    for (path, number), expected in sentences.items():
+        total, pages = readers.read_pdf(path)
+        text = " ".join(text for _, blocks in dict(pages)[number] for _, text in blocks)
+        assert [s for s in expected if s not in text] == []
+        assert "Page 3 of 9" not in text and "Journal of NeuroEngineering" not in text
+
+
 # --- HTML ---------------------------------------------------------------------------------
 PAGE = """<!doctype html><html><head><title>Pump care - ACME docs</title>
 <style>.nav { color: red }</style><script>var tracker = "page-view";</script></head>
