@@ -140,6 +140,7 @@ ROWS = [
     ("rageval.tuning", "--part nope", "invalid choice"),
     ("ragbench.markdown", "--mb 0", "--mb must be between 0 and 20"),
     ("ragbench.markdown", "--mb lots", "invalid float value"),
+    ("ragbench.readers", "--bogus", "unrecognized arguments"),
     # verify_bedrock_request.py takes no flags
     ("verify_bedrock_request.py", "--bogus", "unrecognized arguments"),
 ]
