@@ -386,6 +386,10 @@ def test_the_command_line_reads_notebook_outputs_and_pdf_pages_as_asked(tmp_path
     assert "[info] mixed.pdf: 1 of its pages have no text (scanned pages need OCR)" in err
     assert rag.main(ask + ["--notebook-outputs", "--k", "1"]) == 0
     assert "pressure: 6.1 bar" in capsys.readouterr().out
+    assert rag.main(ask + ["--source", "long.pdf", "--k", "2"]) == 0
+    found = capsys.readouterr().out.split("== Your question")[1].split("-- the prompt")[0]
+    assert found.count("long.pdf p. ") == 2                    # --source names the PDF: its pages
+    assert "log.ipynb" not in found and "mixed.pdf" not in found
 
 
 # --- Real papers: pages retrieved and cited, the saved index updated per file --------------
