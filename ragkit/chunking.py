@@ -197,15 +197,9 @@ def document_chunks(docs: list[dict], words: int = WORDS, fits=lambda text: True
             for text in pack(blocks, words, room):
                 chunks.append({"chunk_id": f"{doc['doc_id']}#{n}", "doc_id": doc["doc_id"],
                                "title": title, "tags": doc.get("tags") or [],
-                               "text": f"{lead}\n{text}" if lead else text, **page_of(doc, heading)})
+                               "text": f"{lead}\n{text}" if lead else text})
                 n += 1
     return chunks
-
-
-def page_of(doc: dict, heading: str) -> dict:
-    """{"page": n} for a section of a paged document (a PDF), else nothing."""
-    pages = doc.get("pages") or {}
-    return {"page": pages[heading]} if heading in pages else {}
 
 
 def chunk_title(doc_id: str, heading: str, limit: int = 120) -> str:

@@ -15,7 +15,7 @@ then the core's answer_question() shows the chunks, the prompt and the answer.
 import argparse
 
 import rag_from_scratch as rag
-from ragkit import chunking, documents, embeddings, retrieval
+from ragkit import chunking, documents, embeddings, readers, retrieval
 from ragkit import llm as generators
 from ragkit.plumbing import run_cli
 
@@ -33,13 +33,18 @@ def parse_args(argv=None):
                    help="print the answer piece by piece as it is written, then time to first "
                         "piece and pieces/s")
     g = p.add_argument_group("your own files (ragkit/documents.py, ragkit/saved_index.py)")
-    g.add_argument("--docs", metavar="FOLDER", help="use your own .md/.txt files instead of the sample")
+    g.add_argument("--docs", metavar="FOLDER", help="use your own files instead of the sample: .md, .txt, "
+                                                    "and with their extras .pdf, .html, .docx, .ipynb")
     g.add_argument("--index", metavar="DIR", help="with --docs: save the index here and reuse it")
     g.add_argument("--eval", metavar="FILE", help='with --docs: JSON Lines of {"question": ..., '
                                                   '"relevant": [file, ...]} to score retrieval')
     g.add_argument("--exclude", metavar="GLOB", action="append",
                    help="with --docs: leave out files whose path matches, e.g. CHANGELOG.md or "
                         "'reference/*' (repeat it for more)")
+    g.add_argument("--max-pages", type=int, metavar="N",
+                   help=f"with --docs: read at most N pages of each PDF (default: {readers.MAX_PAGES})")
+    g.add_argument("--notebook-outputs", action="store_true",
+                   help="with --docs: read what the code cells of .ipynb notebooks printed, too")
     g = p.add_argument_group("better retrieval (ragkit/retrieval.py)")
     g.add_argument("--hybrid", nargs="?", const="rrf", metavar="rrf|WEIGHT",
                    help="fuse BM25 with the vectors: by rank (rrf, the default) or WEIGHT x BM25 + "
@@ -84,7 +89,8 @@ def check_args(args) -> None:
     rag.check_args(args)
     if args.backend == "minilm" or (args.backend == "auto" and embeddings.looks_like_folder(args.model)):
         embeddings.model_for(args.backend, args.model)    # --model: one line now if it cannot load
-    if args.docs is not None or args.index is not None or args.eval is not None or args.exclude:
+    if args.docs is not None or args.index is not None or args.eval is not None or args.exclude \
+            or args.max_pages is not None or args.notebook_outputs:
         from ragkit import documents
         documents.check_args(args)
     if args.generator is not None:

@@ -1,12 +1,13 @@
 """
-ragkit/documents.py: your own .md and .txt files (--docs FOLDER) as chunks, and the prompt
-that quotes them.
+ragkit/documents.py: your own files (--docs FOLDER) as documents, and the prompt that quotes
+them: .md and .txt here, PDF, HTML, .docx and notebooks through ragkit/readers.py.
 
     python rag_from_scratch.py --docs my_notes/ --question "How do I restart the database?"
     python rag_from_scratch.py --docs my_notes/ --index .rag_index --question "..."  # saved, reused
     python rag_from_scratch.py --docs my_notes/ --eval qa.jsonl                       # score it
 
-What this adds (docs/your-documents.md): a folder loaded (a bad file named and skipped),
+What this adds (docs/your-documents.md): a folder loaded (what was read said by type, a bad
+file named and skipped),
 Markdown read as structure (ragkit/markdown.py), chunks sized by what the model reads, labelled
 questions of your own (--eval), and a fenced prompt. The saved index is ragkit/saved_index.py.
 """
@@ -16,11 +17,14 @@ import os
 import re
 import secrets
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from ragkit.plumbing import read_jsonl, refuse_empty
+from ragkit import readers
+from ragkit.plumbing import one_line, read_jsonl, refuse_empty
+from ragkit.readers import Unreadable
 from ragkit.storage import usable_folder
 from ragkit.text import shown
 
@@ -30,6 +34,8 @@ SUFFIXES = (".md", ".txt")
 K = 5                        # passages a --docs answer is written from (a prompt of ~1,000 words)
 MAX_FRONT_MATTER = 65_536    # characters of front matter read for tags: more is no note's header
 MAX_NESTING = 16             # YAML nested deeper is no list of tags (50,000 deep ends PyYAML)
+SKIPS_NAMED = 10             # skipped files named one by one; the rest are counted by reason
+PAGE_ID = re.compile(r"(.+\.pdf) p\. \d+", re.I)   # a page of a PDF: "manual.pdf p. 12"
 
 
 # == Loading a folder =====================================================================
@@ -72,30 +78,37 @@ def skip(rel: str, why: str) -> None:
     print(f"[skip] {shown(rel, lines=False)}: {why}", file=sys.stderr)
 
 
-def read_note(path: Path, rel: str, root: Path):
-    """The text of one file, or None (after saying why) if it cannot be used."""
+def checked_bytes(path: Path, root: Path, limit: int, read: bool = True) -> bytes | None:
+    """A regular file's bytes, read once (read=False: only checked); Unreadable (with the
+    reason) for a link out of the folder, a FIFO or device, a file over `limit` bytes, or one
+    the system cannot read."""
     try:
         if root not in path.resolve().parents:
-            return skip(rel, "it points outside the folder (a link); not read")
+            raise Unreadable("it points outside the folder (a link); not read")
         if not path.resolve().is_file():                  # a link to a FIFO would wait for ever
-            return skip(rel, "not a regular file (a FIFO, a socket or a device); not read")
+            raise Unreadable("not a regular file (a FIFO, a socket or a device); not read")
         size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            return skip(rel, f"{size / 1e6:.1f} MB is over the {MAX_FILE_BYTES / 1e6:.0f} MB "
-                             f"limit for one file (split it)")
-        raw = path.read_bytes()
+        if size > limit:
+            raise Unreadable(f"{size / 1e6:.1f} MB is over the {limit / 1e6:.0f} MB limit for "
+                             f"one file (split it)")
+        return path.read_bytes() if read else None
     except (OSError, RuntimeError) as exc:                # RuntimeError: a loop of links
-        return skip(rel, f"cannot be read ({getattr(exc, 'strerror', None) or exc})")
+        raise Unreadable(f"cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def read_note(path: Path, root: Path) -> str:
+    """The text of one .md or .txt file; Unreadable if it cannot be used."""
+    raw = checked_bytes(path, root, MAX_FILE_BYTES)
     if b"\0" in raw:
-        return skip(rel, "binary file, not text")
+        raise Unreadable("binary file, not text")
     try:
         return shown(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
-        return skip(rel, "not UTF-8 text (re-save it as UTF-8)")
+        raise Unreadable("not UTF-8 text (re-save it as UTF-8)") from None
 
 
-def note_paths(root: Path) -> list[Path]:
-    """Every .md/.txt file under root, sorted; links to folders are not followed (no loops)."""
+def folder_files(root: Path) -> list[Path]:
+    """Every file under root, sorted; links to folders are not followed (no loops)."""
     found, todo = [], [root]
     while todo:                                  # a list, not recursion: any depth is safe
         folder = todo.pop()
@@ -109,14 +122,49 @@ def note_paths(root: Path) -> list[Path]:
             skip(rel, "folder cannot be read")
             continue
         todo += [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
-        found += [Path(e.path) for e in entries
-                  if e.name.lower().endswith(SUFFIXES) and not e.is_dir(follow_symlinks=False)]
+        found += [Path(e.path) for e in entries if not e.is_dir(follow_symlinks=False)]
     return sorted(found)
 
 
-def load_documents(folder, exclude=()) -> list[dict]:
-    """Every .md and .txt file under `folder` as {doc_id, title, text, tags}; doc_id is the
-    path inside the folder, which `exclude`'s glob patterns match ("reference/*")."""
+def read_file(path: Path, rel: str, root: Path, max_pages: int, outputs: bool) -> list[dict]:
+    """One file as documents: a note as one, a PDF as one per page that holds text ("a.pdf p. 3",
+    so a citation and an --eval label can name the page), any other kind as one."""
+    name = shown(rel, lines=False)                # a file name cannot forge a printed line
+    suffix = path.suffix.lower()
+    if suffix in SUFFIXES:
+        tags, body = split_front_matter(read_note(path, root))
+        return [{"doc_id": name, "title": name, "text": body, "tags": tags}] if body.strip() else []
+    data = checked_bytes(path, root, readers.MAX_BYTES[suffix], read=suffix not in (".pdf", ".docx"))
+    if suffix == ".pdf":                          # PDFium and mammoth read the file themselves
+        total, pages = readers.read_pdf(path, max_pages, name)
+        if total > max_pages:
+            readers.say(f"{name}: read the first {max_pages} of its {total} pages (--max-pages N reads more)")
+        if len(pages) < min(total, max_pages):
+            readers.say(f"{name}: {min(total, max_pages) - len(pages)} of its pages have no text "
+                        f"(scanned pages need OCR)")
+        return [reader_document(f"{name} p. {n}", sections) for n, sections in pages]
+    if suffix == ".docx":
+        sections = readers.docx_sections(path)
+    elif suffix == ".ipynb":
+        sections = readers.notebook_sections(data, outputs)
+    else:
+        sections = readers.html_sections(data)
+    return [reader_document(name, sections)] if any(blocks for _, blocks in sections) else []
+
+
+def reader_document(doc_id: str, sections: list) -> dict:
+    """A document made by a reader: its sections made safe to print, and its text (what the
+    saved index hashes) all of theirs."""
+    sections = [(shown(heading, lines=False), [(kind, shown(text)) for kind, text in blocks])
+                for heading, blocks in sections]
+    text = "\n".join(line for heading, blocks in sections for line in [heading, *(t for _, t in blocks)])
+    return {"doc_id": doc_id, "title": doc_id, "text": text, "tags": [], "sections": sections}
+
+
+def load_documents(folder, exclude=(), max_pages: int = readers.MAX_PAGES, outputs: bool = False) -> list[dict]:
+    """Every file under `folder` that a reader takes, as {doc_id, title, text, tags} (and the
+    sections a reader made); doc_id is the path inside the folder, which `exclude`'s glob
+    patterns match ("reference/*"). What was read and what was skipped is said on stderr."""
     if not str(folder).strip():
         raise ValueError("--docs needs a folder path, got an empty string")
     root = Path(folder).expanduser().resolve()
@@ -124,20 +172,56 @@ def load_documents(folder, exclude=()) -> list[dict]:
         raise ValueError(f"--docs {folder} is a file: pass the folder that holds your notes")
     if not root.is_dir():
         raise FileNotFoundError(f"document folder not found: {folder}")
-    docs = []
-    for path in note_paths(root):
+    docs, read, skipped, needed = [], Counter(), [], {}
+    for path in folder_files(root):
         rel = path.relative_to(root).as_posix()
+        suffix = path.suffix.lower()
         if any(fnmatch.fnmatch(rel, pattern) for pattern in exclude or ()):
             continue
-        text = read_note(path, rel, root)
-        if text is not None:
-            tags, body = split_front_matter(text)
-            if body.strip():
-                name = shown(rel, lines=False)        # a file name cannot forge a printed line
-                docs.append({"doc_id": name, "title": name, "text": body, "tags": tags})
-    if not docs:
-        raise ValueError(f"no readable .md or .txt files in {folder}")
+        if suffix not in SUFFIXES and suffix not in readers.EXTRAS:
+            skipped.append((rel, "no reader"))
+        elif suffix in readers.EXTRAS and readers.missing(suffix):
+            needed.setdefault(readers.EXTRAS[suffix][2], []).append(rel)
+        else:
+            try:
+                found = read_file(path, rel, root, max_pages, outputs)
+            except Exception as exc:    # a damaged file can fail anywhere inside a parsing library
+                why = str(exc) if isinstance(exc, Unreadable) else f"could not be read ({type(exc).__name__}: {one_line(exc)[:200]})"
+                skip(rel, why)
+                skipped.append((rel, why))
+                continue
+            if not found:                 # an empty note, a page with no main text
+                skipped.append((rel, "no text"))
+                continue
+            docs += found
+            read[suffix] += 1
+    if not docs:                          # one line: each skipped file was named as it was met
+        installs = "".join(f"; {len(names)} file(s) need {packages} (pip install {packages})"
+                           for packages, names in needed.items())
+        raise ValueError(f"no readable .md or .txt files (nor {', '.join(sorted(readers.EXTRAS))}) "
+                         f"in {folder}{installs}")
+    print_read_and_skipped(read, docs, skipped, needed)
     return docs
+
+
+def print_read_and_skipped(read: Counter, docs: list, skipped: list, needed: dict) -> None:
+    """What a folder gave, by type, and every file left out with its reason, on stderr:
+    "read 3 files: 2 .md, 1 .pdf (9 pages)" and "skipped 2: a.pptx (no reader), ...". A
+    missing extra gets one line naming its files and the install that reads them."""
+    pages = sum(1 for d in docs if PAGE_ID.fullmatch(d["doc_id"]))
+    kinds = ", ".join(f"{n} {suffix}" + (f" ({pages} pages)" if suffix == ".pdf" else "")
+                      for suffix, n in sorted(read.items()))
+    print(f"read {sum(read.values())} files" + (f": {kinds}" if kinds else ""), file=sys.stderr)
+    for packages, names in needed.items():
+        print(f"[skip] {len(names)} file(s) need {packages}: "
+              f"{', '.join(shown(n, lines=False) for n in names[:SKIPS_NAMED])}"
+              f"{' ...' if len(names) > SKIPS_NAMED else ''} (pip install {packages})", file=sys.stderr)
+        skipped = skipped + [(name, f"needs {packages}") for name in names]
+    if skipped:
+        named = ", ".join(f"{shown(name, lines=False)} ({why})" for name, why in skipped[:SKIPS_NAMED])
+        more = Counter(why for _, why in skipped[SKIPS_NAMED:])
+        rest = f" and {sum(more.values())} more (" + ", ".join(f"{why}: {n}" for why, n in more.most_common()) + ")"
+        print(f"skipped {len(skipped)}: {named}" + (rest if more else ""), file=sys.stderr)
 
 
 def truncation(texts: list[str], tokenizer, limit: int) -> dict:
@@ -160,10 +244,15 @@ def truncation_line(report: dict) -> str:
             f"{report['share_lost']:.0%} of all pieces unread (longest {report['longest']})")
 
 
+def file_of(doc_id: str) -> str:
+    """The file a document comes from: "manual.pdf p. 12" -> "manual.pdf"; a note is its file."""
+    page = PAGE_ID.fullmatch(doc_id)
+    return page.group(1) if page else doc_id
+
+
 def print_biggest_file(chunks: list[dict]) -> None:
     """Name the file with the most chunks: a changelog can crowd every answer (--exclude GLOB)."""
-    from collections import Counter
-    counts = Counter(c["doc_id"] for c in chunks)
+    counts = Counter(file_of(c["doc_id"]) for c in chunks)
     if len(counts) > 1:
         name, n = counts.most_common(1)[0]
         print(f"most chunks: {name} ({n} of {len(chunks)}, {n / len(chunks):.0%}; "
@@ -228,6 +317,11 @@ def load_eval_file(path, doc_ids=None) -> list[dict]:
                          f"with the files that answer them")
     if doc_ids is None:
         return eval_set
+    pages = {}                                   # a PDF's name stands for every page of it
+    for doc_id in doc_ids:
+        pages.setdefault(file_of(doc_id), set()).add(doc_id)
+    eval_set = [{**item, "relevant": {p for r in item["relevant"] for p in pages.get(r, {r})}}
+                for item in eval_set]
     unknown = sorted({r for item in eval_set for r in item["relevant"]} - set(doc_ids))
     kept = [{**item, "relevant": item["relevant"] & set(doc_ids)} for item in eval_set
             if item["relevant"] & set(doc_ids)]
@@ -278,8 +372,12 @@ def naming_the_tag(system_prompt: str, prompt: str) -> str:
 def check_args(args) -> None:
     """--docs, --index and --eval: what can be checked before any slow work."""
     refuse_empty(args, ("docs", "index", "eval"), "a path")
-    if args.docs is None and (args.index or args.eval or args.exclude):
-        raise ValueError("--index, --eval and --exclude work with --docs FOLDER")
+    if args.docs is None and (args.index or args.eval or args.exclude or args.max_pages is not None
+                              or args.notebook_outputs):
+        raise ValueError("--index, --eval, --exclude, --max-pages and --notebook-outputs work with "
+                         "--docs FOLDER")
+    if args.max_pages is not None and args.max_pages < 1:
+        raise ValueError(f"--max-pages must be at least 1, got {args.max_pages}")
     if args.exclude and not all(pattern.strip() for pattern in args.exclude):
         raise ValueError("--exclude needs a pattern, got an empty string")
     if args.index:

@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 import rag_from_scratch as rag  # light: NumPy only at import
-from ragkit import chunking, documents, embeddings
+from ragkit import chunking, documents, embeddings, readers
 from ragkit.plumbing import refuse_empty
 
 # == Defaults: the one place they live (the experiments' CLI reads them from here) =========
@@ -379,7 +379,8 @@ def check_args(args) -> None:
             import contextlib
             import io
             with contextlib.redirect_stderr(io.StringIO()):   # its [skip] lines come later, once
-                docs = documents.load_documents(args.docs, args.exclude)
+                docs = documents.load_documents(args.docs, args.exclude,
+                                                args.max_pages or readers.MAX_PAGES, args.notebook_outputs)
         check_filters(docs, args.source, args.tag)
     if args.rerank not in (None, "auto") and not embeddings.model_folder(args.rerank):
         if embeddings.looks_like_folder(args.rerank):

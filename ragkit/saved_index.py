@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit import chunking, documents
+from ragkit import chunking, documents, readers
 from ragkit.embeddings import model_identity, question_embedder, use_threads
 from ragkit.plumbing import parse_json
 from ragkit.storage import (INDEX_FORMAT, claim_folder, folder_lock, read_plain_file, sha256_bytes,
@@ -189,7 +189,8 @@ def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, conte
     index, embedded, reused = embed_reusing(embedded_texts(chunks, context), embedder,
                                             embedded_texts(saved_chunks, context), saved_index)
     old_files, new_files = saved.get("files") or {}, meta["files"]
-    changed = sum(old_files.get(f) != h for f, h in new_files.items()) + len(set(old_files) - set(new_files))
+    changed = len({documents.file_of(f) for f in set(old_files) | set(new_files)   # a PDF's pages: one file
+                   if old_files.get(f) != new_files.get(f)})
     print(f"updated the index: {changed} file(s) changed or removed, {embedded} chunks embedded, "
           f"{reused} reused")
     return index
@@ -198,24 +199,26 @@ def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, conte
 def index_folder(args):
     """(chunks, index, embedder) for a folder: the saved index when nothing changed, else the
     chunks made again and only what changed embedded; the index embeds the variant in use."""
-    docs = documents.load_documents(args.docs, args.exclude)
+    docs = documents.load_documents(args.docs, args.exclude, args.max_pages or readers.MAX_PAGES,
+                                    args.notebook_outputs)
     backend = "tfidf" if args.backend == "tfidf" else "minilm"   # cli.py checked that MiniLM loads
     minilm = backend == "minilm"
     meta = {"backend": backend, "model": model_identity(backend, args.model),
             "chunk_size": args.chunk_size, "context": bool(args.context), "reader": READER,
             "fingerprint": fingerprint(docs), "files": file_hashes(docs)}
+    files = len({documents.file_of(d["doc_id"]) for d in docs})      # a PDF is one file of many pages
     saved_index, saved_chunks, saved, why = (load_index(args.index, meta) if args.index
                                              else (None, None, None, "no --index"))
     if why is None:                       # nothing changed: only questions to embed from here
         chunks, index = saved_chunks, saved_index
         embedder = question_embedder(args.model) if minilm else rag.Embedder("tfidf")
         embedder.fit(embedded_texts(chunks, args.context))       # TF-IDF relearns its vocabulary
-        print(f"{len(docs)} files -> {len(chunks)} chunks: loaded the saved index from {args.index} "
+        print(f"{files} files -> {len(chunks)} chunks: loaded the saved index from {args.index} "
               f"(not re-embedded)")
     else:
         embedder = rag.Embedder(backend, args.model)
         chunks = chunking.document_chunks(docs, args.chunk_size, chunking.model_fits(embedder))
-        print(f"{len(docs)} files -> {len(chunks)} chunks (sections whole up to {args.chunk_size} "
+        print(f"{files} files -> {len(chunks)} chunks (sections whole up to {args.chunk_size} "
               f"words and what the model reads; code, lists and tables kept with their lead-in)")
         if saved_index is not None and minilm:     # TF-IDF's words depend on every file: it refits
             index = update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, args.context)

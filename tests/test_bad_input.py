@@ -41,6 +41,10 @@ ROWS = [
     ("rag_from_scratch.py", "--backend tfidf --exclude '*.md'", "work with --docs"),
     ("rag_from_scratch.py", "--backend tfidf --docs {docs} --exclude ''", "needs a pattern"),
     ("rag_from_scratch.py", "--backend tfidf --docs {docs} --exclude '*.md'", "no readable .md or .txt"),
+    ("rag_from_scratch.py", "--backend tfidf --docs {docs} --max-pages 0", "--max-pages must be at least 1"),
+    ("rag_from_scratch.py", "--backend tfidf --docs {docs} --max-pages abc", "invalid int value"),
+    ("rag_from_scratch.py", "--backend tfidf --max-pages 5", "work with --docs"),
+    ("rag_from_scratch.py", "--backend tfidf --notebook-outputs", "work with --docs"),
     ("rag_from_scratch.py", "--backend minilm --model someone/not-here", "no local copy of someone/not-here"),
     ("rag_from_scratch.py", "--backend minilm --model {missing}", "model folder not found"),
     # rag_vector_db.py
@@ -136,6 +140,7 @@ ROWS = [
     ("rageval.tuning", "--part nope", "invalid choice"),
     ("ragbench.markdown", "--mb 0", "--mb must be between 0 and 20"),
     ("ragbench.markdown", "--mb lots", "invalid float value"),
+    ("ragbench.readers", "--bogus", "unrecognized arguments"),
     # verify_bedrock_request.py takes no flags
     ("verify_bedrock_request.py", "--bogus", "unrecognized arguments"),
 ]

@@ -14,8 +14,8 @@ FLOORS = {
     # 0: the ground floor: the lesson itself, and the plumbing every script shares
     "rag_from_scratch": 0, "ragkit.plumbing": 0, "ragkit.text": 0,
     # 1-2: storage, then the embedding models and their cached vectors
-    "ragkit.storage": 1,
-    "ragkit.embeddings": 2, "ragkit.markdown": 2, "ragkit.readers": 2,
+    "ragkit.storage": 1, "ragkit.markdown": 1,
+    "ragkit.embeddings": 2, "ragkit.readers": 2,
     # 3-4: your own files as chunks; the shared flags
     "ragkit.documents": 3, "ragkit.chunking": 3, "ragkit.arguments": 3,
     "ragkit.saved_index": 4, "ragkit.retrieval": 4, "ragkit.extractive": 4, "ragkit.bedrock": 4,
@@ -27,7 +27,7 @@ FLOORS = {
     "rageval.ir_scores": 9, "rageval.generation": 9,
     "rageval.devset": 10, "rageval.tuning": 11, "rageval.quantized": 10, "rag_experiments": 10, "rag_vector_db": 10,
     "verify_bedrock_request": 10,
-    "ragbench.ann": 11, "ragbench.learner": 11, "ragbench.markdown": 11, "ragbench.search": 12,
+    "ragbench.ann": 11, "ragbench.learner": 11, "ragbench.markdown": 11, "ragbench.readers": 11, "ragbench.search": 12,
     "lab.lab_tasks": 13, "lab.check": 13, "lab.starter": 13,
     "lab.handouts.chunk_text": 13, "lab.handouts.build_prompt": 13,
 }
