@@ -8,11 +8,12 @@ check.py: grade the five functions of lab/starter.py, with a hint for each one t
 
 Every check compares your function with a trusted reference: values worked out by hand, the
 tutorial's printed figures, NumPy and scikit-learn. No torch, no network. Your code runs in a
-child process that calls your functions and sends back what they return as plain data (JSON);
-the checks run here, on those values, so nothing in your file can change the verdict. Each
-function has a time limit (--time-limit, 10 s) and, on Linux, a memory limit (--memory-mb,
-1024): sys.exit(), an endless loop, a list that grows without end or a crash is that
-function's FAIL with a hint. Exit status 0 only when all five pass; 130 on Ctrl-C.
+child process (graded_process.py) that calls your functions and sends back what they return
+as plain data (JSON); the checks run here, on those values, so nothing in your file can change
+the verdict. Each function has a time limit (--time-limit, 10 s) and, on Linux, a memory
+limit (--memory-mb, 1024): sys.exit(), an endless loop, a list that grows without end or a
+crash is that function's FAIL with a hint. What your code prints appears on stderr behind
+"  | ". Exit status 0 only when all five pass; 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 LAB = Path(__file__).resolve().parent
 ROOT = LAB.parent
 sys.path.insert(0, str(ROOT))            # the given parts come from rag_from_scratch.py
+sys.path.append(str(LAB))                # the child process from graded_process.py
 
 import argparse  # noqa: E402
 import contextlib
@@ -31,9 +33,7 @@ import io
 import itertools
 import json
 import os
-import queue
 import signal
-import subprocess
 import textwrap
 import threading
 import time
@@ -42,7 +42,9 @@ import traceback
 import numpy as np
 
 import rag_from_scratch as rag
+from graded_process import GradedProcess, become_nobody, limit, unreachable
 from ragkit.plumbing import OneLineParser, leave, one_line, refuse_empty, run_cli
+from ragkit.text import shown
 
 FUNCTIONS = ("chunk_text", "cosine_similarity", "search", "build_prompt", "evaluate_retrieval")
 
@@ -82,13 +84,14 @@ def module_spec(spec: str | None = None) -> str:
     raise FileNotFoundError(f"no file {spec} to grade: give a .py path or a module name")
 
 
-def load_module(spec: str):
-    """Import the module to grade: a .py path, or a module name such as rag_from_scratch."""
+def load_module(spec: str, source: bytes | None = None):
+    """Import the module to grade: a module name such as rag_from_scratch, or a .py path whose
+    `source` was read beforehand (the child reads it before it gives up root)."""
     if not spec.endswith(".py"):
         return importlib.import_module(spec)
     found = importlib.util.spec_from_file_location(f"graded_{Path(spec).stem}", spec)
     module = importlib.util.module_from_spec(found)
-    found.loader.exec_module(module)
+    exec(compile(source, spec, "exec", dont_inherit=True), vars(module))
     return module
 
 
@@ -341,8 +344,10 @@ def run_check(name: str, mod) -> str | None:
 
 
 def fail(name: str, reason: str) -> str:
-    """A FAIL for `name`: the reason, then its hint."""
-    return f"{reason}\nhint: {HINTS[name]}"
+    """A FAIL for `name`: the reason, then its hint. The reason may quote the graded code (an
+    exception's message): its control characters and line breaks are written out, so it can
+    neither forge a line nor drive the terminal."""
+    return f"{shown(reason, lines=False)}\nhint: {HINTS[name]}"
 
 
 # ---------------------------------------------------------------------------
@@ -388,40 +393,28 @@ def answer(module, request: dict, given: dict) -> str:
         return json.dumps({"value": "<not plain data>", "printed": ""})
 
 
-def limit(memory_mb: int, cpu_s: int) -> None:
-    """Hard limits (soft = hard: the graded code cannot raise them): CPU time, memory on Linux."""
-    try:
-        import resource
-    except ImportError:                              # Windows: only the parent's time limit
-        return
-    limits = {resource.RLIMIT_CPU: cpu_s}
-    statm = Path("/proc/self/statm")                 # macOS does not enforce RLIMIT_AS
-    if statm.exists():
-        used = int(statm.read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        limits[resource.RLIMIT_AS] = used + memory_mb * 2**20
-    for which, value in limits.items():
-        hard = resource.getrlimit(which)[1]
-        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(which, (value, value))
-
-
 def child(spec: str, memory_mb: int, time_limit: float) -> int:
     """Load the graded module, then answer each request read from stdin."""
     replies = os.fdopen(os.dup(1), "w", buffering=1)      # line-buffered: each reply at once
     os.dup2(2, 1)                # what the graded code prints goes to stderr, not the replies
-    try:                         # the grader's own imports and data come before the limits
-        given = setups()
+    try:                         # the grader's own imports, data and limits come first, and
+        given = setups()         # the graded file is read while we may still be root
+        source = Path(spec).read_bytes() if spec.endswith(".py") else None
+        limit(memory_mb, int(START_LIMIT_S + time_limit * (len(FUNCTIONS) + 1)))
+        nobody = become_nobody()
     except Exception as exc:
         print(json.dumps({"broken": f"{type(exc).__name__}: {one_line(exc)}"}), file=replies)
         return 1
-    limit(memory_mb, int(START_LIMIT_S + time_limit * (len(FUNCTIONS) + 1)))
     print('{"ready": true}', file=replies)
     try:
-        module, reply = load_module(spec), {"loaded": True}
+        module, reply = load_module(spec, source), {"loaded": True}
     except SystemExit as exc:
         module, reply = None, {"exit": repr(exc.code)}
     except Exception as exc:                         # a typo in the file: the parent says so
-        module, reply = None, {"error": f"{type(exc).__name__}: {one_line(exc)}"}
+        unreadable = (" (your code runs as the user nobody here: a module only root may "
+                      "read cannot be imported)" if nobody and isinstance(exc, ImportError)
+                      and exc.name != spec else "")
+        module, reply = None, {"error": f"{type(exc).__name__}: {one_line(exc)}{unreadable}"}
     print(json.dumps(reply), file=replies)
     for line in sys.stdin if module else ():
         print(answer(module, json.loads(line), given), file=replies)
@@ -465,34 +458,19 @@ def in_process(module) -> Graded:
     return Graded(lambda request: json.loads(answer(module, request, given)))
 
 
-class Child:
-    """A child process serving the graded module, in a session of its own."""
-
-    adopts = False      # main() sets it where this process adopts what the graded code leaves
+class Child(GradedProcess):
+    """check.py --child serving the graded module, in a process of its own (graded_process.py)."""
 
     def __init__(self, spec: str, memory_mb: int, time_limit: float):
-        command = [sys.executable, str(Path(__file__).resolve()), "--child", "--module", spec,
-                   "--memory-mb", str(memory_mb), "--time-limit", str(time_limit)]
-        # its own session: Ctrl-C reaches only the parent, and end() kills its whole group
-        group = ({"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt"
-                 else {"start_new_session": True})
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, errors="replace", **group)
+        super().__init__([sys.executable, str(Path(__file__).resolve()), "--child",
+                          "--module", spec, "--memory-mb", str(memory_mb),
+                          "--time-limit", str(time_limit)])
         self.time_limit, self.deadline = time_limit, 0.0
-        self.lines = queue.Queue(maxsize=1)          # one line read ahead: a flood just waits
-        threading.Thread(target=self.read, daemon=True).start()
-
-    def read(self) -> None:
-        """Queue each line of at most 1 MB, then "" (a thread: Windows pipes have no select)."""
-        for line in iter(lambda: self.proc.stdout.readline(2**20), ""):
-            self.lines.put(line)
-        self.lines.put("")
 
     def reply(self, seconds: float):
         """The next reply, a dict; "timeout" after `seconds`; "ended" once the child is gone."""
-        try:
-            line = self.lines.get(timeout=max(seconds, 0))
-        except queue.Empty:
+        line = self.next_line(seconds)
+        if line is None:
             return "timeout"
         with contextlib.suppress(ValueError, RecursionError):
             reply = json.loads(line or '"ended"')
@@ -501,9 +479,7 @@ class Child:
 
     def ask(self, request: dict) -> dict:
         """Send one call and wait for its reply until self.deadline."""
-        with contextlib.suppress(OSError):           # a child that is gone shows below
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
+        self.send(json.dumps(request) + "\n")
         reply = self.reply(self.deadline - time.monotonic())
         if reply == "timeout":
             raise Gone(f"it did not finish within {self.time_limit:g} s: is there a loop that "
@@ -515,36 +491,19 @@ class Child:
 
     def how_it_ended(self) -> str:
         """The child's exit status in words (killed, if it closed its output but lives on)."""
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-        self.end()
-        code = self.proc.returncode
+        code = self.status()
         if code >= 0:
             return f"exit status {code}"
         with contextlib.suppress(ValueError):     # never a ValueError: a check would count it
             return f"killed by {signal.Signals(-code).name}"
         return f"killed by signal {-code}"
 
-    def end(self) -> None:
-        """Kill the child and its whole process group: what it started (os.system, fork) too."""
-        if os.name == "nt":
-            self.proc.kill()
-        else:
-            with contextlib.suppress(OSError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        if self.adopts:                          # what a fork + setsid took out of the group
-            for _ in range(100):                 # its own children are adopted in turn
-                if not kill_adopted():
-                    break
-
     def grade(self, names: list[str]):
         """Yield (name, None or why + hint) for each function; stop early if the child is gone."""
         ready = self.reply(START_LIMIT_S)
         if ready != {"ready": True}:
             detail = ready.get("broken") if isinstance(ready, dict) else self.how_it_ended()
-            raise RuntimeError(f"the grader cannot start its checks ({detail}): "
-                               f"install numpy, scipy and scikit-learn")
+            raise RuntimeError(f"the grader cannot start its checks ({shown(str(detail))})")
         problem = self.import_problem(self.reply(self.time_limit))
         for name in names:
             self.deadline = time.monotonic() + self.time_limit
@@ -562,38 +521,26 @@ class Child:
             return (f"importing the module did not finish within {self.time_limit:g} s: is "
                     f"there an endless loop outside the functions?")
         if "error" in loaded:
-            raise ValueError(f"cannot load the module to grade: {loaded['error']}")
+            raise ValueError(f"cannot load the module to grade: {shown(str(loaded['error']))}")
         how = f"sys.exit({loaded['exit']})" if "exit" in loaded else self.how_it_ended()
         return (f"importing the module ends the program ({how}): remove sys.exit() or exit() "
                 f"from the top level of the file")
-
-
-def kill_adopted() -> int:
-    """Kill and reap the children this process adopted, and say how many (a command line has
-    no other children once its child grader has ended)."""
-    count = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError):       # gone meanwhile
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():   # its ppid
-                os.kill(int(stat.parent.name), signal.SIGKILL)
-                os.waitpid(int(stat.parent.name), 0)
-                count += 1
-    return count
 
 
 def grade(spec: str, time_limit: float = TIME_LIMIT_S, memory_mb: int = MEMORY_LIMIT_MB,
           report=None, names=FUNCTIONS) -> dict[str, str | None]:
     """Grade each function in a child process; {name: None if it passes, else why + hint}."""
     results = {}
-    while len(results) < len(names):                 # a child that is gone is replaced
-        child = Child(spec, memory_mb, time_limit)
-        try:
-            for name, problem in child.grade([name for name in names if name not in results]):
-                results[name] = problem
-                if report:
-                    report(name, problem)
-        finally:
-            child.end()
+    with unreachable():
+        while len(results) < len(names):             # a child that is gone is replaced
+            child = Child(spec, memory_mb, time_limit)
+            try:
+                for name, problem in child.grade([n for n in names if n not in results]):
+                    results[name] = problem
+                    if report:
+                        report(name, problem)
+            finally:
+                child.end()
     return results
 
 
@@ -618,8 +565,8 @@ def grade_and_print(args) -> int:
                          "(at most 3600 seconds and 1,000,000 MB)")
     refuse_empty(args, ("module",), "a file or a module name")
     spec = module_spec(args.module)
-    shown = Path(spec).relative_to(ROOT) if Path(spec).is_relative_to(ROOT) else spec
-    print(f"grading {shown}", flush=True)
+    title = Path(spec).relative_to(ROOT) if Path(spec).is_relative_to(ROOT) else spec
+    print(f"grading {title}", flush=True)
     results = grade(spec, args.time_limit, args.memory_mb, report=print_result)
     passed = sum(problem is None for problem in results.values())
     print(f"{passed}/{len(FUNCTIONS)} functions pass"
@@ -640,9 +587,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.child:
         return child(args.module, args.memory_mb, args.time_limit)
-    if argv is None and sys.platform == "linux":   # the command line, not a test runner
-        import ctypes  # PR_SET_CHILD_SUBREAPER: adopt what the graded code leaves running
-        Child.adopts = ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0
     return run_cli(grade_and_print, args)
 
 

@@ -1,6 +1,7 @@
 """The lab's grader: FAIL with a hint on the untouched starter, PASS on the reference; student
 code that exits, hangs, eats memory, crashes or attacks the grader gets no PASS and leaves
 nothing running."""
+import os
 import re
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import time
 import types
 
 import numpy as np
+import psutil
 import pytest
 from conftest import LATE_S, like_a_terminal
 from test_lab import LAB, NO_TORCH_SITE, ROOT, check, run
@@ -190,22 +192,29 @@ def test_check_bad_input_is_one_line_and_exit_1(argv, message, capsys):
     assert err.startswith(message) and err.count("\n") == 1, err
 
 
+def printed_pid(grader) -> int:
+    """The pid the graded code printed ("pid=N"), read from the grader's stderr as it comes."""
+    for line in grader.stderr:
+        if found := re.search(r"pid=(\d+)", line):
+            return int(found.group(1))
+    raise AssertionError("the graded code never printed its pid")
+
+
+ENDLESS_CHUNKER = ("import os, sys\ndef chunk_text(text, chunk_size=50, overlap=10):\n"
+                   "    print(f'pid={os.getpid()}', file=sys.stderr, flush=True)\n"
+                   "    while True:\n        pass\n")
+
+
 def test_check_ctrl_c_says_interrupted_exits_130_and_ends_the_child(tmp_path):
-    pid_file = tmp_path / "child.pid"
-    head = STUDENT_HEAD + f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
-    body = "def chunk_text(text, chunk_size=50, overlap=10):\n    while True:\n        pass\n"
     grader = subprocess.Popen([sys.executable, "lab/check.py", "--module",
-                               student_file(tmp_path, body, head), "--time-limit", "60"],
+                               student_file(tmp_path, ENDLESS_CHUNKER), "--time-limit", "60"],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               preexec_fn=like_a_terminal)
-    deadline = time.monotonic() + 60
-    while not pid_file.exists() or not pid_file.read_text():
-        assert time.monotonic() < deadline and grader.poll() is None, "the child never started"
-        time.sleep(0.05)
+    pid = printed_pid(grader)                   # the child is inside chunk_text's endless loop
     grader.send_signal(signal.SIGINT)
     out, err = grader.communicate(timeout=30)
     assert (grader.returncode, err) == (130, "interrupted\n"), out + err
-    assert ends_soon(int(pid_file.read_text()))
+    assert ends_soon(pid)
 
 
 def ends_soon(pid: int) -> bool:
@@ -336,23 +345,22 @@ def test_a_starter_that_attacks_the_grader_passes_nothing(attack, tmp_path):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups: POSIX")
-def test_what_the_graded_code_starts_in_the_background_ends_with_the_grader(tmp_path):
-    pid_file = tmp_path / "sleep.pid"
-    tail = f"import os\nos.system('sleep 120 > /dev/null 2>&1 & echo $! > {pid_file}')\n"
+def test_what_the_graded_code_starts_in_the_background_ends_with_the_grader(tmp_path, capsys):
+    tail = "import os\nos.system('sleep 120 > /dev/null 2>&1 & echo pid=$! >&2')\n"
     results = check.grade(starter_with(tmp_path, tail), names=("chunk_text",))
     assert results["chunk_text"].startswith("still a TODO")
-    assert ends_soon(int(pid_file.read_text()))
+    assert ends_soon(int(re.search(r"pid=(\d+)", capsys.readouterr().err).group(1)))
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a subreaper is Linux only")
 def test_a_fork_and_setsid_in_the_graded_code_ends_with_the_command_line_grader(tmp_path):
-    pid_file = tmp_path / "escaped.pid"
-    tail = ("import os, time\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    time.sleep(120)\n"
-            f"    os._exit(0)\nopen({str(pid_file)!r}, 'w').write(str(pid))\n")
+    tail = ("import os, sys, time\npid = os.fork()\nif pid == 0:\n    os.setsid()\n"
+            "    time.sleep(120)\n    os._exit(0)\nprint(f'pid={pid}', file=sys.stderr)\n")
     status, out = run("lab/check.py", "--module", starter_with(tmp_path, tail))
     assert status == 1 and "0/5 functions pass" in out, out
-    assert ends_soon(int(pid_file.read_text()))
+    assert ends_soon(int(re.search(r"pid=(\d+)", out).group(1)))
+
 
 def test_a_buggy_search_is_blamed_not_the_correct_evaluate_retrieval_that_calls_it(tmp_path):
     """The student's own evaluate_retrieval calls the student's own (wrong) search."""
@@ -374,3 +382,138 @@ def test_a_buggy_search_is_blamed_not_the_correct_evaluate_retrieval_that_calls_
     results = check.grade(student_file(tmp_path, body, head))
     assert results["evaluate_retrieval"] is None, results["evaluate_retrieval"]
     assert results["search"] is not None and "at k=1 you returned scores [0.0], the best 1 are" in results["search"]
+
+
+# ---------------------------------------------------------------------------
+# The graded code cannot reach back into the grader: its imports, its pipes, its output, its
+# signals; and it leaves nothing running
+# ---------------------------------------------------------------------------
+def grade_cli(module: str, *flags, env=None):
+    """python lab/check.py --module MODULE [flags]: (exit status, stdout, stderr)."""
+    full_env = {k: v for k, v in os.environ.items() if k != "LAB_MODULE"}
+    full_env.update(env or {})
+    done = subprocess.run([sys.executable, "lab/check.py", "--module", module, *flags],
+                          cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout, done.stderr
+
+
+ANCESTORS = """
+import os
+def ancestors():
+    '''The processes above this one, up to the test that started the grader (not included).'''
+    pid = os.getpid()
+    while True:
+        with open(f"/proc/{pid}/stat") as stat:
+            pid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        if pid <= 1 or pid == int(os.environ["GRADER_TEST_PID"]):
+            return
+        yield pid
+"""
+ASKED_BY_THIS_TEST = {"GRADER_TEST_PID": str(os.getpid())}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_graded_code_cannot_write_to_the_graders_output(tmp_path):
+    tail = ANCESTORS + (
+        "for pid in ancestors():\n"
+        "    for fd in (1, 2):\n"
+        "        try:\n"
+        "            with open(f'/proc/{pid}/fd/{fd}', 'w') as out:\n"
+        "                out.write('PASS  chunk_text\\n\\x1b[2J\\n')\n"
+        "            print(f'wrote {pid}/{fd}', flush=True)\n"
+        "        except OSError:\n"
+        "            print(f'refused {pid}/{fd}', flush=True)\n"
+        "def chunk_text(text, chunk_size=50, overlap=10):\n"
+        "    raise RuntimeError('\\x1b[2J\\nPASS  chunk_text')\n")
+    status, out, err = grade_cli(starter_with(tmp_path, tail), env=ASKED_BY_THIS_TEST)
+    assert status == 1 and "0/5 functions pass" in out, out + err
+    assert re.findall("^PASS", out, re.M) == [] and "\x1b" not in out + err, out + err
+    assert "wrote" not in err and err.count("refused") >= 2, err
+    assert r"it raised RuntimeError: \x1b[2J PASS chunk_text" in out     # one line, escaped
+
+
+def test_what_the_graded_code_prints_is_shown_on_stderr_behind_a_bar(tmp_path):
+    tail = ("import sys\nprint('PASS  chunk_text\\x1b[2J')\n"
+            "print('PASS  search', file=sys.stderr)\n")
+    status, out, err = grade_cli(starter_with(tmp_path, tail))
+    assert status == 1 and "PASS" not in out, out
+    assert "  | PASS  chunk_text\\x1b[2J\n" in err and "  | PASS  search\n" in err, err
+    assert "\x1b" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="the graded code runs as another user only when the grader runs as root")
+def test_as_root_the_graded_code_runs_as_nobody_and_cannot_stop_the_grader(tmp_path):
+    import pwd
+    nobody = pwd.getpwnam("nobody").pw_uid
+    mark = ROOT / f"written-by-graded-code-{os.getpid()}"
+    tail = ANCESTORS + (
+        "import signal\n"
+        "print(f'uid={os.getuid()}', flush=True)\n"
+        "for pid in ancestors():\n"
+        "    try:\n"
+        "        os.kill(pid, signal.SIGSTOP)\n"
+        "        print(f'stopped {pid}', flush=True)\n"
+        "    except PermissionError:\n"
+        "        print(f'refused {pid}', flush=True)\n"
+        f"try:\n    open({str(mark)!r}, 'w').close()\nexcept OSError:\n"
+        "    print('cannot write the repository', flush=True)\n")
+    try:
+        status, out, err = grade_cli(starter_with(tmp_path, tail), env=ASKED_BY_THIS_TEST)
+        assert not mark.exists()
+    finally:
+        mark.unlink(missing_ok=True)
+    assert status == 1 and "0/5 functions pass" in out, out + err
+    assert f"uid={nobody}" in err and "cannot write the repository" in err, err
+    assert "stopped" not in err and err.count("refused") >= 1, err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="F_SETPIPE_SZ is Linux only")
+def test_a_child_that_never_reads_its_requests_cannot_hang_the_grader(tmp_path):
+    """The graded code shrinks its request pipe to one page, forges two replies and never reads
+    again: the cosine check's first request (about 15 kB) cannot be written whole."""
+    tail = ("import fcntl, os, stat, threading\n"
+            "fcntl.fcntl(0, fcntl.F_SETPIPE_SZ, 4096)\n"
+            "mine = {os.fstat(0).st_ino, os.fstat(2).st_ino}\n"
+            "for fd in range(3, 64):\n"
+            "    try:\n        info = os.fstat(fd)\n    except OSError:\n        continue\n"
+            "    if stat.S_ISFIFO(info.st_mode) and info.st_ino not in mine:   # the reply pipe\n"
+            "        os.write(fd, b'{\"loaded\": true}\\n{\"value\": null}\\n')\n"
+            "threading.Event().wait()\n")
+    status, out, err = grade_cli(starter_with(tmp_path, tail), "--time-limit", "2")
+    assert status == 1 and "0/5 functions pass" in out, out + err
+    assert "FAIL  cosine_similarity: it did not finish within 2 s" in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
+def test_sigterm_ends_the_grader_and_the_graded_code(tmp_path):
+    module = student_file(tmp_path, ENDLESS_CHUNKER, STUDENT_SOLUTION)
+    grader = subprocess.Popen([sys.executable, "lab/check.py", "--module", module,
+                               "--time-limit", "60"], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    pid = printed_pid(grader)
+    grader.terminate()
+    grader.communicate(timeout=60)
+    assert grader.returncode == -signal.SIGTERM
+    assert ends_soon(pid)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork, setsid and /proc")
+def test_pytest_lab_leaves_no_process_behind(tmp_path):
+    """Graded code that forks twice and leaves its session: nothing of it outlives pytest."""
+    tail = ("import os, time\n"
+            "if os.fork() == 0:\n    os.setsid()\n"
+            "    if os.fork() == 0:\n        time.sleep(120)\n    os._exit(0)\n")
+    module = starter_with(tmp_path, tail)
+    status, out = run("-m", "pytest", "lab", "-v", "-p", "no:cacheprovider",
+                      env={"LAB_MODULE": module})
+    assert status == 1 and "5 failed" in out, out
+    left = [p.info for p in psutil.process_iter(["pid", "cmdline", "status"])
+            if module in " ".join(p.info["cmdline"] or [])
+            and p.info["status"] != psutil.STATUS_ZOMBIE]
+    assert left == []

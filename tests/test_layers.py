@@ -28,6 +28,7 @@ FLOORS = {
     "rageval.devset": 10, "rageval.tuning": 11, "rageval.quantized": 10, "rag_experiments": 10, "rag_vector_db": 10,
     "verify_bedrock_request": 10,
     "ragbench.ann": 11, "ragbench.learner": 11, "ragbench.markdown": 11, "ragbench.readers": 11, "ragbench.search": 12,
+    "lab.keeper": 12, "lab.graded_process": 12,
     "lab.lab_tasks": 13, "lab.check": 13, "lab.starter": 13,
     "lab.handouts.chunk_text": 13, "lab.handouts.build_prompt": 13,
 }
