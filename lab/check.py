@@ -23,8 +23,9 @@ from pathlib import Path
 
 LAB = Path(__file__).resolve().parent
 ROOT = LAB.parent
-sys.path.insert(0, str(ROOT))            # the given parts come from rag_from_scratch.py
-sys.path.append(str(LAB))                # the child process from graded_process.py
+# The given parts come from rag_from_scratch.py, the child process from graded_process.py.
+# Both folders go last on the path: a file written there cannot stand in for NumPy or sklearn.
+sys.path += [str(ROOT), str(LAB)]
 
 import argparse  # noqa: E402
 import contextlib
@@ -530,6 +531,7 @@ class Child(GradedProcess):
 def grade(spec: str, time_limit: float = TIME_LIMIT_S, memory_mb: int = MEMORY_LIMIT_MB,
           report=None, names=FUNCTIONS) -> dict[str, str | None]:
     """Grade each function in a child process; {name: None if it passes, else why + hint}."""
+    prepare_checks()
     results = {}
     with unreachable():
         while len(results) < len(names):             # a child that is gone is replaced
@@ -542,6 +544,18 @@ def grade(spec: str, time_limit: float = TIME_LIMIT_S, memory_mb: int = MEMORY_L
             finally:
                 child.end()
     return results
+
+
+def prepare_checks() -> None:
+    """Import, and run once, what the checks use, before any graded code runs: a file that
+    code writes into a folder on the path (sklearn/__init__.py) then finds nothing to replace."""
+    try:
+        from sklearn.metrics.pairwise import cosine_similarity
+        cosine_similarity([[1.0, 2.0]], [[2.0, 1.0]])
+        setups()
+    except ImportError as exc:
+        raise RuntimeError(f"the grader cannot start its checks ({one_line(exc)}): "
+                           f"install numpy, scipy and scikit-learn") from None
 
 
 # ---------------------------------------------------------------------------

@@ -3,11 +3,14 @@ code that exits, hangs, eats memory, crashes or attacks the grader gets no PASS 
 nothing running."""
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import types
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -397,6 +400,15 @@ def grade_cli(module: str, *flags, env=None):
     return done.returncode, done.stdout, done.stderr
 
 
+@pytest.fixture()
+def open_dir():
+    """A fresh folder anyone may write, as /tmp is: the graded code may run as another user."""
+    folder = Path(tempfile.mkdtemp(prefix="lab-grader-"))
+    folder.chmod(0o777)
+    yield folder
+    shutil.rmtree(folder)
+
+
 ANCESTORS = """
 import os
 def ancestors():
@@ -468,6 +480,40 @@ def test_as_root_the_graded_code_runs_as_nobody_and_cannot_stop_the_grader(tmp_p
     assert status == 1 and "0/5 functions pass" in out, out + err
     assert f"uid={nobody}" in err and "cannot write the repository" in err, err
     assert "stopped" not in err and err.count("refused") >= 1, err
+
+
+@pytest.mark.slow
+def test_a_shadow_sklearn_written_by_the_graded_code_never_runs_in_the_grader(tmp_path, open_dir):
+    """The graded code writes sklearn/__init__.py into a folder on the path, ahead of the
+    installed packages (as the repository root was): the grader imported its own first."""
+    tail = ("import os, pathlib\n"
+            "shadow = pathlib.Path(os.environ['SHADOW_DIR']) / 'sklearn'\n"
+            "shadow.mkdir(exist_ok=True)\n"
+            "(shadow / '__init__.py').write_text('import sys\\nmain = sys.modules[\"__main__\"]\\n'\n"
+            "    'main.fail = main.run_check = lambda *args: None\\n')\n")
+    status, out, err = grade_cli(starter_with(tmp_path, tail),
+                                 env={"PYTHONPATH": str(open_dir), "SHADOW_DIR": str(open_dir)})
+    assert (open_dir / "sklearn" / "__init__.py").exists()      # the attack did happen
+    assert status == 1 and "PASS" not in out and "0/5 functions pass" in out, out + err
+
+
+@pytest.mark.slow
+def test_the_grader_imports_nothing_once_graded_code_runs(tmp_path):
+    """Every import of the grader happens before its first child starts (an audit hook sees
+    each module that is really loaded): no file the graded code writes can stand in for one."""
+    script = (f"import sys\nsys.path.insert(0, {str(LAB)!r})\nimport check\n"
+              "started, loaded = [], []\n"
+              "def start(self, *args, real=check.Child.__init__):\n"
+              "    started.append(1)\n    real(self, *args)\n"
+              "check.Child.__init__ = start\n"
+              "sys.addaudithook(lambda event, args: started and event == 'import'"
+              " and loaded.append(args[0]))\n"
+              "assert check.grade('rag_from_scratch') == dict.fromkeys(check.FUNCTIONS)\n"
+              f"check.grade({starter_with(tmp_path, '')!r})\n"
+              "check.print_result('chunk_text', check.fail('chunk_text', 'why'))\n"
+              "print('loaded:', sorted(set(loaded)))\n")
+    status, out = run("-c", script)
+    assert status == 0 and "loaded: []" in out, out
 
 
 @pytest.mark.slow
