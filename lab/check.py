@@ -10,10 +10,11 @@ Every check compares your function with a trusted reference: values worked out b
 tutorial's printed figures, NumPy and scikit-learn. No torch, no network. Your code runs in a
 child process (graded_process.py) that calls your functions and sends back what they return
 as plain data (JSON); the checks run here, on those values, so nothing in your file can change
-the verdict. Each function has a time limit (--time-limit, 10 s) and, on Linux, a memory
-limit (--memory-mb, 1024): sys.exit(), an endless loop, a list that grows without end or a
-crash is that function's FAIL with a hint. What your code prints appears on stderr behind
-"  | ". Exit status 0 only when all five pass; 130 on Ctrl-C.
+the verdict. A function that is, or calls, the reference in rag_from_scratch.py is a FAIL.
+Each function has a time limit (--time-limit, 10 s) and, on Linux, a memory limit
+(--memory-mb, 1024): sys.exit(), an endless loop, a list that grows without end or a crash is
+that function's FAIL with a hint. What your code prints appears on stderr behind "  | ".
+Exit status 0 only when all five pass; 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -94,6 +95,13 @@ def load_module(spec: str, source: bytes | None = None):
     module = importlib.util.module_from_spec(found)
     exec(compile(source, spec, "exec", dont_inherit=True), vars(module))
     return module
+
+
+def is_reference(spec: str) -> bool:
+    """True if `spec` names rag_from_scratch itself: the one module that may be the reference."""
+    if spec.endswith(".py"):
+        return Path(spec).resolve() == Path(rag.__file__).resolve()
+    return spec == rag.__name__
 
 
 # ---------------------------------------------------------------------------
@@ -331,7 +339,7 @@ def run_check(name: str, mod) -> str | None:
     except NotImplementedError as exc:           # its message: the function that raised it
         reason = ("still a TODO (it raises NotImplementedError)" if str(exc) == name else
                   f"it calls {exc}(), which is still a TODO: finish that first")
-    except AssertionError as exc:
+    except (AssertionError, Copied) as exc:
         reason = str(exc)
     except SystemExit as exc:
         reason = (f"it calls sys.exit({exc.code}), which ends the whole program: "
@@ -363,22 +371,26 @@ START_LIMIT_S = 120.0        # the child's own imports (NumPy, scikit-learn) on 
 CALLS = {"evaluate_retrieval": ("search",), "search": ("cosine_similarity",)}
 
 
-def answer(module, request: dict, given: dict) -> str:
-    """Run one call of the graded module; what it returned, printed or raised, as JSON."""
+def answer(module, request: dict, given: dict, watch: bool = False) -> str:
+    """Run one call of the graded module; what it returned, printed or raised, as JSON. With
+    `watch`, a function that is or runs the reference solution is refused ("copied")."""
     name, args, reply = request["name"], request["args"], {}
     if request["on"]:            # search(q, k) -> search(q, index, chunks, embedder, k)
         eval_set, index, chunks, embedder = given[request["on"]]
         first = [args.pop(0)] if name == "search" else [eval_set]
         args = first + [index, chunks, embedder] + args
         reply["chunks"] = chunks             # as the call leaves them
-    function, printed = getattr(module, name, None), io.StringIO()
+    function, printed, ran = getattr(module, name, None), io.StringIO(), []
     callees = {f: getattr(module, f, None) for f in CALLS.get(name, ())}
     vars(module).update({f: getattr(rag, f) for f in callees})
     try:
         with contextlib.redirect_stdout(printed if name == "evaluate_retrieval" else sys.stderr):
             if not callable(function):
                 raise AttributeError(f"the module has no function {name}")
-            reply["value"] = function(*args, **request["kwargs"])
+            if watch and (found := borrowed(function, name)):
+                return json.dumps({"copied": found})
+            with watching(name, ran) if watch else contextlib.nullcontext():
+                reply["value"] = function(*args, **request["kwargs"])
     except SystemExit as exc:
         reply["exit"] = repr(exc.code)
     except Exception as exc:     # a TODO says which function raised it
@@ -387,11 +399,55 @@ def answer(module, request: dict, given: dict) -> str:
                             if isinstance(exc, NotImplementedError) else one_line(exc))
     finally:
         vars(module).update(callees)
+    if ran:
+        return json.dumps({"copied": ran[0]})
     reply["printed"] = printed.getvalue()
     try:
         return json.dumps(reply, default=lambda value: f"<{type(value).__name__}>")
     except Exception:            # a cycle, or keys JSON cannot hold: a value no check accepts
         return json.dumps({"value": "<not plain data>", "printed": ""})
+
+
+# ---------------------------------------------------------------------------
+# The reference is not the student's work. These catch a function that is rag_from_scratch's
+# own (imported, or wrapped with functools.wraps, or rebuilt from its code) and one that runs
+# it (a lambda or a def around it, in a thread too). Code copied by hand, or a child patched on
+# purpose, they cannot catch: the child is the student's own process.
+# ---------------------------------------------------------------------------
+REFERENCE_FILE = rag.chunk_text.__code__.co_filename    # where the reference's code comes from
+
+
+def borrowed(function, name: str) -> str | None:
+    """Why `function` is the reference's own function, or None: it, or what it wraps
+    (__wrapped__), comes from rag_from_scratch.py."""
+    for _ in range(100):                 # a chain of wrappers; a cycle ends here too
+        code = getattr(function, "__code__", None)
+        if (getattr(function, "__module__", None) == rag.__name__
+                or getattr(code, "co_filename", None) == REFERENCE_FILE):
+            return f"{name} comes from rag_from_scratch.py, the reference solution"
+        function = getattr(function, "__wrapped__", None)
+        if function is None:
+            return None
+    return None
+
+
+@contextlib.contextmanager
+def watching(name: str, ran: list):
+    """Within the block, note in `ran` if the reference's own `name` runs, in any thread (a
+    profile hook sees every Python call), or if the graded code switches the hook off."""
+    def hook(frame, event, arg):
+        code = frame.f_code
+        if event == "call" and code.co_name == name and code.co_filename == REFERENCE_FILE:
+            ran.append(f"{name} runs rag_from_scratch.{name}, the reference solution")
+    sys.setprofile(hook)
+    threading.setprofile(hook)
+    try:
+        yield
+    finally:
+        if sys.getprofile() is not hook:
+            ran.append(f"{name} switches off the grader's watch (sys.setprofile)")
+        sys.setprofile(None)
+        threading.setprofile(None)
 
 
 def child(spec: str, memory_mb: int, time_limit: float) -> int:
@@ -417,8 +473,9 @@ def child(spec: str, memory_mb: int, time_limit: float) -> int:
                       and exc.name != spec else "")
         module, reply = None, {"error": f"{type(exc).__name__}: {one_line(exc)}{unreadable}"}
     print(json.dumps(reply), file=replies)
+    watch = not is_reference(spec)
     for line in sys.stdin if module else ():
-        print(answer(module, json.loads(line), given), file=replies)
+        print(answer(module, json.loads(line), given, watch), file=replies)
     return 0
 
 
@@ -427,6 +484,10 @@ def child(spec: str, memory_mb: int, time_limit: float) -> int:
 # ---------------------------------------------------------------------------
 class Gone(BaseException):
     """The child ended or ran out of time (no check's `except Exception` may take it)."""
+
+
+class Copied(BaseException):
+    """The graded function is or runs the reference solution (no check may take it either)."""
 
 
 RAISED = {kind.__name__: kind for kind in (ValueError, MemoryError, NotImplementedError)}
@@ -442,6 +503,8 @@ class Graded:
         def call(*args, on=None, **kwargs):
             self.last = reply = self.ask({"name": name, "args": list(args), "kwargs": kwargs,
                                           "on": on})
+            if "copied" in reply:
+                raise Copied(f"{reply['copied']}, not code of your own: write it yourself")
             if "value" in reply:
                 return reply["value"]
             if "exit" in reply:

@@ -120,7 +120,6 @@ def evaluate_retrieval(eval_set, index, chunks, embedder, k=3, verbose=False):
 # ---------------------------------------------------------------------------
 # The grader survives student code that exits, hangs, eats memory or crashes
 # ---------------------------------------------------------------------------
-STUDENT_HEAD = "from rag_from_scratch import {}\n".format(", ".join(check.FUNCTIONS))
 NEVER_ADVANCES = """
 def chunk_text(text, chunk_size=50, overlap=10):
     words, chunks, start = text.split(), [], 0
@@ -131,8 +130,8 @@ def chunk_text(text, chunk_size=50, overlap=10):
 """
 
 
-def student_file(tmp_path, body: str, head: str = STUDENT_HEAD) -> str:
-    """A student's module: the reference functions, then `body` replacing some of them."""
+def student_file(tmp_path, body: str, head: str = STUDENT_SOLUTION) -> str:
+    """A student's module: a correct solution of their own, then `body` replacing some of it."""
     path = tmp_path / "student.py"
     path.write_text(head + body)
     return str(path)
@@ -563,3 +562,53 @@ def test_pytest_lab_leaves_no_process_behind(tmp_path):
             if module in " ".join(p.info["cmdline"] or [])
             and p.info["status"] != psutil.STATUS_ZOMBIE]
     assert left == []
+
+
+# ---------------------------------------------------------------------------
+# The reference solution is not the student's work: imported or wrapped, it passes nothing
+# ---------------------------------------------------------------------------
+def test_a_file_that_only_imports_the_reference_functions_passes_none(tmp_path):
+    path = tmp_path / "student.py"
+    path.write_text(f"from rag_from_scratch import {', '.join(check.FUNCTIONS)}\n")
+    status, out, err = grade_cli(str(path))
+    assert status == 1 and "0/5 functions pass" in out, out + err
+    for name in check.FUNCTIONS:
+        assert f"FAIL  {name}: {name} comes from rag_from_scratch.py, the reference solution" in out
+
+
+WRAPPED_REFERENCE = """
+import functools, threading, types
+import rag_from_scratch as rag
+from rag_from_scratch import chunk_text as given_chunker
+chunk_text = lambda *args, **kwargs: given_chunker(*args, **kwargs)
+cosine_similarity = types.FunctionType(rag.cosine_similarity.__code__, globals(), "cosine_similarity")
+def search(query, index, chunks, embedder, k=3):
+    return rag.search(query, index, chunks, embedder, k)
+build_prompt = functools.wraps(rag.build_prompt)(lambda *args: rag.build_prompt(*args))
+def evaluate_retrieval(*args, **kwargs):
+    out = []
+    worker = threading.Thread(target=lambda: out.append(rag.evaluate_retrieval(*args, **kwargs)))
+    worker.start()
+    worker.join()
+    return out[0]
+"""
+
+
+@pytest.mark.slow
+def test_wrappers_around_the_reference_are_caught_as_the_reference(tmp_path):
+    """A lambda, a rebuilt code object, a plain wrapper, functools.wraps and a thread: one each."""
+    path = tmp_path / "student.py"
+    path.write_text(WRAPPED_REFERENCE)
+    results = check.grade(str(path))
+    runs = "{0} runs rag_from_scratch.{0}, the reference solution"
+    comes = "{0} comes from rag_from_scratch.py, the reference solution"
+    expected = {"chunk_text": runs, "cosine_similarity": comes, "search": runs,
+                "build_prompt": comes, "evaluate_retrieval": runs}
+    for name, reason in expected.items():
+        assert results[name].startswith(reason.format(name)), results[name]
+
+
+@pytest.mark.slow
+def test_the_reference_graded_by_its_own_name_or_path_still_passes_in_the_child():
+    for spec in ("rag_from_scratch", str(ROOT / "rag_from_scratch.py")):
+        assert check.grade(spec, names=("search",)) == {"search": None}
