@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from ragkit.text import shown
@@ -53,9 +54,10 @@ class GradedProcess:
             os.close(keeper_end)
         self.requests = queue.Queue()
         self.lines = queue.Queue(maxsize=1)          # one line read ahead: a flood just waits
-        self.printer = threading.Thread(target=self.show, daemon=True)
-        for thread in (threading.Thread(target=self.write, daemon=True),
-                       threading.Thread(target=self.read, daemon=True), self.printer):
+        self.pipes = {threading.Thread(target=work, daemon=True): pipe for work, pipe in
+                      ((self.write, self.proc.stdin), (self.read, self.proc.stdout),
+                       (self.show, self.proc.stderr))}
+        for thread in self.pipes:
             thread.start()
 
     def write(self) -> None:
@@ -117,7 +119,20 @@ class GradedProcess:
             with contextlib.suppress(OSError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()                         # SIGKILL: it will not take long
-        self.printer.join(timeout=10)                # what it printed, shown before we go on
+        self.close_pipes()
+
+    def close_pipes(self) -> None:
+        """Close our ends of the pipes once their threads are done, within 10 s in all, so all
+        the child printed is shown before we go on; a pipe a thread still uses stays open."""
+        deadline = time.monotonic() + 10
+        for thread, pipe in self.pipes.items():
+            while thread.is_alive() and time.monotonic() < deadline:
+                with contextlib.suppress(queue.Empty):   # a reply nobody asked for (forged):
+                    self.lines.get_nowait()              # make room, or its reader waits on
+                thread.join(timeout=0.05)
+            if not thread.is_alive():
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 @contextlib.contextmanager
