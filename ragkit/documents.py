@@ -31,7 +31,7 @@ from ragkit.text import shown
 MAX_FILE_BYTES = 2_000_000   # bigger files are logs and dumps, not notes: skipped with one line
 MAX_DEPTH = 32               # folders nested deeper than this are named and skipped
 SUFFIXES = (".md", ".txt")
-K = 5                        # passages a --docs answer is written from (a prompt of ~1,000 words)
+K = 8                        # passages a --docs answer is written from (rageval/tuning.py chose it)
 MAX_FRONT_MATTER = 65_536    # characters of front matter read for tags: more is no note's header
 MAX_NESTING = 16             # YAML nested deeper is no list of tags (50,000 deep ends PyYAML)
 SKIPS_NAMED = 10             # skipped files named one by one; the rest are counted by reason

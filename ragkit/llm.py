@@ -73,7 +73,7 @@ def start_llama(threads: int = THREADS, port: int = 0):
         raise RuntimeError(f"xllamacpp is not installed: run `{INSTALL_LOCAL}`") from None
     params = xllamacpp.CommonParams()
     params.model.path = str(smollm_path())
-    params.n_ctx, params.n_parallel, params.warmup = 2048, 1, False
+    params.n_ctx, params.n_parallel, params.warmup = 4096, 1, False   # --docs: 8 passages of up to 256 pieces
     params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
     params.verbosity = -1               # llama.cpp logs every request otherwise
     params.cache_prompt = False         # the same prompt always gives the same text

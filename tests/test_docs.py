@@ -278,6 +278,21 @@ def test_eval_file_scores_the_folder(notes, qa_file, capsys):
     assert "k=1: hit_rate=1.00  recall=1.00  precision=1.00  mrr=1.00" in out
 
 
+def test_eval_facts_print_answer_in_context_the_ceiling_of_every_generator(notes, tmp_path, capsys):
+    """Two questions with facts: one whose passages hold both facts at k=1, one whose fact is in
+    no file (a ceiling below 1 says no generator can answer it from these passages)."""
+    qa = tmp_path / "qa.jsonl"
+    rows = [{"question": "Which port does the reporting database use?", "relevant": ["team/handbook.md"],
+             "answer": ["6543", "90\\s+days"]},
+            {"question": "How long do I have to upload taxi receipts?", "relevant": ["travel.txt"],
+             "answer": ["30 days"]},                           # the note says 14: not in context
+            {"question": "Is there a gym?", "answerable": False}]
+    qa.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    assert rag.main(["--docs", str(notes), "--backend", "tfidf", "--eval", str(qa), "--k", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "answer in context: 0.50 (every fact of the answer in the k=1 passages, for 1 of 2 questions)" in out
+
+
 def test_a_bad_eval_line_names_the_line(notes, tmp_path, capsys):
     bad = tmp_path / "qa.jsonl"
     bad.write_text('{"question": "ok?", "relevant": ["travel.txt"]}\n{"question": "no labels"}\n')
