@@ -10,6 +10,7 @@ scripts kind to bad input and to Ctrl-C.
                   Ctrl-C held, so it always reaches Python's main thread
   with_deadline   the one way to wait on something that may never answer: say what we wait
                   for and for how long, then give up with one line that names what to check
+  items_with_deadline   the same for a stream of items (a model's answer as it is written)
   progress        the one progress display: a bar on a terminal, a few lines in a log
   parse_json, read_jsonl   JSON and JSON Lines (--eval, --gold): each bad line named
 
@@ -21,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager
 
 EXIT_ERROR = 1
@@ -158,6 +160,43 @@ def with_deadline(what: str, seconds: float, work, check: str):
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+def items_with_deadline(what: str, seconds: float, items, check: str):
+    """Yield the items of `items` (a stream from something that may stall), all of them within
+    `seconds`; after that, one line. A helper thread takes each item only when the next one is
+    asked for, so a source that trickles, or sends keep-alives that are never items, cannot
+    stretch the wait, and nothing is read ahead into memory."""
+    import queue
+    print(f"waiting for {what} (up to {seconds:g} s) ...", file=sys.stderr, flush=True)
+    deadline, items = time.monotonic() + seconds, iter(items)
+    asks, answers = queue.SimpleQueue(), queue.SimpleQueue()
+
+    def fetch():
+        while asks.get():                           # False: the reader is done with us
+            try:
+                answers.put((True, next(items)))
+            except BaseException as exc:            # StopIteration (the end) or an error
+                answers.put((False, exc))
+                return
+        getattr(items, "close", lambda: None)()     # a generator's `with` blocks end here
+
+    threading.Thread(target=fetch, daemon=True).start()     # a stuck read never blocks exit
+    try:
+        while True:
+            asks.put(True)
+            try:
+                fetched, value = answers.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"{what} had not finished answering after {seconds:g} s: "
+                                   f"{check}") from None
+            if not fetched and isinstance(value, StopIteration):
+                return
+            if not fetched:
+                raise value
+            yield value
+    finally:
+        asks.put(False)
 
 
 def progress(items, total: int, what: str, unit: str = ""):
