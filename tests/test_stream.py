@@ -16,7 +16,7 @@ from test_generate import needs_local
 
 import rag_from_scratch as rag
 import verify_bedrock_request as vbr
-from ragkit import chat_http
+from ragkit import bedrock, chat_http
 from ragkit import extractive as ext
 from ragkit import llm
 
@@ -267,6 +267,47 @@ def test_an_endless_error_reply_is_one_line_read_only_to_its_start(stream):
         tracemalloc.stop()
     assert len(str(caught.value)) < 400 and "\n" not in str(caught.value)
     assert peak < 4 * chat_http.MAX_LINE_BYTES, f"{peak / 2**20:.0f} MB held at once"
+
+
+@contextmanager
+def bedrock_at(write):
+    """Bedrock's streamed answer from a server on 127.0.0.1, read by botocore itself: the real
+    bedrock-runtime client pointed there, dummy keys, a read timeout of 1 s."""
+    import boto3
+    from botocore.config import Config
+    with serving(write, content_type="application/vnd.amazon.eventstream") as url:
+        config = Config(connect_timeout=1, read_timeout=1, retries={"total_max_attempts": 1})
+        client = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=url,
+                              aws_access_key_id="TEST-NOT-A-REAL-KEY",
+                              aws_secret_access_key="test", config=config)
+        yield bedrock.bedrock_generator("x", "us-east-1", client=client, stream=True)
+
+
+def flipped(message: bytes) -> bytes:
+    """An event-stream message with one byte of its payload changed (its checksum no longer fits)."""
+    changed = bytearray(message)
+    changed[-8] ^= 0xFF
+    return bytes(changed)
+
+
+START, DELTA = (vbr.event_message(*event) for event in (vbr.STREAM_EVENTS[0], vbr.STREAM_EVENTS[2]))
+BEDROCK_BROKEN = {
+    "stalls mid-answer": (once(START + DELTA, "stall"), r"stopped answering in mid-reply"),
+    "a damaged event": (once(START + flipped(DELTA)), r"sent a reply stream that cannot be read "
+                                                      r"\(ChecksumMismatch"),
+    "bytes that are no event stream": (once(b"<html>Service Unavailable</html>\n" * 8),
+                                       r"sent a reply stream that cannot be read"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", BEDROCK_BROKEN)
+def test_a_broken_bedrock_stream_is_one_line_of_advice(kind):
+    write, words = BEDROCK_BROKEN[kind]
+    with bedrock_at(write) as generate:
+        with pytest.raises(RuntimeError, match=r"^Amazon Bedrock in us-east-1 " + words) as caught:
+            list(generate("prompt", "be brief"))
+    assert "\n" not in str(caught.value)
 
 
 def test_bedrock_stream_request_is_valid_and_only_text_deltas_are_kept(dummy_aws_env):
