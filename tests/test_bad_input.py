@@ -18,7 +18,8 @@ from ragkit import storage
 # {missing} a path that does not exist, {foreign} a folder of the user's own files,
 # {file} a file of the user's, {docs} a folder of two notes, {cisi} the shipped collection,
 # {broken} a collection folder whose relevance file has a grade of inf, {tiny} a collection
-# with one judged query (too few for 5-fold cross-validation).
+# with one judged query (too few for 5-fold cross-validation), {zero_model}, {fifo_model} and
+# {cut_model} model folders that cannot be read (see bad_models).
 ROWS = [
     # rag_from_scratch.py: the core's demo and --docs
     ("rag_from_scratch.py", "--backend tfidf --bogus", "unrecognized arguments"),
@@ -47,6 +48,10 @@ ROWS = [
     ("rag_from_scratch.py", "--backend tfidf --notebook-outputs", "work with --docs"),
     ("rag_from_scratch.py", "--backend minilm --model someone/not-here", "no local copy of someone/not-here"),
     ("rag_from_scratch.py", "--backend minilm --model {missing}", "model folder not found"),
+    ("rag_from_scratch.py", "--backend minilm --model {zero_model}", "pytorch_model.bin is not a regular file"),
+    ("rag_from_scratch.py", "--backend auto --model {fifo_model} --docs {docs} --index {missing}",
+     "pytorch_model.bin is not a regular file"),
+    ("rag_from_scratch.py", "--backend minilm --model {cut_model}", "model.safetensors is cut short"),
     # rag_vector_db.py
     ("rag_vector_db.py", "--backend tfidf --bogus", "unrecognized arguments"),
     ("rag_vector_db.py", "--backend tfidf --k 0", "--k must be between 1"),
@@ -126,6 +131,7 @@ ROWS = [
     ("lab/lab_tasks.py", "--backend nope", "invalid choice"),
     ("lab/lab_tasks.py", "--bogus", "unrecognized arguments"),
     ("lab/lab_tasks.py", "--backend minilm --model {missing}", "model folder not found"),
+    ("lab/lab_tasks.py", "--backend minilm --model {fifo_model}", "is not a regular file"),
     ("rageval.devset", "--backend nope", "invalid choice"),
     ("ragbench.ann", "--bogus", "unrecognized arguments"),
     ("ragbench.learner", "--files 1", "--files must be at least 2"),
@@ -154,9 +160,28 @@ def params():
         yield pytest.param(script, args, expected, id=f"{script} {args}")
 
 
+@pytest.fixture(scope="module")
+def bad_models(tmp_path_factory):
+    """Model folders whose files cannot be a model's: a weight file that is a link to /dev/zero,
+    one that is a pipe, a safetensors file cut short (its header promises 1,024 bytes of tensor,
+    100 are there). Kept apart from `places`: reading them whole would never end."""
+    import json
+    import os
+    root = tmp_path_factory.mktemp("models")
+    for kind in ("zero", "fifo", "cut"):
+        (root / kind).mkdir()
+        (root / kind / "config.json").write_text("{}")
+    (root / "zero" / "pytorch_model.bin").symlink_to("/dev/zero")
+    os.mkfifo(root / "fifo" / "pytorch_model.bin")
+    header = json.dumps({"w": {"dtype": "F32", "shape": [256], "data_offsets": [0, 1024]}}).encode()
+    (root / "cut" / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header
+                                                     + bytes(100))
+    return {f"{kind}_model": root / kind for kind in ("zero", "fifo", "cut")}
+
+
 @pytest.fixture()
-def places(tmp_path):
-    """The paths rows may name, made fresh for each row."""
+def places(tmp_path, bad_models):
+    """The paths rows may name, made fresh for each row (the bad model folders once)."""
     foreign, docs = tmp_path / "mine", tmp_path / "docs"
     broken, tiny = tmp_path / "broken", tmp_path / "tiny"
     for folder in (foreign, docs, broken, tiny):
@@ -173,7 +198,7 @@ def places(tmp_path):
         (folder / "T.REL").write_text(rel)
     return {"missing": tmp_path / "missing", "foreign": foreign, "file": tmp_path / "file.txt",
             "docs": docs, "broken": broken, "tiny": tiny, "cisi": rc.DEFAULT_COLLECTION,
-            "typo": tmp_path / "typo.py"}
+            "typo": tmp_path / "typo.py", **bad_models}
 
 
 def snapshot(folder: Path) -> dict:
@@ -204,6 +229,30 @@ def test_the_table_covers_every_entry_point_with_40_rows_or_more():
     scripts = {script for script, _, _ in ROWS}
     assert scripts == entry_points() | {"lab/check.py", "lab/lab_tasks.py"}
     assert len(ROWS) >= 40 and len({(s, a) for s, a, _ in ROWS}) == len(ROWS)
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("zero_model", r"pytorch_model.bin is not a regular file \(a pipe, a device or a socket\)"),
+    ("fifo_model", r"pytorch_model.bin is not a regular file"),
+    ("cut_model", r"model.safetensors is cut short or damaged: its header promises 1,098 bytes, "
+                  r"the file has 174; download the model again")])     # 8 + 66 (header) + 1,024 or 100
+def test_a_model_folder_is_checked_before_any_file_in_it_is_read_or_hashed(bad_models, kind, words):
+    from ragkit import embeddings
+    for look in (embeddings.model_folder, lambda folder: embeddings.model_identity("minilm", folder)):
+        with pytest.raises(ValueError, match=words):
+            look(str(bad_models[kind]))
+
+
+def test_a_model_folder_bigger_than_a_cpu_model_is_refused(tmp_path, monkeypatch):
+    from ragkit import embeddings
+    monkeypatch.setattr(embeddings, "MAX_MODEL_BYTES", 1000)
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "pytorch_model.bin").write_bytes(bytes(600))
+    assert embeddings.model_folder(str(tmp_path)) == str(tmp_path)      # 602 bytes: within
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "extra.bin").write_bytes(bytes(600))     # a folder inside counts
+    with pytest.raises(ValueError, match=r"the model folder .* holds more than 9.3\d+e-07 GB"):
+        embeddings.model_folder(str(tmp_path))
 
 
 # ---------------------------------------------------------------------------
