@@ -93,8 +93,6 @@ def check_args(args) -> None:
             or args.max_pages is not None or args.notebook_outputs:
         from ragkit import documents
         documents.check_args(args)
-    if args.generator is not None:
-        generators.check_args(args)
     if better_retrieval(args):
         from ragkit import retrieval
         retrieval.check_args(args)

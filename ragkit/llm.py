@@ -19,6 +19,7 @@ with stream=True, the bare generators return an iterator of text pieces instead;
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -26,10 +27,11 @@ from pathlib import Path
 
 import rag_from_scratch as rag
 from ragkit import chat_http
-from ragkit.plumbing import held_ctrl_c
+from ragkit.plumbing import bounded, held_ctrl_c
 from ragkit.text import in_prose, shown
 
 MAX_TOKENS = 128          # longest answer the local and OpenAI-compatible generators may write
+MAX_TOKENS_LIMIT = 32_768  # --max-tokens at most: far more than a RAG answer needs
 THREADS = 1               # llama.cpp threads: 2 on a busy 2-core machine wait on each other
 LLM_TIMEOUT_S = 60.0      # an OpenAI-compatible server silent this long (connecting, or any one
                           # read of its reply) has stopped
@@ -332,7 +334,6 @@ def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
                      stream: bool = False):
     """llm_fn for any OpenAI-compatible chat endpoint; the key, if any, comes from `api_key_env`.
     Each read waits at most `timeout`; the whole answer takes at most REPLY_DEADLINE_S."""
-    import os
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"--llm-url must start with http:// or https://, got {url!r}")
     if not model:
@@ -389,11 +390,7 @@ def add_model_arguments(p) -> None:
     p.add_argument("--llm-model", default="local", help="model name the server knows (default: %(default)s)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY",
                    help="environment variable holding the server's key, if it needs one")
-    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="answer length limit (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=THREADS, help="llama.cpp threads (default: %(default)s)")
-
-
-def check_args(args) -> None:
-    """The generator flags' values, before any slow work (nothing is loaded here)."""
-    if args.max_tokens < 1 or args.threads < 1:
-        raise ValueError("--max-tokens and --threads must be at least 1")
+    p.add_argument("--max-tokens", type=bounded(int, 1, MAX_TOKENS_LIMIT), default=MAX_TOKENS,
+                   help="answer length limit (default: %(default)s)")
+    p.add_argument("--threads", type=bounded(int, 1, os.cpu_count() or 1), default=THREADS,
+                   help="llama.cpp threads, at most one per core (default: %(default)s)")

@@ -3,6 +3,7 @@ ragkit/plumbing.py: the ground floor every script stands on. Nothing here is RAG
 scripts kind to bad input and to Ctrl-C.
 
   OneLineParser   a bad flag gives one line, not a usage block
+  bounded         a numeric flag's type: a number from low to high, else one line naming them
   run_cli         the one error path: an error is one line on stderr and exit status 1;
   main_for        Ctrl-C is "interrupted" and exit status 130; never a traceback
   leave           how every command exits (after Ctrl-C, without waiting for model threads)
@@ -34,6 +35,19 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"error: {message} (see --help)\n")
+
+
+def bounded(kind, low, high):
+    """An argparse type for a numeric flag: a `kind` (int or float) from `low` to `high`, else
+    one line that names the range. Every numeric flag of the kit has one: 10**23 tokens or
+    threads would only fail deep inside a library. type=bounded(int, 1, 32_768)"""
+    def parse(text: str):
+        value = kind(text)                         # "abc": argparse says "invalid int value"
+        if not low <= value <= high:               # NaN is outside every range
+            raise argparse.ArgumentTypeError(f"{text} is not between {low:,} and {high:,}")
+        return value
+    parse.__name__ = kind.__name__                 # the name argparse's own message uses
+    return parse
 
 
 def one_line(exc: BaseException) -> str:
