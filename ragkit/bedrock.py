@@ -6,7 +6,8 @@ wraps it for `--generate` so a learner's first run fails kindly and never hangs:
   - before any work: the placeholder model id, boto3 missing, a profile that does not
     exist, or no credentials at all, each one line that says what to set up;
   - during the call: one overall deadline (botocore's own timeouts apply per attempt and
-    its retries multiply them), said on stderr before waiting;
+    its retries multiply them), said on stderr before waiting; a streamed answer's events
+    all arrive within it too, and a stall or damaged bytes in mid-stream are one line;
   - every Converse error code: one line of advice a learner can act on.
 """
 
