@@ -26,6 +26,7 @@ starting with ":" are comments (keep-alives), and "data: [DONE]" ends it:
 """
 
 import json
+import time
 from contextlib import closing, contextmanager
 
 from ragkit.plumbing import items_with_deadline, one_line, parse_json, with_deadline
@@ -149,12 +150,20 @@ def events(pieces, where: str):
             yield chunk
 
 
+def received(reply, seconds: float):
+    """What arrives on the connection, one read at a time, until it closes or `seconds` have
+    passed: a reader whose answer was given up on at its deadline stops reading too."""
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends and (piece := reply.read1(READ_BYTES)):
+        yield piece
+
+
 def stream(endpoint: str, body: dict, api_key: str, timeout: float, deadline: float):
     """The events of a streamed chat reply as dicts, as they arrive; the reply opened and read
     to its end within `deadline`, each read within `timeout`."""
     def read():
         with closing(open_reply(endpoint, body, api_key, timeout)) as reply, \
                 http_errors(endpoint, timeout):
-            yield from events(iter(lambda: reply.read1(READ_BYTES), b""), endpoint)
+            yield from events(received(reply, deadline), endpoint)
     return items_with_deadline(f"the model server at {endpoint}", deadline, read(),
                                SERVER_CHECK.replace("?", ", or is it looping?"))

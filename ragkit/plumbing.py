@@ -202,8 +202,10 @@ def items_with_deadline(what: str, seconds: float, items, check: str):
             try:
                 fetched, value = answers.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
+                fetched = None
+            if fetched is None or time.monotonic() > deadline:    # late counts as never
                 raise TimeoutError(f"{what} had not finished answering after {seconds:g} s: "
-                                   f"{check}") from None
+                                   f"{check}")
             if not fetched and isinstance(value, StopIteration):
                 return
             if not fetched:

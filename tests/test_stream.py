@@ -243,13 +243,22 @@ def test_a_hostile_stream_is_one_line_and_never_read_whole(kind):
 @pytest.mark.parametrize("then", [b": keep-alive\n\n", "stall"],
                          ids=["endless keep-alive comments", "a stall"])
 def test_the_whole_answer_has_one_deadline_that_nothing_stretches(then, monkeypatch):
-    """Each read waits up to LATE_S; the whole answer only REPLY_DEADLINE_S (1 s here)."""
+    """Each read waits up to LATE_S; the whole answer only REPLY_DEADLINE_S (1 s here). The
+    reader of endless keep-alives stops then too, and hangs up: no thread left reading."""
     monkeypatch.setattr(llm, "REPLY_DEADLINE_S", 1)
-    with serving(once(GOOD, then)) as url:
+    hung_up = threading.Event()
+
+    def write(wfile, stop):
+        try:
+            once(GOOD, then)(wfile, stop)
+        except OSError:
+            hung_up.set()
+    with serving(write) as url:
         remote = llm.openai_generator(url + "/v1", "m", timeout=LATE_S, stream=True)
         with pytest.raises(TimeoutError, match=r"^the model server at .* had not finished "
                                                r"answering after 1 s: is the server running"):
             list(remote("hi", "be brief"))
+        assert then == "stall" or hung_up.wait(LATE_S)
 
 
 @pytest.mark.slow
