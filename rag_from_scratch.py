@@ -516,8 +516,10 @@ def check_args(args) -> None:
     """Reject bad values of the tutorial's flags before any slow work starts."""
     if args.question is not None and not args.question.strip():
         raise ValueError("the question is empty: pass some words to --question")
-    if args.k < 1:
-        raise ValueError(f"--k must be at least 1, got {args.k}")
+    if not 1 <= args.k <= 100:                  # more passages than that help no prompt
+        raise ValueError(f"--k must be between 1 and 100, got {args.k}")
+    if not 1 <= args.chunk_size <= 10_000:      # a chunk is a passage, not a book
+        raise ValueError(f"--chunk-size must be between 1 and 10,000 words, got {args.chunk_size}")
     n_chunks = len(build_chunks(CORPUS, args.chunk_size, args.overlap))   # checks the sizes
     if args.k > n_chunks and not getattr(args, "docs", None):           # --docs: the kit's
         raise ValueError(f"--k {args.k} is more than the {n_chunks} chunks in the index")

@@ -31,7 +31,7 @@ import numpy as np
 import rag_from_scratch as rag
 from ragkit import embeddings, saved_index
 from ragkit.arguments import add_backend, add_k
-from ragkit.plumbing import OneLineParser, leave, main_for, one_line, with_deadline
+from ragkit.plumbing import OneLineParser, bounded, leave, main_for, one_line, with_deadline
 from ragkit.storage import OWNER, claim_folder, is_our_store, refuse_foreign
 
 # Defaults (the CLI reads them from here); the core's, read once from its function signatures
@@ -552,8 +552,10 @@ def parse_args(argv=None):
     p.add_argument("--model", default=CORE["model"], help="sentence-transformers model or folder")
     p.add_argument("--question", default=QUESTION, help="the question to search for")
     add_k(p, CORE["k"], "results per engine")
-    p.add_argument("--chunk-size", type=int, default=CORE["chunk_size"], help="words per chunk")
-    p.add_argument("--overlap", type=int, default=CORE["overlap"], help="words shared by neighbours")
+    p.add_argument("--chunk-size", type=bounded(int, 1, 10_000), default=CORE["chunk_size"],
+                   help="words per chunk")
+    p.add_argument("--overlap", type=bounded(int, 0, 9_999), default=CORE["overlap"],
+                   help="words shared by neighbours (fewer than --chunk-size)")
     p.add_argument("--only", type=lambda s: [d.strip() for d in s.split(",") if d.strip()],
                    default=FILTER_DOCS, help="doc ids for the filtered query, comma separated "
                                              "(default: %(default)s)")
@@ -562,7 +564,7 @@ def parse_args(argv=None):
     where = p.add_mutually_exclusive_group()
     where.add_argument("--persist", metavar="DIR", help="keep the Chroma collection in this folder")
     where.add_argument("--host", help="query a Chroma server (`chroma run`) on this host")
-    p.add_argument("--port", type=int, default=PORT, help="Chroma server port (with --host)")
+    p.add_argument("--port", type=bounded(int, 1, 65_535), default=PORT, help="Chroma server port (with --host)")
     p.add_argument("--pgvector", nargs="?", const="", metavar="URL",
                    help="also search Postgres with pgvector: the embedded one (no URL) or "
                         "the one at this postgresql:// URL")

@@ -289,25 +289,24 @@ def quiet(fn, *args) -> tuple[float, str]:
 
 def parse_args(argv=None):
     """Which part to run, and how big."""
-    from ragkit.llm import MAX_TOKENS
+    from ragkit.llm import MAX_TOKENS, MAX_TOKENS_LIMIT
     p = plumbing.OneLineParser(description="What a learner waits for: demo start-up, index "
                                           "updates and builds, questions, streamed answers.")
     p.add_argument("--part", choices=["demo", "update", "build", "question", "stream", "all"], default="all")
-    p.add_argument("--files", type=int, default=2000, help="notes in the update benchmark")
-    p.add_argument("--repeats", type=int, default=3, help="runs per demo or stream row (median)")
-    p.add_argument("--abstracts", type=int, default=1460, help="CISI abstracts in the build benchmark")
+    whole = lambda low, high: plumbing.bounded(int, low, high)       # every one has a range
+    p.add_argument("--files", type=whole(2, 100_000), default=2000, help="notes in the update benchmark")
+    p.add_argument("--repeats", type=whole(1, 1000), default=3, help="runs per demo or stream row (median)")
+    p.add_argument("--abstracts", type=whole(1, 1460), default=1460,
+                   help="CISI abstracts in the build benchmark (it has 1,460)")
     p.add_argument("--long", action="store_true", help="stream part: also a long --docs prompt")
-    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS,
-                   help="stream part: answer length limit (default: %(default)s)")
+    p.add_argument("--max-tokens", type=whole(2, MAX_TOKENS_LIMIT), default=MAX_TOKENS,
+                   help="stream part: answer length limit, 2 or more: tokens/s is timed after "
+                        "the first (default: %(default)s)")
     return p.parse_args(argv)
 
 
 def run(args) -> None:
     """Run the chosen parts; each prints its figures."""
-    if args.files < 2 or args.repeats < 1 or args.abstracts < 1:
-        raise ValueError("--files must be at least 2, --repeats and --abstracts at least 1")
-    if args.max_tokens < 2:
-        raise ValueError("--max-tokens must be at least 2: tokens/s is timed after the first")
     if args.part in ("demo", "all"):
         bench_demo(args.repeats)
     if args.part in ("update", "all"):

@@ -34,7 +34,7 @@ import numpy as np
 import rag_from_scratch as rag
 from rageval.ir_collection import DEFAULT_COLLECTION, load_collection
 from ragkit import plumbing
-from ragkit.arguments import add_collection, add_k
+from ragkit.arguments import add_collection, add_k, add_rescore
 
 # The core's defaults, read from its function signatures (one source of truth).
 CHUNK_SIZE, OVERLAP = rag.defaults(rag.build_chunks).values()   # the tutorial's 50 words, 10 shared
@@ -345,19 +345,19 @@ def parse_args(argv=None):
     """Command-line flags; defaults come from the block at the top of this file."""
     p = plumbing.OneLineParser(description="Exact-search latency against the memory bound, "
                                           "TF-IDF memory at scale, MiniLM throughput.")
-    p.add_argument("--sizes", type=int, nargs="*", default=SIZES,
+    whole = lambda low, high: plumbing.bounded(int, low, high)       # every one has a range
+    p.add_argument("--sizes", type=whole(1, 100_000_000), nargs="*", default=SIZES,
                    help="index sizes N (default: %(default)s); none skips the search test")
     add_k(p, TOP_K)
-    p.add_argument("--repeats", type=int, default=REPEATS, help="timed queries per method")
-    p.add_argument("--bandwidth-mb", type=int, default=BANDWIDTH_MB,
+    p.add_argument("--repeats", type=whole(1, 1000), default=REPEATS, help="timed queries per method")
+    p.add_argument("--bandwidth-mb", type=whole(1, 65_536), default=BANDWIDTH_MB,
                    help="buffer size for the memory-bandwidth test")
-    p.add_argument("--tfidf-chunks", type=int, default=TFIDF_CHUNKS, help="0 skips the TF-IDF test")
-    p.add_argument("--minilm-chunks", type=int, default=MINILM_CHUNKS, help="0 skips MiniLM")
+    p.add_argument("--tfidf-chunks", type=whole(0, 10_000_000), default=TFIDF_CHUNKS,
+                   help="0 skips the TF-IDF test")
+    p.add_argument("--minilm-chunks", type=whole(0, 1_000_000), default=MINILM_CHUNKS, help="0 skips MiniLM")
     add_collection(p, help=f"text for the TF-IDF, MiniLM and real-vector tests (default: "
                            f"{DEFAULT_COLLECTION} if present, else made-up text)")
-    p.add_argument("--rescore", type=int, nargs="+", default=RESCORES,
-                   help="quantized rows: rescore the best R x 10, one row per R "
-                        "(default: %(default)s)")
+    add_rescore(p, RESCORES)
     p.add_argument("--real-vectors", action=argparse.BooleanOptionalAction, default=True,
                    help="quantized rows on MiniLM vectors of CISI too (default: on; the first "
                         "run encodes 9,971 texts)")
@@ -376,10 +376,6 @@ def available_memory() -> int | None:
 
 def check_args(args) -> None:
     """Reject bad values before minutes of work start."""
-    if min(args.k, args.repeats, args.bandwidth_mb, *args.rescore) < 1:
-        raise ValueError("--k, --repeats, --bandwidth-mb and --rescore must be at least 1")
-    if args.tfidf_chunks < 0 or args.minilm_chunks < 0:
-        raise ValueError("--tfidf-chunks and --minilm-chunks cannot be negative")
     for n in args.sizes:
         if n <= args.k:
             raise ValueError(f"--sizes: N={n} must be larger than k={args.k}")

@@ -180,7 +180,8 @@ def parse_args(argv=None):
     p.add_argument("--generators", default="extractive", help="comma-separated (default: %(default)s)")
     p.add_argument("--context", action=argparse.BooleanOptionalAction, default=True,
                    help="embed each chunk with its title in front (default: on, as --docs)")
-    p.add_argument("--show-answers", type=int, default=0, metavar="N", help="each set's N worst answers")
+    p.add_argument("--show-answers", type=plumbing.bounded(int, 0, 1000), default=0, metavar="N",
+                   help="each set's N worst answers")
     p.add_argument("--cache", help="where encoded chunk vectors are kept (default: .rag_cache)")
     add_model_arguments(p)
     p.add_argument("--model-id", default=rag.defaults(rag.generate_with_bedrock)["model_id"])

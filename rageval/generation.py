@@ -259,7 +259,7 @@ def available_generators(args) -> list[str]:
 
 def parse_args(argv=None):
     """Flags; defaults come from the constants at the top of this file and of the core."""
-    from ragkit.plumbing import OneLineParser
+    from ragkit.plumbing import OneLineParser, bounded
     p = OneLineParser(description="Offline generators for RAG, scored against a gold file.")
     p.add_argument("--generators", help="comma-separated: " + ", ".join(GENERATORS)
                    + " (default: every one available)")
@@ -275,7 +275,8 @@ def parse_args(argv=None):
     p.add_argument("--tune-refusal", action="store_true",
                    help="choose the extractive refusal threshold by leave-one-question-out")
     p.add_argument("--serve", action="store_true", help="run SmolLM2 as an OpenAI-compatible server")
-    p.add_argument("--port", type=int, default=0, help="with --serve: port on 127.0.0.1 (0: a free one)")
+    p.add_argument("--port", type=bounded(int, 0, 65_535), default=0,
+                   help="with --serve: port on 127.0.0.1 (0: a free one)")
     return p.parse_args(argv)
 
 
@@ -290,8 +291,6 @@ def corpus_setup(args):
 
 def run(args) -> None:
     """Check the flags, build the generators, retrieve, answer, and print the table."""
-    if args.max_tokens < 1 or args.threads < 1 or args.k < 1:
-        raise ValueError("--max-tokens, --threads and --k must be at least 1")
     if args.serve:
         return serve(args.port, args.threads)
     if args.port:

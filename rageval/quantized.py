@@ -15,7 +15,7 @@ reads MiniLM vectors from .rag_cache (encoded once if they are missing).
 from __future__ import annotations
 
 from ragkit import plumbing
-from ragkit.arguments import add_collection
+from ragkit.arguments import add_collection, add_rescore
 
 
 # == 1. Indexes and search ==================================================================
@@ -127,15 +127,12 @@ def parse_args(argv=None):
     """The collection and the rescoring depth."""
     p = plumbing.OneLineParser(description="Recall@10 and nDCG@10 on CISI: float32, int8, binary.")
     add_collection(p, help="a test collection folder (default: data/cisi)")
-    p.add_argument("--rescore", type=int, nargs="+", default=[4],
-                   help="rescore the best R x 10, one row per R (default: 4)")
+    add_rescore(p, [4], "rescore the best R x 10, one row per R")
     return p.parse_args(argv)
 
 
 def run(args) -> None:
     """Print one line per variant, with what it keeps in memory per million vectors."""
-    if min(args.rescore) < 1:
-        raise ValueError("--rescore must be at least 1")
     table = cisi_quality(args.collection, rescores=args.rescore)
     print(f"{'variant':<22} {'recall@10':>9} {'nDCG@10':>8} {'exact@10':>9}   "
           f"MB per million vectors")

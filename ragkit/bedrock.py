@@ -6,15 +6,15 @@ wraps it for `--generate` so a learner's first run fails kindly and never hangs:
   - before any work: the placeholder model id, boto3 missing, a profile that does not
     exist, or no credentials at all, each one line that says what to set up;
   - during the call: one overall deadline (botocore's own timeouts apply per attempt and
-    its retries multiply them), said on stderr before waiting;
+    its retries multiply them), said on stderr before waiting; a streamed answer's events
+    all arrive within it too, and a stall or damaged bytes in mid-stream are one line;
   - every Converse error code: one line of advice a learner can act on.
 """
 
 import os
-import time
 
 import rag_from_scratch as rag
-from ragkit.plumbing import with_deadline
+from ragkit.plumbing import items_with_deadline, with_deadline
 from ragkit.text import shown
 
 ATTEMPTS = 3                 # botocore standard retry mode: the first try included
@@ -75,7 +75,9 @@ def bedrock_client(region: str = "us-east-1", attempts: int = ATTEMPTS):
 
 def explain(exc: Exception, model_id: str, region: str, attempts: int = ATTEMPTS) -> Exception:
     """A botocore error turned into a RuntimeError (or ValueError) with advice."""
+    from botocore.eventstream import ParserError
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ParamValidationError
+    from urllib3.exceptions import HTTPError as ReadError     # botocore reads a stream with urllib3
     if isinstance(exc, NoCredentialsError):
         return RuntimeError("no AWS credentials found: run `aws configure` before --generate")
     if isinstance(exc, ParamValidationError):          # our request broke the Converse schema
@@ -88,6 +90,13 @@ def explain(exc: Exception, model_id: str, region: str, attempts: int = ATTEMPTS
                                           code=code, message=message))
     if isinstance(exc, BotoCoreError):
         return RuntimeError(f"could not reach Bedrock in {region}: {exc}")
+    if isinstance(exc, ParserError):                  # ConverseStream's bytes, damaged on the way
+        return RuntimeError(f"Amazon Bedrock in {region} sent a reply stream that cannot be read "
+                            f"({type(exc).__name__}: {exc}): retry; if it persists, a proxy or "
+                            f"firewall may be changing replies")
+    if isinstance(exc, ReadError):                    # a stall or a broken connection, mid-stream
+        return RuntimeError(f"Amazon Bedrock in {region} stopped answering in mid-reply ({exc}): "
+                            f"check your network and retry")
     return exc
 
 
@@ -101,19 +110,19 @@ def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
     client = client or bedrock_client(region)
     attempts = (client.meta.config.retries or {}).get("total_max_attempts", ATTEMPTS)
 
+    def events(prompt: str, system_prompt: str):
+        """ConverseStream's events, read by botocore as they arrive."""
+        request = rag.converse_request(prompt, system_prompt, model_id)   # generate_with_bedrock's
+        yield from client.converse_stream(**request)["stream"]
+
     def pieces(prompt: str, system_prompt: str):
-        """The answer's text deltas as ConverseStream sends them, all within deadline_s."""
-        deadline = time.monotonic() + deadline_s
+        """The answer's text deltas, the request and every event within deadline_s; each read
+        within botocore's READ_TIMEOUT_S; every error one line of advice."""
         try:
-            request = rag.converse_request(prompt, system_prompt, model_id)   # generate_with_bedrock's
-            response = with_deadline(f"Amazon Bedrock in {region}", deadline_s,
-                                     lambda: client.converse_stream(**request),
-                                     "check your network")
-            for event in response["stream"]:      # reasoning deltas and metadata events: skipped
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"Amazon Bedrock was still answering after {deadline_s:g} s")
+            for event in items_with_deadline(f"Amazon Bedrock in {region}", deadline_s,
+                                             events(prompt, system_prompt), "check your network"):
                 text = event.get("contentBlockDelta", {}).get("delta", {}).get("text")
-                if text:
+                if text:                  # reasoning deltas and metadata events: skipped
                     yield shown(text)
         except Exception as exc:
             raise explain(exc, model_id, region, attempts) from None

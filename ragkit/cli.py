@@ -17,7 +17,7 @@ import argparse
 import rag_from_scratch as rag
 from ragkit import chunking, documents, embeddings, readers, retrieval
 from ragkit import llm as generators
-from ragkit.plumbing import run_cli
+from ragkit.plumbing import bounded, run_cli
 
 
 def parse_args(argv=None):
@@ -41,7 +41,7 @@ def parse_args(argv=None):
     g.add_argument("--exclude", metavar="GLOB", action="append",
                    help="with --docs: leave out files whose path matches, e.g. CHANGELOG.md or "
                         "'reference/*' (repeat it for more)")
-    g.add_argument("--max-pages", type=int, metavar="N",
+    g.add_argument("--max-pages", type=bounded(int, 1, 100_000), metavar="N",
                    help=f"with --docs: read at most N pages of each PDF (default: {readers.MAX_PAGES})")
     g.add_argument("--notebook-outputs", action="store_true",
                    help="with --docs: read what the code cells of .ipynb notebooks printed, too")
@@ -93,8 +93,6 @@ def check_args(args) -> None:
             or args.max_pages is not None or args.notebook_outputs:
         from ragkit import documents
         documents.check_args(args)
-    if args.generator is not None:
-        generators.check_args(args)
     if better_retrieval(args):
         from ragkit import retrieval
         retrieval.check_args(args)

@@ -376,8 +376,6 @@ def check_args(args) -> None:
                               or args.notebook_outputs):
         raise ValueError("--index, --eval, --exclude, --max-pages and --notebook-outputs work with "
                          "--docs FOLDER")
-    if args.max_pages is not None and args.max_pages < 1:
-        raise ValueError(f"--max-pages must be at least 1, got {args.max_pages}")
     if args.exclude and not all(pattern.strip() for pattern in args.exclude):
         raise ValueError("--exclude needs a pattern, got an empty string")
     if args.index:

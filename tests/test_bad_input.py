@@ -18,12 +18,19 @@ from ragkit import storage
 # {missing} a path that does not exist, {foreign} a folder of the user's own files,
 # {file} a file of the user's, {docs} a folder of two notes, {cisi} the shipped collection,
 # {broken} a collection folder whose relevance file has a grade of inf, {tiny} a collection
-# with one judged query (too few for 5-fold cross-validation).
+# with one judged query (too few for 5-fold cross-validation), {zero_model}, {fifo_model} and
+# {cut_model} model folders that cannot be read (see bad_models).
 ROWS = [
     # rag_from_scratch.py: the core's demo and --docs
     ("rag_from_scratch.py", "--backend tfidf --bogus", "unrecognized arguments"),
     ("rag_from_scratch.py", "--backend tfidf --k abc", "invalid int value"),
-    ("rag_from_scratch.py", "--backend tfidf --k 0", "--k must be at least 1"),
+    ("rag_from_scratch.py", "--backend tfidf --k 0", "--k must be between 1 and 100, got 0"),
+    ("rag_from_scratch.py", "--backend tfidf --docs {docs} --k 100000000000000000000000", "--k must be between 1 and 100"),
+    ("rag_from_scratch.py", "--backend tfidf --chunk-size 100000000000000000000000", "--chunk-size must be between 1 and 10,000"),
+    ("rag_from_scratch.py", "--backend tfidf --question q --generator local --max-tokens 100000000000000000000000",
+     "argument --max-tokens: 100000000000000000000000 is not between 1 and 32,768"),
+    ("rag_from_scratch.py", "--backend tfidf --question q --generator local --threads 100000000000000000000000",
+     "argument --threads: 100000000000000000000000 is not between 1 and"),
     ("rag_from_scratch.py", "--backend tfidf --chunk-size 10 --overlap 10", "overlap must be"),
     ("rag_from_scratch.py", "--backend nope", "invalid choice"),
     ("rag_from_scratch.py", "--backend tfidf --no-context=yes", "ignored explicit argument"),
@@ -41,15 +48,24 @@ ROWS = [
     ("rag_from_scratch.py", "--backend tfidf --exclude '*.md'", "work with --docs"),
     ("rag_from_scratch.py", "--backend tfidf --docs {docs} --exclude ''", "needs a pattern"),
     ("rag_from_scratch.py", "--backend tfidf --docs {docs} --exclude '*.md'", "no readable .md or .txt"),
-    ("rag_from_scratch.py", "--backend tfidf --docs {docs} --max-pages 0", "--max-pages must be at least 1"),
+    ("rag_from_scratch.py", "--backend tfidf --docs {docs} --max-pages 0", "argument --max-pages: 0 is not between 1 and 100,000"),
+    ("rag_from_scratch.py", "--backend tfidf --docs {docs} --max-pages 100000000000000000000000",
+     "argument --max-pages: 100000000000000000000000 is not between 1 and 100,000"),
     ("rag_from_scratch.py", "--backend tfidf --docs {docs} --max-pages abc", "invalid int value"),
     ("rag_from_scratch.py", "--backend tfidf --max-pages 5", "work with --docs"),
     ("rag_from_scratch.py", "--backend tfidf --notebook-outputs", "work with --docs"),
     ("rag_from_scratch.py", "--backend minilm --model someone/not-here", "no local copy of someone/not-here"),
     ("rag_from_scratch.py", "--backend minilm --model {missing}", "model folder not found"),
+    ("rag_from_scratch.py", "--backend minilm --model {zero_model}", "pytorch_model.bin is not a regular file"),
+    ("rag_from_scratch.py", "--backend auto --model {fifo_model} --docs {docs} --index {missing}",
+     "pytorch_model.bin is not a regular file"),
+    ("rag_from_scratch.py", "--backend minilm --model {cut_model}", "model.safetensors is cut short"),
     # rag_vector_db.py
     ("rag_vector_db.py", "--backend tfidf --bogus", "unrecognized arguments"),
-    ("rag_vector_db.py", "--backend tfidf --k 0", "--k must be between 1"),
+    ("rag_vector_db.py", "--backend tfidf --k 0", "argument --k: 0 is not between 1 and 100"),
+    ("rag_vector_db.py", "--backend tfidf --chunk-size 100000000000000000000000", "argument --chunk-size: 100000000000000000000000 is not between 1 and 10,000"),
+    ("rag_vector_db.py", "--backend tfidf --overlap -1", "argument --overlap: -1 is not between 0 and 9,999"),
+    ("rag_vector_db.py", "--backend tfidf --host localhost --port 100000000000000000000000", "argument --port: 100000000000000000000000 is not between 1 and 65,535"),
     ("rag_vector_db.py", "--backend tfidf --chunk-size 5 --overlap 5", "overlap must be"),
     ("rag_vector_db.py", "--backend tfidf --question ''", "question is empty"),
     ("rag_vector_db.py", "--backend tfidf --persist {missing} --host localhost", "not allowed with"),
@@ -90,22 +106,31 @@ ROWS = [
     # ragbench/search.py
     ("ragbench.search", "--bogus", "unrecognized arguments"),
     ("ragbench.search", "--k abc", "invalid int value"),
-    ("ragbench.search", "--k 0 --sizes 1000 --tfidf-chunks 0 --minilm-chunks 0", "at least 1"),
-    ("ragbench.search", "--sizes -5 --tfidf-chunks 0 --minilm-chunks 0", "must be larger than k"),
+    ("ragbench.search", "--k 0 --sizes 1000 --tfidf-chunks 0 --minilm-chunks 0", "--k: 0 is not between 1 and 100"),
+    ("ragbench.search", "--sizes 3 --tfidf-chunks 0 --minilm-chunks 0", "must be larger than k"),
+    ("ragbench.search", "--sizes 100000000000000000000000", "argument --sizes: 100000000000000000000000 is not between 1 and 100,000,000"),
+    ("ragbench.search", "--repeats 100000000000000000000000", "argument --repeats: 100000000000000000000000 is not between 1 and 1,000"),
+    ("ragbench.search", "--bandwidth-mb 100000000000000000000000", "argument --bandwidth-mb: 100000000000000000000000 is not between 1 and 65,536"),
+    ("ragbench.search", "--tfidf-chunks 100000000000000000000000", "argument --tfidf-chunks: 100000000000000000000000 is not between 0 and"),
+    ("ragbench.search", "--minilm-chunks -1", "argument --minilm-chunks: -1 is not between 0 and"),
     ("ragbench.search", "--collection {missing} --sizes --minilm-chunks 0", "not found"),
-    ("ragbench.search", "--rescore 0 --sizes 1000", "--rescore must be at least 1"),
+    ("ragbench.search", "--rescore 0 --sizes 1000", "argument --rescore: 0 is not between 1 and 10,000"),
     ("ragbench.search", "--rescore abc", "invalid int value"),
     ("ragbench.search", "--real-vectors=yes", "ignored explicit argument"),
-    ("rageval.quantized", "--rescore 4 0", "--rescore must be at least 1"),
+    ("rageval.quantized", "--rescore 4 0", "argument --rescore: 0 is not between 1 and 10,000"),
+    ("rageval.quantized", "--rescore 100000000000000000000000", "argument --rescore: 100000000000000000000000 is not between 1 and 10,000"),
     # rageval/quantized.py
     ("rageval.quantized", "--bogus", "unrecognized arguments"),
-    ("rageval.quantized", "--rescore 0", "--rescore must be at least 1"),
+    ("rageval.quantized", "--rescore 0", "argument --rescore: 0 is not between 1 and 10,000"),
     ("rageval.quantized", "--rescore abc", "invalid int value"),
     ("rageval.quantized", "--collection {missing}", "collection folder not found"),
     # rageval/generation.py
     ("rageval.generation", "--bogus", "unrecognized arguments"),
     ("rageval.generation", "--generators nope", "unknown generator 'nope'"),
-    ("rageval.generation", "--k 0 --generators extractive", "at least 1"),
+    ("rageval.generation", "--k 0 --generators extractive", "argument --k: 0 is not between 1 and 100"),
+    ("rageval.generation", "--max-tokens 100000000000000000000000", "argument --max-tokens: 100000000000000000000000 is not between 1 and 32,768"),
+    ("rageval.generation", "--threads 0", "argument --threads: 0 is not between 1 and"),
+    ("rageval.generation", "--serve --port 100000000000000000000000", "argument --port: 100000000000000000000000 is not between 0 and 65,535"),
     ("rageval.generation", "--max-tokens abc", "invalid int value"),
     ("rageval.generation", "--gold {missing} --generators extractive", "gold file not found"),
     ("rageval.generation", "--gold {file} --generators extractive", "line 1"),
@@ -126,17 +151,27 @@ ROWS = [
     ("lab/lab_tasks.py", "--backend nope", "invalid choice"),
     ("lab/lab_tasks.py", "--bogus", "unrecognized arguments"),
     ("lab/lab_tasks.py", "--backend minilm --model {missing}", "model folder not found"),
+    ("lab/lab_tasks.py", "--backend minilm --model {fifo_model}", "is not a regular file"),
     ("rageval.devset", "--backend nope", "invalid choice"),
     ("ragbench.ann", "--bogus", "unrecognized arguments"),
-    ("ragbench.learner", "--files 1", "--files must be at least 2"),
+    ("ragbench.ann", "--sizes 100000000000000000000000", "argument --sizes: 100000000000000000000000 is not between 1 and 10,000,000"),
+    ("ragbench.ann", "--ef 0", "argument --ef: 0 is not between 1 and 10,000"),
+    ("ragbench.ann", "--k 100000000000000000000000", "argument --k: 100000000000000000000000 is not between 1 and 100"),
+    ("ragbench.ann", "--queries 100000000000000000000000", "argument --queries: 100000000000000000000000 is not between 1 and 10,000"),
+    ("ragbench.ann", "--noise inf", "argument --noise: inf is not between 0.001 and 10"),
+    ("ragbench.learner", "--files 1", "argument --files: 1 is not between 2 and 100,000"),
+    ("ragbench.learner", "--files 100000000000000000000000", "argument --files: 100000000000000000000000 is not between 2 and 100,000"),
+    ("ragbench.learner", "--repeats 100000000000000000000000", "argument --repeats: 100000000000000000000000 is not between 1 and 1,000"),
+    ("ragbench.learner", "--abstracts 100000000000000000000000", "argument --abstracts: 100000000000000000000000 is not between 1 and 1,460"),
     ("ragbench.learner", "--part nope", "invalid choice"),
-    ("ragbench.learner", "--part stream --max-tokens 1", "--max-tokens must be at least 2"),
+    ("ragbench.learner", "--part stream --max-tokens 1", "argument --max-tokens: 1 is not between 2 and 32,768"),
     ("rageval.devset", "--backend tfidf --docs {missing} --questions {file}", "not found"),
     ("rageval.devset", "--backend tfidf --docs {docs} --questions {missing}", "gold file not found"),
     ("rageval.devset", "--backend tfidf --docs {docs} --questions {file}", "not JSON"),
     ("rageval.devset", "--sets nope", "unknown development set 'nope'"),
     ("rageval.devset", "--docs {docs}", "--docs and --questions go together"),
     ("rageval.devset", "--show-answers many", "invalid int value"),
+    ("rageval.devset", "--show-answers 100000000000000000000000", "argument --show-answers: 100000000000000000000000 is not between 0 and 1,000"),
     ("rageval.downloads", "--bogus", "unrecognized arguments"),
     ("rageval.tuning", "--bogus", "unrecognized arguments"),
     ("rageval.tuning", "--part nope", "invalid choice"),
@@ -154,9 +189,28 @@ def params():
         yield pytest.param(script, args, expected, id=f"{script} {args}")
 
 
+@pytest.fixture(scope="module")
+def bad_models(tmp_path_factory):
+    """Model folders whose files cannot be a model's: a weight file that is a link to /dev/zero,
+    one that is a pipe, a safetensors file cut short (its header promises 1,024 bytes of tensor,
+    100 are there). Kept apart from `places`: reading them whole would never end."""
+    import json
+    import os
+    root = tmp_path_factory.mktemp("models")
+    for kind in ("zero", "fifo", "cut"):
+        (root / kind).mkdir()
+        (root / kind / "config.json").write_text("{}")
+    (root / "zero" / "pytorch_model.bin").symlink_to("/dev/zero")
+    os.mkfifo(root / "fifo" / "pytorch_model.bin")
+    header = json.dumps({"w": {"dtype": "F32", "shape": [256], "data_offsets": [0, 1024]}}).encode()
+    (root / "cut" / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header
+                                                     + bytes(100))
+    return {f"{kind}_model": root / kind for kind in ("zero", "fifo", "cut")}
+
+
 @pytest.fixture()
-def places(tmp_path):
-    """The paths rows may name, made fresh for each row."""
+def places(tmp_path, bad_models):
+    """The paths rows may name, made fresh for each row (the bad model folders once)."""
     foreign, docs = tmp_path / "mine", tmp_path / "docs"
     broken, tiny = tmp_path / "broken", tmp_path / "tiny"
     for folder in (foreign, docs, broken, tiny):
@@ -173,7 +227,7 @@ def places(tmp_path):
         (folder / "T.REL").write_text(rel)
     return {"missing": tmp_path / "missing", "foreign": foreign, "file": tmp_path / "file.txt",
             "docs": docs, "broken": broken, "tiny": tiny, "cisi": rc.DEFAULT_COLLECTION,
-            "typo": tmp_path / "typo.py"}
+            "typo": tmp_path / "typo.py", **bad_models}
 
 
 def snapshot(folder: Path) -> dict:
@@ -204,6 +258,30 @@ def test_the_table_covers_every_entry_point_with_40_rows_or_more():
     scripts = {script for script, _, _ in ROWS}
     assert scripts == entry_points() | {"lab/check.py", "lab/lab_tasks.py"}
     assert len(ROWS) >= 40 and len({(s, a) for s, a, _ in ROWS}) == len(ROWS)
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("zero_model", r"pytorch_model.bin is not a regular file \(a pipe, a device or a socket\)"),
+    ("fifo_model", r"pytorch_model.bin is not a regular file"),
+    ("cut_model", r"model.safetensors is cut short or damaged: its header promises 1,098 bytes, "
+                  r"the file has 174; download the model again")])     # 8 + 66 (header) + 1,024 or 100
+def test_a_model_folder_is_checked_before_any_file_in_it_is_read_or_hashed(bad_models, kind, words):
+    from ragkit import embeddings
+    for look in (embeddings.model_folder, lambda folder: embeddings.model_identity("minilm", folder)):
+        with pytest.raises(ValueError, match=words):
+            look(str(bad_models[kind]))
+
+
+def test_a_model_folder_bigger_than_a_cpu_model_is_refused(tmp_path, monkeypatch):
+    from ragkit import embeddings
+    monkeypatch.setattr(embeddings, "MAX_MODEL_BYTES", 1000)
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "pytorch_model.bin").write_bytes(bytes(600))
+    assert embeddings.model_folder(str(tmp_path)) == str(tmp_path)      # 602 bytes: within
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "extra.bin").write_bytes(bytes(600))     # a folder inside counts
+    with pytest.raises(ValueError, match=r"the model folder .* holds more than 9.3\d+e-07 GB"):
+        embeddings.model_folder(str(tmp_path))
 
 
 # ---------------------------------------------------------------------------

@@ -111,8 +111,6 @@ def test_minilm_throughput_counts_only_real_encodes(minilm):
 
 @pytest.mark.parametrize("argv, expected", [
     (["--sizes", "3"], "N=3 must be larger than k=3"),
-    (["--repeats", "0"], "must be at least 1"),
-    (["--sizes", "100", "--tfidf-chunks", "-1"], "cannot be negative"),
     (["--sizes", "--minilm-chunks", "0", "--tfidf-chunks", "5", "--collection", "/no/such"],
      "collection folder not found"),
 ])
@@ -120,6 +118,17 @@ def test_bad_flags_are_one_line_errors(argv, expected, capsys):
     assert bench.main(argv) == 1
     err = capsys.readouterr().err
     assert expected in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--repeats", "0"], "--repeats: 0 is not between 1 and 1,000"),
+    (["--sizes", "100", "--tfidf-chunks", "-1"], "--tfidf-chunks: -1 is not between 0 and 10,000,000"),
+    (["--bandwidth-mb", str(10**23)], f"--bandwidth-mb: {10**23} is not between 1 and 65,536"),
+])
+def test_numbers_out_of_range_are_one_line_that_names_the_range(argv, expected, capsys):
+    with pytest.raises(SystemExit) as stopped:                 # argparse's exit: status 2
+        bench.main(argv)
+    assert stopped.value.code == 2 and capsys.readouterr().err == f"error: argument {expected} (see --help)\n"
 
 
 def test_sizes_that_do_not_fit_in_memory_are_refused_before_any_work(monkeypatch, capsys):

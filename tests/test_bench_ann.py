@@ -55,9 +55,15 @@ def test_recall_counts_the_shared_rows():
     assert ann.recall([[1, 2, 3], [4, 5, 6]], [[3, 2, 9], [4, 5, 6]]) == pytest.approx(5 / 6)
 
 
+def test_a_noise_out_of_range_is_one_line_that_names_the_range(capsys):
+    with pytest.raises(SystemExit) as stopped:                 # argparse's exit: status 2
+        ann.main(["--noise", "0"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == "error: argument --noise: 0 is not between 0.001 and 10 (see --help)\n"
+
+
 @pytest.mark.parametrize("argv, message", [
-    (["--noise", "0"], "--noise must be positive"),
-    (["--sizes", "5"], "every size at least --k (10)"),
+    (["--sizes", "5"], "every size must be at least --k (10)"),
     (["--collection", "/nonexistent"], "no test collection at /nonexistent"),
 ])
 def test_bad_input_is_one_line(argv, message, capsys):

@@ -14,8 +14,10 @@ def test_the_update_benchmark_embeds_only_the_edited_file(capsys):
 
 
 def test_bad_numbers_are_one_line(capsys):
-    assert learner.main(["--files", "1"]) == 1
-    assert capsys.readouterr().err == "error: --files must be at least 2, --repeats and --abstracts at least 1\n"
+    with pytest.raises(SystemExit) as stopped:                 # argparse's exit: status 2
+        learner.main(["--files", "1"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == "error: argument --files: 1 is not between 2 and 100,000 (see --help)\n"
 
 
 @pytest.mark.slow

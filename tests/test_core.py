@@ -309,10 +309,11 @@ def test_cli_answers_the_learners_own_question(capsys):
 @pytest.mark.parametrize("args,message", [
     (["--question", "   "], "the question is empty"),
     (["--question", ""], "the question is empty"),
-    (["--k", "0"], "--k must be at least 1"),
+    (["--k", "0"], "--k must be between 1 and 100, got 0"),
+    (["--chunk-size", str(10**23)], f"--chunk-size must be between 1 and 10,000 words, got {10**23}"),
     (["--k", "18"], "more than the 17 chunks"),
     (["--overlap", "50"], "overlap must be at least 0 and smaller than the chunk size"),
-    (["--chunk-size", "0"], "chunk size must be a positive"),
+    (["--chunk-size", "0"], "--chunk-size must be between 1 and 10,000 words, got 0"),
     (["--backend", "bert"], "invalid choice: 'bert'"),
     (["--k", "three"], "invalid int value"),
     (["--backend", "auto", "--model", "./no/such/folder"], "model folder not found"),

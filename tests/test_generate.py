@@ -20,7 +20,7 @@ from conftest import LATE_S
 
 import rag_from_scratch as rag
 from rageval import generation as gen
-from ragkit import documents, llm
+from ragkit import chat_http, documents, llm
 from ragkit import extractive as ext
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -407,7 +407,7 @@ def test_a_models_reply_cannot_drive_the_terminal():
 
 def test_an_endless_reply_is_cut_off_with_one_line_not_read_into_memory(monkeypatch):
     """A server that streams bytes for ever: read up to the cap, then one line."""
-    monkeypatch.setattr(llm, "MAX_REPLY_BYTES", 1 << 20)
+    monkeypatch.setattr(chat_http, "MAX_REPLY_BYTES", 1 << 20)
 
     class Endless(BaseHTTPRequestHandler):
         def do_POST(self):
@@ -433,10 +433,36 @@ def test_an_endless_reply_is_cut_off_with_one_line_not_read_into_memory(monkeypa
         server.server_close()
 
 
-def test_the_openai_generator_without_its_package_says_what_to_install(monkeypatch):
+def test_the_openai_generator_needs_no_package_beyond_python(monkeypatch):
+    """Python's own urllib talks to the server: no `openai` package, a real answer."""
     monkeypatch.setitem(sys.modules, "openai", None)          # as if `pip install openai` never ran
-    with pytest.raises(RuntimeError, match=r"needs the openai package: pip install openai"):
-        llm.openai_generator("http://127.0.0.1:1/v1", "m")
+    sent = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            sent.append((self.headers["Authorization"],
+                         json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+            body = json.dumps({"choices": [{"message": {"content": "24 days [HR-01]"},
+                                            "finish_reason": "stop"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    monkeypatch.setenv("RAG_TEST_KEY", "sk-test")
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        remote = llm.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", "RAG_TEST_KEY")
+        assert remote("hi", "be brief") == "24 days [HR-01]" and remote.truncated is False
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sent[0][0] == "Bearer sk-test" and sent[0][1]["model"] == "m"
+    assert sent[0][1]["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
 
 
 def test_the_docs_and_the_lab_show_the_extractive_rows_these_tests_pin():

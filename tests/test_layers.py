@@ -19,6 +19,7 @@ FLOORS = {
     # 3-4: your own files as chunks; the shared flags
     "ragkit.documents": 3, "ragkit.chunking": 3, "ragkit.arguments": 3,
     "ragkit.saved_index": 4, "ragkit.retrieval": 4, "ragkit.extractive": 4, "ragkit.bedrock": 4,
+    "ragkit.chat_http": 4,
     # 5-6: the generators, then the command line on top
     "ragkit.llm": 5,
     "ragkit.cli": 6,

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -14,6 +16,7 @@ from test_generate import needs_local
 
 import rag_from_scratch as rag
 import verify_bedrock_request as vbr
+from ragkit import bedrock, chat_http
 from ragkit import extractive as ext
 from ragkit import llm
 
@@ -132,29 +135,29 @@ BROKEN = {
                        "stopped with an error: model crashed"),
     "hangs up mid-answer": (GOOD, RuntimeError, "stopped in mid-answer"),
     "stalls mid-answer": (GOOD, TimeoutError, "stopped answering"),
-    "never ends": (GOOD, TimeoutError, "still answering after 2 s"),
+    "never ends": (GOOD, TimeoutError, "had not finished answering after 2 s"),
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", BROKEN)
-def test_a_broken_stream_is_one_line_within_the_deadline(kind):
-    body, error, words = BROKEN[kind]
+@contextmanager
+def serving(write, status=200, content_type="text/event-stream"):
+    """A real HTTP server on 127.0.0.1 that answers every POST with `status`, then
+    write(wfile, stop); yields its URL. `stop` is set when the test ends: a writer that would
+    never end waits on it or checks it."""
     stop = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"              # the body ends when the connection closes
 
         def do_POST(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
             self.end_headers()
-            self.wfile.write(body)
-            self.wfile.flush()
-            while kind == "never ends" and not stop.is_set():
-                self.wfile.write(GOOD)
-            if kind == "stalls mid-answer":
-                stop.wait(LATE_S + 30)
+            try:
+                write(self.wfile, stop)
+            except OSError:                        # the client hung up: as it should
+                pass
 
         def log_message(self, *args):
             pass
@@ -162,17 +165,158 @@ def test_a_broken_stream_is_one_line_within_the_deadline(kind):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        url = f"http://127.0.0.1:{server.server_port}/v1"
-        remote = llm.openai_generator(url, "m", timeout=2, stream=True)
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+def once(body: bytes, then=None):
+    """A writer that sends `body`, then `then` until the client hangs up or the test ends,
+    or (then="stall") nothing more until the test ends."""
+    def write(wfile, stop):
+        wfile.write(body)
+        wfile.flush()
+        while then not in (None, "stall") and not stop.is_set():
+            wfile.write(then)
+        if then == "stall":
+            stop.wait()
+    return write
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", BROKEN)
+def test_a_broken_stream_is_one_line_within_the_deadline(kind, monkeypatch):
+    body, error, words = BROKEN[kind]
+    monkeypatch.setattr(llm, "REPLY_DEADLINE_S", 2 if kind == "never ends" else LATE_S)
+    then = {"never ends": GOOD, "stalls mid-answer": "stall"}.get(kind)
+    with serving(once(body, then)) as url:
+        remote = llm.openai_generator(url + "/v1", "m", timeout=2, stream=True)
         start = time.perf_counter()
         with pytest.raises(error, match=words) as caught:
             list(remote("hi", "be brief"))
         assert time.perf_counter() - start < 2 + LATE_S
         assert "\n" not in str(caught.value)
+
+
+def huge_event(wfile, stop):
+    """One event of 100 MB: a chat chunk whose text is 100 MB of x."""
+    wfile.write(b'data: {"choices": [{"index": 0, "delta": {"content": "')
+    for _ in range(1600):
+        wfile.write(b"x" * 65536)
+    wfile.write(b'"}, "finish_reason": "stop"}]}\n\n')
+
+
+# Servers that send what no chat server should: one line each, and never read whole (peak
+# memory well under 1 GB: a few times the 1 MB line and event caps).
+HOSTILE = {
+    "event 5": (once(GOOD + b"data: 5\n\n"), r"a stream event that is not a JSON object: 5$"),
+    "event null": (once(GOOD + b"data: null\n\n"), r"not a JSON object: null$"),
+    "event [1,2]": (once(GOOD + b"data: [1,2]\n\n"), r"not a JSON object: \[1, 2\]$"),
+    'event "x"': (once(GOOD + b'data: "x"\n\n'), r'not a JSON object: "x"$'),
+    "an endless line": (once(GOOD + b"data: ", b"x" * 65536), r"sent a line of more than 1 MB"),
+    "data lines with no empty line": (once(GOOD, b"data: " + b"x" * 1000 + b"\n"),
+                                      r"sent an event of more than 1 MB \(data lines with no empty"),
+    "an event of 100 MB": (huge_event, r"sent a line of more than 1 MB"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_hostile_stream_is_one_line_and_never_read_whole(kind):
+    write, words = HOSTILE[kind]
+    tracemalloc.start()
+    try:
+        with serving(write) as url:
+            remote = llm.openai_generator(url + "/v1", "m", timeout=LATE_S, stream=True)
+            with pytest.raises(RuntimeError, match=words) as caught:
+                list(remote("hi", "be brief"))
+        peak = tracemalloc.get_traced_memory()[1]
     finally:
-        stop.set()
-        server.shutdown()
-        server.server_close()
+        tracemalloc.stop()
+    assert "\n" not in str(caught.value) and str(caught.value).startswith(url)
+    assert peak < 4 * chat_http.MAX_LINE_BYTES, f"{peak / 2**20:.0f} MB held at once"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("then", [b": keep-alive\n\n", "stall"],
+                         ids=["endless keep-alive comments", "a stall"])
+def test_the_whole_answer_has_one_deadline_that_nothing_stretches(then, monkeypatch):
+    """Each read waits up to LATE_S; the whole answer only REPLY_DEADLINE_S (1 s here). The
+    reader of endless keep-alives stops then too, and hangs up: no thread left reading."""
+    monkeypatch.setattr(llm, "REPLY_DEADLINE_S", 1)
+    hung_up = threading.Event()
+
+    def write(wfile, stop):
+        try:
+            once(GOOD, then)(wfile, stop)
+        except OSError:
+            hung_up.set()
+    with serving(write) as url:
+        remote = llm.openai_generator(url + "/v1", "m", timeout=LATE_S, stream=True)
+        with pytest.raises(TimeoutError, match=r"^the model server at .* had not finished "
+                                               r"answering after 1 s: is the server running"):
+            list(remote("hi", "be brief"))
+        assert then == "stall" or hung_up.wait(LATE_S)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", [False, True], ids=["blocking", "streamed"])
+def test_an_endless_error_reply_is_one_line_read_only_to_its_start(stream):
+    tracemalloc.start()
+    try:
+        with serving(once(b"", b"model crashed " * 4096), 500, "text/plain") as url:
+            remote = llm.openai_generator(url + "/v1", "m", timeout=LATE_S, stream=stream)
+            with pytest.raises(RuntimeError, match=r"/chat/completions answered HTTP 500: "
+                                                   r"model crashed model crashed") as caught:
+                list(remote("hi", "be brief"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(str(caught.value)) < 400 and "\n" not in str(caught.value)
+    assert peak < 4 * chat_http.MAX_LINE_BYTES, f"{peak / 2**20:.0f} MB held at once"
+
+
+@contextmanager
+def bedrock_at(write):
+    """Bedrock's streamed answer from a server on 127.0.0.1, read by botocore itself: the real
+    bedrock-runtime client pointed there, dummy keys, a read timeout of 1 s."""
+    import boto3
+    from botocore.config import Config
+    with serving(write, content_type="application/vnd.amazon.eventstream") as url:
+        config = Config(connect_timeout=1, read_timeout=1, retries={"total_max_attempts": 1})
+        client = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=url,
+                              aws_access_key_id="TEST-NOT-A-REAL-KEY",
+                              aws_secret_access_key="test", config=config)
+        yield bedrock.bedrock_generator("x", "us-east-1", client=client, stream=True)
+
+
+def flipped(message: bytes) -> bytes:
+    """An event-stream message with one byte of its payload changed (its checksum no longer fits)."""
+    changed = bytearray(message)
+    changed[-8] ^= 0xFF
+    return bytes(changed)
+
+
+START, DELTA = (vbr.event_message(*event) for event in (vbr.STREAM_EVENTS[0], vbr.STREAM_EVENTS[2]))
+BEDROCK_BROKEN = {
+    "stalls mid-answer": (once(START + DELTA, "stall"), r"stopped answering in mid-reply"),
+    "a damaged event": (once(START + flipped(DELTA)), r"sent a reply stream that cannot be read "
+                                                      r"\(ChecksumMismatch"),
+    "bytes that are no event stream": (once(b"<html>Service Unavailable</html>\n" * 8),
+                                       r"sent a reply stream that cannot be read"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", BEDROCK_BROKEN)
+def test_a_broken_bedrock_stream_is_one_line_of_advice(kind):
+    write, words = BEDROCK_BROKEN[kind]
+    with bedrock_at(write) as generate:
+        with pytest.raises(RuntimeError, match=r"^Amazon Bedrock in us-east-1 " + words) as caught:
+            list(generate("prompt", "be brief"))
+    assert "\n" not in str(caught.value)
 
 
 def test_bedrock_stream_request_is_valid_and_only_text_deltas_are_kept(dummy_aws_env):
