@@ -223,44 +223,78 @@ def cleaned(segment: str, sources: set) -> str:
 KIT_LINES = ("sources:", "[stream]", "(unsupported", "(no answer", "==", "--", "error:", "q:", "[skip]")
 
 
-def guard(pieces, sources: set):
-    """Yield an answer's text as it comes, a sentence or a line at a time, cleaned (see
-    cleaned()); stop at the first sentence that says again what an earlier one said: a loop.
-    A line that starts like one of the kit's own is marked "(reply)". Code blocks are passed
-    on as they are."""
-    seen, code, buffer, line_start = set(), False, "", True
+OPENERS = {"<<": ">>", "[": "]", 'source="': '"'}      # what may still become a marker or a citation
+KIT_LINE_CHARS = 16         # a line's first characters, enough to tell one of KIT_LINES
 
-    def settled(segment: str):
-        """The segment as shown, or None for a repeat (the end)."""
+
+def key(text: str) -> str:
+    """A sentence as loops are compared: lower case, one space between words."""
+    return " ".join(text.lower().split())
+
+
+def guard(pieces, sources: set):
+    """Yield an answer's text as it comes, cleaned (see cleaned()): word by word, but holding
+    back what could still turn into a fence marker or a citation until it closes, and a
+    sentence while it could still be one said before; at the first sentence said again (a
+    loop) it stops. A line that starts like one of the kit's own is marked "(reply)". Code
+    blocks are passed on as they are, a line at a time."""
+    seen, code, line_start = set(), False, True
+    buffer, shown = "", ""          # shown: how much of the buffer's first segment is on screen
+
+    def finish(segment: str):
+        """The rest of a finished segment as shown, or None for a repeat (the end)."""
         nonlocal code, line_start
         starts_code = segment.lstrip().startswith("```")
         code = code != starts_code
         if code or starts_code:
-            line_start = segment.endswith("\n")
-            return segment
-        imitates = line_start and segment.lstrip().lower().startswith(KIT_LINES)
-        text = cleaned(segment, sources)
-        key = " ".join(text.lower().split())
-        if len(key.split()) >= 2 and key in seen:
-            return None
-        seen.add(key)
-        if imitates:
-            text = "(reply) " + text.lstrip()
-        line_start = text.endswith("\n")
-        return text
+            text = segment[len(shown):]
+        else:
+            whole = key(cleaned(segment, sources))
+            if len(whole.split()) >= 2 and whole in seen:
+                return None
+            seen.add(whole)
+            text = cleaned(segment[len(shown):], sources)
+            if not shown and line_start and segment.lstrip().lower().startswith(KIT_LINES):
+                text = "(reply) " + text.lstrip()
+        line_start = segment.endswith("\n")
+        return text if text.endswith("\n") else text + " "
+
+    def ready(rest: str) -> int:
+        """How much of the unfinished segment can be on screen: whole words before anything
+        that could still become a marker or a citation, and nothing new while the sentence
+        could still be one said before."""
+        if code or rest.lstrip().startswith("`") or (line_start and not shown and len(rest.lstrip()) < KIT_LINE_CHARS):
+            return len(shown)       # code, or a line too short yet to tell if it imitates the kit
+        cut = len(sentence_parts(rest)[0])      # a line held for a marker may hold sentences
+        for opener in re.finditer("|".join(map(re.escape, OPENERS)), rest):
+            if OPENERS[opener.group()] not in rest[opener.end():]:
+                cut = min(cut, opener.start())
+        cut = max(rest.rfind(" ", 0, cut), rest.rfind("\t", 0, cut)) + 1
+        so_far = key(cleaned(rest[:cut], sources))
+        if cut <= len(shown) or any(s == so_far or s.startswith(so_far + " ") for s in seen):
+            return len(shown)
+        return cut
+
     for piece in pieces:
-        buffer += piece
-        done, buffer = segments(buffer)
+        done, buffer = segments(buffer + piece)
         for segment in done:
-            shown = settled(segment)
-            if shown is None:
+            text = finish(segment)
+            if text is None:
                 return
-            yield shown if shown.endswith("\n") else shown + " "
+            shown = ""
+            yield text
+        if (cut := ready(buffer)) > len(shown):
+            text = cleaned(buffer[len(shown):cut], sources)
+            if not shown and line_start and buffer.lstrip().lower().startswith(KIT_LINES):
+                text = "(reply) " + text.lstrip()
+            shown = buffer[:cut]
+            yield text
     for segment in sentence_parts(buffer) if buffer else []:
-        shown = settled(segment)
-        if shown is None:
+        text = finish(segment)
+        if text is None:
             return
-        yield shown + " "
+        shown = ""
+        yield text
 
 
 def guarded(llm_fn):

@@ -150,3 +150,17 @@ def test_the_model_reads_a_system_prompt_naming_the_prompts_one_real_tag():
 def test_shown_writes_out_carriage_returns_bidi_and_zero_width_characters(raw, printed):
     from ragkit.text import shown
     assert shown(raw) == printed
+
+
+def test_a_stream_is_shown_word_by_word_yet_a_marker_a_citation_or_a_repeat_never_slips_out():
+    sources = {"handbook.md > Leave"}
+    pieces = ["Every full-", "time employee ", "gets 24 days ", "[handbook.md", " > Leave]. ",
+              "See [made", "-up.md]. ", "<<END 0123", "abcd>> Every full-time employee gets 24 days ",
+              "[handbook.md > Leave]. ", "Done."]
+    out = []
+    for piece in llm.guard(iter(pieces), sources):
+        out.append(piece)
+    assert out[:2] == ["Every full-time employee ", "gets 24 days "]   # before the sentence ends
+    # the invented source goes; the marker goes, and the sentence after it is a repeat: the end
+    assert "".join(out).split() == "Every full-time employee gets 24 days [handbook.md > Leave]. See .".split()
+    assert not any("[handbook.md" in p and "Leave]" not in p for p in out)   # a citation arrives whole
