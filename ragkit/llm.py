@@ -18,6 +18,7 @@ with stream=True, the bare generators return an iterator of text pieces instead;
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -275,26 +276,21 @@ def guard(pieces, sources: set):
             return len(shown)
         return cut
 
-    for piece in pieces:
-        done, buffer = segments(buffer + piece)
+    for piece in itertools.chain(pieces, [None]):
+        # None: the answer ended, so what is left is finished too
+        done, buffer = segments(buffer + piece) if piece is not None else (sentence_parts(buffer) if buffer else [], "")
         for segment in done:
             text = finish(segment)
             if text is None:
                 return
             shown = ""
             yield text
-        if (cut := ready(buffer)) > len(shown):
+        if buffer and (cut := ready(buffer)) > len(shown):
             text = cleaned(buffer[len(shown):cut], sources)
             if not shown and line_start and buffer.lstrip().lower().startswith(KIT_LINES):
                 text = "(reply) " + text.lstrip()
             shown = buffer[:cut]
             yield text
-    for segment in sentence_parts(buffer) if buffer else []:
-        text = finish(segment)
-        if text is None:
-            return
-        shown = ""
-        yield text
 
 
 def guarded(llm_fn):
