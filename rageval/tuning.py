@@ -13,7 +13,8 @@ the settings chosen on all five.
   - How many passages a prompt holds (--k with --docs): the fewest whose answer in context
     reaches IN_CONTEXT_GOAL on average; more passages make a longer prompt to read.
   - The extractive answer: its sentence-scoring weights are a logistic regression of "this
-    sentence states every gold fact" on its features; its two refusal thresholds come from a
+    sentence states every gold fact" on its features, its strength (C) chosen by leaving one
+    more project out; its two refusal thresholds come from a
     second one, of "the question is answerable" on the best sentence's support and whether the
     question has a word no page uses, cut where it refuses REFUSED_SHARE of the answerable.
 MiniLM; the chunk vectors are cached in .rag_cache, so a second run takes a fraction of the first.
@@ -38,6 +39,7 @@ CONTEXTS = [False, True]                       # titles in front when embedding
 HYBRIDS = [0.0, 0.2, 0.3, 0.5]                 # BM25's share of the fused score
 FEATURES = ("meaning", "words", "names", "code", "asks", "rank")   # extractive.scores()' features
 REFUSED_SHARE = 0.08                           # of the answerable questions, refused at most
+STRENGTHS = [0.01, 0.1, 1.0]                   # the weights' fit: C, less is smoother
 
 
 # == Retrieval ===============================================================================
@@ -139,11 +141,11 @@ def best_support(case: dict, weights: dict) -> float:
     return extractive.support_of(part[best], weights)
 
 
-def fit_answer(cases: list[dict]):
+def fit_answer(cases: list[dict], strength: float = 1.0):
     """(weights, (refuse below, refuse below with a new word)) for the extractive answer, from
     these questions: a logistic regression of "this sentence states every gold fact" on the
-    sentences' features; then one of "the question is answerable" on the best sentence's
-    support and whether the question has a word no page uses, cut where it refuses
+    sentences' features (C=strength); then one of "the question is answerable" on the best
+    sentence's support and whether the question has a word no page uses, cut where it refuses
     REFUSED_SHARE of the answerable questions."""
     from sklearn.linear_model import LogisticRegression
     rows, labels = [], []
@@ -152,7 +154,7 @@ def fit_answer(cases: list[dict]):
             for candidate, features in zip(case["candidates"], case["features"][0]):
                 rows.append([features[f] for f in FEATURES])
                 labels.append(all(p.search(documents.fact_text(candidate["text"])) for p in case["item"]["answer"]))
-    model = LogisticRegression(class_weight="balanced", max_iter=5000).fit(np.array(rows), np.array(labels))
+    model = LogisticRegression(class_weight="balanced", max_iter=5000, C=strength).fit(np.array(rows), np.array(labels))
     weights = {f: round(float(w), 2) for f, w in zip(FEATURES, model.coef_[0])}
     x = np.array([[best_support(c, weights), float(c["new_word"])] for c in cases])
     answerable = np.array([c["item"]["answerable"] for c in cases])
@@ -163,6 +165,15 @@ def fit_answer(cases: list[dict]):
     cut = np.sort(x[answerable] @ [a, b] + c)[int(REFUSED_SHARE * answerable.sum())]
     down = lambda value: math.floor(value * 100) / 100       # two decimals, never refusing more
     return weights, (down((cut - c) / a), down((cut - c - b) / a))
+
+
+def choose_strength(cases_by_set: dict) -> float:
+    """The fit's strength with the most right answers when each of these sets is answered with
+    weights fitted on the others (ties: the smoother)."""
+    def right(strength):
+        return sum(verdicts(cases, *fit_answer([c for m, cs in cases_by_set.items() if m != n for c in cs],
+                                               strength))["right"] for n, cases in cases_by_set.items())
+    return max(STRENGTHS, key=right)
 
 
 def verdicts(cases: list[dict], weights: dict, refuse_below: tuple) -> dict:
@@ -191,16 +202,17 @@ def print_answers(names: list[str], table: dict, embedder, cache) -> None:
         k = choose_k(k_tables[setting], others)
         if (setting, k) not in cases:
             cases[setting, k] = {n: answer_cases(n, setting, k, embedder, cache, store) for n in names}
-        weights, refuse = fit_answer([c for n in others for c in cases[setting, k][n]])
+        strength = choose_strength({n: cases[setting, k][n] for n in others})
+        weights, refuse = fit_answer([c for n in others for c in cases[setting, k][n]], strength)
         if held is None:
             print(f"  all five: {setting[0]} words, context {setting[1]}, BM25 share {setting[2]}, "
-                  f"k={k} (answer in context {np.mean([k_tables[setting][k][n] for n in names]):.2f})\n"
+                  f"k={k} (answer in context {np.mean([k_tables[setting][k][n] for n in names]):.2f}), C={strength}\n"
                   f"  WEIGHTS = {weights}\n  REFUSE_BELOW, REFUSE_BELOW_NEW_WORD = {refuse[0]}, {refuse[1]}: "
                   f"the kit's (ragkit/extractive.py)")
             continue
         c = verdicts(cases[setting, k][held], weights, refuse)
         answerable = c["right"] + c["partial"] + c["wrong"] + c["refused (wrong)"]
-        print(f"  {held:<10} k={k}, answer in context {k_tables[setting][k][held]:.2f}; right {c['right']:2}, "
+        print(f"  {held:<10} k={k}, C={strength}, in context {k_tables[setting][k][held]:.2f}; right {c['right']:2}, "
               f"partial {c['partial']:2}, wrong {c['wrong']:2}, refused {c['refused (wrong)']:2} of "
               f"{answerable} answerable; refused {c['refused (right)']} of "
               f"{c['refused (right)'] + c['answered (wrong)']} unanswerable")

@@ -29,7 +29,7 @@ from pathlib import Path
 import rag_from_scratch as rag
 from ragkit import chat_http
 from ragkit.plumbing import bounded, held_ctrl_c
-from ragkit.text import in_prose, shown
+from ragkit.text import CODE, in_prose, shown
 
 MAX_TOKENS = 128          # longest answer the local and OpenAI-compatible generators may write
 MAX_TOKENS_LIMIT = 32_768  # --max-tokens at most: far more than a RAG answer needs
@@ -225,12 +225,12 @@ KIT_LINES = ("sources:", "[stream]", "(unsupported", "(no answer", "==", "--", "
 
 
 OPENERS = {"<<": ">>", "[": "]", 'source="': '"'}      # what may still become a marker or a citation
-KIT_LINE_CHARS = 16         # a line's first characters, enough to tell one of KIT_LINES
 
 
 def key(text: str) -> str:
-    """A sentence as loops are compared: lower case, one space between words."""
-    return " ".join(text.lower().split())
+    """A sentence as loops are compared: code spans blanked ("a subclass of `X`", "... of `Y`":
+    a small model's loop that only changes a name), lower case, one space between words."""
+    return " ".join(CODE.sub("`", text).lower().split())
 
 
 def guard(pieces, sources: set):
@@ -264,8 +264,9 @@ def guard(pieces, sources: set):
         """How much of the unfinished segment can be on screen: whole words before anything
         that could still become a marker or a citation, and nothing new while the sentence
         could still be one said before."""
-        if code or rest.lstrip().startswith("`") or (line_start and not shown and len(rest.lstrip()) < KIT_LINE_CHARS):
-            return len(shown)       # code, or a line too short yet to tell if it imitates the kit
+        start = rest.lstrip().lower()
+        if code or start.startswith("`") or (line_start and not shown and any(k.startswith(start) for k in KIT_LINES)):
+            return len(shown)       # code, or a line that may yet turn into one of the kit's
         cut = len(sentence_parts(rest)[0])      # a line held for a marker may hold sentences
         for opener in re.finditer("|".join(map(re.escape, OPENERS)), rest):
             if OPENERS[opener.group()] not in rest[opener.end():]:
@@ -279,12 +280,12 @@ def guard(pieces, sources: set):
     for piece in itertools.chain(pieces, [None]):
         # None: the answer ended, so what is left is finished too
         done, buffer = segments(buffer + piece) if piece is not None else (sentence_parts(buffer) if buffer else [], "")
-        for segment in done:
+        for i, segment in enumerate(done):
             text = finish(segment)
             if text is None:
                 return
             shown = ""
-            yield text
+            yield text.rstrip(" ") if piece is None and i == len(done) - 1 else text
         if buffer and (cut := ready(buffer)) > len(shown):
             text = cleaned(buffer[len(shown):cut], sources)
             if not shown and line_start and buffer.lstrip().lower().startswith(KIT_LINES):

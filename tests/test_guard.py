@@ -160,7 +160,7 @@ def test_a_stream_is_shown_word_by_word_yet_a_marker_a_citation_or_a_repeat_neve
     out = []
     for piece in llm.guard(iter(pieces), sources):
         out.append(piece)
-    assert out[:2] == ["Every full-time employee ", "gets 24 days "]   # before the sentence ends
+    assert out[:3] == ["Every ", "full-time employee ", "gets 24 days "]   # before the sentence ends
     # the invented source goes; the marker goes, and the sentence after it is a repeat: the end
     assert "".join(out).split() == "Every full-time employee gets 24 days [handbook.md > Leave]. See .".split()
     assert not any("[handbook.md" in p and "Leave]" not in p for p in out)   # a citation arrives whole

@@ -75,7 +75,7 @@ def test_the_first_piece_is_on_screen_while_the_server_still_holds_the_rest():
         server.shutdown()
         server.server_close()
     assert (out + rest).decode().endswith("Every employee gets 24 zebra days [HR-01]\nsources: Annual leave policy\n")
-    assert "  [stream] first piece after " in err.decode() and "(2 pieces in" in err.decode()
+    assert "  [stream] first piece after " in err.decode() and "(3 pieces in" in err.decode()   # words, then the citation whole
 
 
 @pytest.mark.slow
@@ -90,7 +90,7 @@ def test_local_stream_prints_many_pieces_the_first_long_before_the_last():
     timing = re.search(r"\[stream\] first piece after ([\d.]+) s, then \d+ pieces/s "
                        r"\((\d+) pieces in ([\d.]+) s\)", done.stderr)
     first, pieces, total = float(timing[1]), int(timing[2]), float(timing[3])
-    assert pieces > 5 and first < total
+    assert pieces >= 3 and first < total          # "The answer is: 5": its words, one by one
     assert done.stdout.split("== Step 7: the answer (local")[1].split("\n", 1)[1].strip()
 
 
