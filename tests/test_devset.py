@@ -52,9 +52,9 @@ def test_mkdocs_figures_as_devset_prints_them(capsys):
             "chunks: 463, median 79 words; 0 longer than the model reads, 11 ending in a colon, "
             "0 with markup left, 6 of ten words or fewer\n"
             "retrieval by file: hit@1 0.68  hit@5 1.00  mrr@5 0.83\n"
-            "answer in context (every gold fact in the 5 passages): 0.92\n"
-            "extractive: right 17, partial 6, wrong 14, refused 1 of 38 answerable; "
-            "refused 2 of 8 unanswerable\n") in out
+            "answer in context (every gold fact in the 8 passages): 0.95\n"
+            "extractive: right 18, partial 8, wrong 12, refused 0 of 38 answerable; "
+            "refused 3 of 8 unanswerable\n") in out
 
 
 def test_artefacts_are_counted_in_prose_not_in_code():
