@@ -66,7 +66,12 @@ def parts(kind: str, text: str, words: int, fits) -> list[str]:
         return code_pieces(text, fits)
     if kind == "table":
         header, *rows = text.split("\n")
-        return [f"{header}\n{row}" for row in rows] or [header]
+        if not rows or not fits(header):       # no header, or one too long to repeat
+            header, rows = "", [header, *rows]
+        lead = f"{header}\n" if header else ""
+        fitting = lambda row: fits(lead + row)
+        return [lead + small for row in rows
+                for small in ([row] if fitting(row) else cut(row, fitting, 10 ** 9))]
     pieces = text.split("\n") if kind == "list" else split_sentences(text)
     return [small for piece in pieces if piece
             for small in ([piece] if fits(piece) and len(piece.split()) <= words else cut(piece, fits, words))]

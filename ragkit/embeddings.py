@@ -270,7 +270,7 @@ class BertMeanPooled:
         import torch.nn.functional as F
         return F.layer_norm(x, x.shape[-1:], self.w[name + ".weight"], self.w[name + ".bias"], self.eps)
 
-    def dense(self, x, name: str):
+    def linear(self, x, name: str):
         import torch.nn.functional as F
         return F.linear(x, self.w[name + ".weight"], self.w[name + ".bias"])
 
@@ -285,13 +285,13 @@ class BertMeanPooled:
         keep = mask[:, None, None, :].bool()                 # padding is never attended to
         for i in range(self.layers):
             layer = f"encoder.layer.{i}"
-            q, k, v = (self.dense(x, f"{layer}.attention.self.{n}").view(batch, length, self.heads, -1)
+            q, k, v = (self.linear(x, f"{layer}.attention.self.{n}").view(batch, length, self.heads, -1)
                        .transpose(1, 2) for n in ("query", "key", "value"))
             attended = F.scaled_dot_product_attention(q, k, v, attn_mask=keep).transpose(1, 2)
-            x = self.norm(x + self.dense(attended.reshape(batch, length, -1), f"{layer}.attention.output.dense"),
+            x = self.norm(x + self.linear(attended.reshape(batch, length, -1), f"{layer}.attention.output.dense"),
                           f"{layer}.attention.output.LayerNorm")
-            hidden = F.gelu(self.dense(x, f"{layer}.intermediate.dense"))
-            x = self.norm(x + self.dense(hidden, f"{layer}.output.dense"), f"{layer}.output.LayerNorm")
+            hidden = F.gelu(self.linear(x, f"{layer}.intermediate.dense"))
+            x = self.norm(x + self.linear(hidden, f"{layer}.output.dense"), f"{layer}.output.LayerNorm")
         return x
 
     def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:

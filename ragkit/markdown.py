@@ -24,8 +24,8 @@ DIRECTIVE_NAME = re.compile(r"\{([\w:-]+)\}[ \t]*(.*)")                # {note} 
 LABEL = re.compile(r"[ \t]*\([\w.:-]+\)=[ \t]*")                       # MyST's (target)= line
 OPTION = re.compile(r"[ \t]*:[\w-]+:.*")                               # a directive's ":maxdepth: 2"
 TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>")
-LINK = re.compile(r"!?\[((?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]\([^()\s]*(?:\s[^()]*)?\)")  # [text](url)
-ATTRIBUTES = re.compile(r"\{:?[ \t]*[#.][^{}\n]*\}")                  # inline { #id } or {: .class }
+LINK = re.compile(r"!?\[((?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]\((?:[^()\s]|\([^()\s]*\))*(?:\s[^()]*)?\)")  # [text](url)
+ATTRIBUTES = re.compile(r"\{:?[ \t]*(?:[#.]|[\w-]+=)[^{}\n]*\}")   # { #id }, {: .class }, { loading=lazy }
 REFERENCE = re.compile(r" {0,3}\[[^\]\n]+\]:[ \t]*\S+.*")             # [name]: https://... (a target)
 REF_LINK = re.compile(r"\[([^\[\]\n]+)\]\[[^\[\]\n]*\]")              # [text][name] -> text
 SHORTCUT = re.compile(r"\[([^\[\]\n]+)\]")
@@ -101,7 +101,8 @@ def role_text(role: str, code: str) -> tuple[bool, str]:
 def plain(line: str) -> str:
     """Inline markup out: links kept as their text, roles as theirs, tags, directives,
     attributes and emphasis dropped; inside `code` nothing changes."""
-    line = REF_LINK.sub(r"\1", LINK.sub(r"\1", AUTOLINK.sub(r"\1", line)))
+    line = LINK.sub(r"\1", AUTOLINK.sub(r"\1", line))
+    line = REF_LINK.sub(r"\1", LINK.sub(r"\1", line))      # a linked image: [![alt](img)](url)
     pieces = code_spans(line)
     for n in range(len(pieces) - 1):
         role = ROLE.search(pieces[n][1]) if not pieces[n][0] else None

@@ -388,6 +388,7 @@ Read the <b>release notes</b> first. See [the notes](notes.md#top).
 | flag | default |
 |------|---------|
 | `--port` | 8080 |
+| badge | [![CI](https://ci.example/badge.svg){ loading=lazy .off-glb }](https://ci.example) [tar](https://w.example/Tar(computing)) |
 
 ~~~~text
 ```
@@ -408,11 +409,11 @@ def test_hostile_markdown_reads_as_plain_structure():
         ("text", "Faster builds"), ("text", "Use the cache."),
         ("text", "Linux"), ("text", "Use the package manager."),
         ("text", "Read the release notes first. See the notes."),
-        ("table", "| flag | default |\n| `--port` | 8080 |"),
+        ("table", "| flag | default |\n| `--port` | 8080 |\n| badge | CI tar |"),
         ("code", "```text\n```\nnot a fence end\n```\n```"),
     ]
     text = "\n".join(t for _, found in sections for _, t in found)
-    for artefact in ("{ #", "{:", "///", "!!!", "===", "<div", "<b>", "<!--", "{*", "{%", "](notes"):
+    for artefact in ("{ #", "{:", "///", "!!!", "===", "<div", "<b>", "<!--", "{*", "{%", "](notes", "](http", "loading="):
         assert artefact not in text
 
 
@@ -462,6 +463,18 @@ def test_docs_chunks_break_at_sentences_keep_code_whole_and_fit_the_model(minilm
     assert len(code) >= 2 and all(t.count("```") == 2 for t in code)  # split between lines, fenced
     lines = [line for t in code for line in t.split("\n") if line.startswith("value_")]
     assert lines == [f"value_{i} = compute_something({i})" for i in range(120)]   # none lost
+
+
+def test_a_table_row_longer_than_the_model_reads_is_cut_and_keeps_the_header(minilm):
+    row = "| badges | " + " ".join(f"https://img.example/badge/{i}.svg" for i in range(60)) + " |"
+    table = f"# Status\n\n| what | where |\n|---|---|\n{row}\n| docs | here |\n"
+    fits = chunking.model_fits(minilm)
+    assert not fits(row)
+    chunks = chunking.document_chunks([{"doc_id": "index.md", "text": table}], fits=fits)
+    assert len(chunks) >= 3 and all(fits(t) for t in chunking.with_context(chunks))
+    assert all(c["text"].startswith("Status\n| what | where |\n") for c in chunks)
+    rows = [line for c in chunks for line in c["text"].split("\n")[1:] if line != "| what | where |"]
+    assert " ".join(rows).split() == (row + " | docs | here |").split()        # no word lost
 
 
 def test_exclude_leaves_out_matching_files_and_the_biggest_file_is_named(notes, capsys):
