@@ -26,22 +26,42 @@ TINY = 40            # a section of this many words or fewer joins its neighbour
 
 
 # == Cutting what does not fit ==============================================================
+def most(ok, limit: int, guess: int = 1) -> int:
+    """The largest n in 1..limit with ok(n) (1 if none): galloping from `guess` in steps that
+    double, then halving the gap. A long line's pieces are alike, so the last piece's size is a
+    good guess and two checks usually settle it; no check ever measures the whole line."""
+    low, high = 1, limit + 1                    # ok(low) is taken for granted; high does not fit
+    n, step = max(1, min(guess, limit)), 1
+    if ok(n):
+        low = n
+        while low + step < high and ok(low + step):
+            low, step = low + step, step * 2
+        high = min(high, low + step)
+    else:
+        high = n
+        while high - step > low and not ok(high - step):
+            high, step = high - step, step * 2
+        low = max(low, high - step)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if ok(middle) else (low, middle)
+    return low
+
+
 def cut(text: str, fits, words: int) -> list[str]:
     """Pieces of a text with no sentence break, each within `words` words and fitting: cut at
     words, or inside a word when one word alone is too long."""
-    tokens, pieces, start = text.split(), [], 0
+    tokens, pieces, start, n, size = text.split(), [], 0, words, 1
     while start < len(tokens):
-        n = min(words, len(tokens) - start)
-        while n > 1 and not fits(" ".join(tokens[start:start + n])):
-            n = (n + 1) // 2
+        n = most(lambda n: fits(" ".join(tokens[start:start + n])), min(words, len(tokens) - start), n)
         piece = " ".join(tokens[start:start + n])
-        while not fits(piece) and len(piece) > 1:          # one word longer than the model reads
-            size = len(piece) // 2
-            while size > 1 and not fits(piece[:size]):
-                size //= 2
-            pieces.append(piece[:size])
-            piece = piece[size:]
-        pieces.append(piece)
+        if n == 1 and not fits(piece):                 # one word longer than the model reads
+            while piece:
+                size = most(lambda size: fits(piece[:size]), len(piece), size)
+                pieces.append(piece[:size])
+                piece = piece[size:]
+        else:
+            pieces.append(piece)
         start += n
     return pieces
 
@@ -49,14 +69,15 @@ def cut(text: str, fits, words: int) -> list[str]:
 def code_pieces(code: str, fits) -> list[str]:
     """A fenced code block cut between lines, each piece fenced; a line too long alone is cut."""
     fence, *lines = code.split("\n")[:-1]
+    fenced = lambda *body: "\n".join([fence, *body, "```"])
     pieces, current = [], []
     for line in lines:
-        for part in [line] if fits("\n".join([fence, line, "```"])) else cut(line, fits, 10 ** 9):
-            if current and not fits("\n".join([fence, *current, part, "```"])):
-                pieces.append("\n".join([fence, *current, "```"]))
+        for part in [line] if fits(fenced(line)) else cut(line, lambda text: fits(fenced(text)), 10 ** 9):
+            if current and not fits(fenced(*current, part)):
+                pieces.append(fenced(*current))
                 current = []
             current.append(part)
-    return pieces + ["\n".join([fence, *current, "```"])]
+    return pieces + [fenced(*current)]
 
 
 def parts(kind: str, text: str, words: int, fits) -> list[str]:

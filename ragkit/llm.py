@@ -294,6 +294,35 @@ def guard(pieces, sources: set):
             yield text
 
 
+def looping(words: list[str]) -> bool:
+    """Do the last words repeat one phrase, three times in a row (a word, six times)? A small
+    model's loop inside a sentence: "the output of the output of the output of"."""
+    for k in range(1, 13):
+        times = max(3, -(-6 // k))
+        tail = words[-k * times:]
+        if len(tail) == k * times and tail == tail[:k] * times:
+            return True
+    return False
+
+
+def without_phrase_loops(pieces):
+    """The pieces of an answer until a phrase loops (see looping()): cut before the word that
+    would complete the loop. Code and words with no letter or digit ("|", "---") are not counted."""
+    words, code = [], False
+    for piece in pieces:
+        kept = []
+        for token in re.split(r"(\s+)", piece):
+            if token.startswith("```"):
+                code, words = not code, []
+            elif not code and re.search(r"\w", token):
+                words.append(token.lower().strip(".,;:!?"))
+                if looping(words):
+                    yield "".join(kept).rstrip()
+                    return
+            kept.append(token)
+        yield "".join(kept)
+
+
 def guarded(llm_fn):
     """llm_fn that reads a system prompt naming the fenced prompt's one real tag, and whose
     answer (a string, or pieces with stream=True) passes through guard()."""
@@ -302,9 +331,9 @@ def guarded(llm_fn):
     def safe(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT):
         answer = llm_fn(prompt, naming_the_tag(system_prompt, prompt))
         if not isinstance(answer, str):               # a stream: guarded as it comes
-            return guard(answer, sources_of(prompt))
+            return without_phrase_loops(guard(answer, sources_of(prompt)))
         safe.truncated = getattr(llm_fn, "truncated", False)
-        text = "".join(guard([answer], sources_of(prompt)))
+        text = "".join(without_phrase_loops(guard([answer], sources_of(prompt))))
         return in_prose(text, lambda prose: re.sub(r"[ \t]{2,}", " ", prose)).strip()
     safe.runtime, safe.truncated = llm_fn.runtime, False
     safe.bare = llm_fn                                 # its .truncated and .usage, after an answer

@@ -54,6 +54,9 @@ def harms(answer: str, prompt: str) -> list[str]:
     sentences = [s for s in sentences if len(s.split()) >= 2]
     if len(sentences) != len(set(sentences)):
         found.append("a sentence repeated")
+    words = [w.lower().strip(".,;:!?") for w in CODE.sub(" ", answer).split() if re.search(r"\w", w)]
+    if any(llm.looping(words[:n]) for n in range(len(words) + 1)):
+        found.append("a phrase looped")
     return found
 
 
@@ -67,12 +70,24 @@ def test_every_development_question_prompt_is_guarded_against_echo_invention_and
         source = max(sorted(llm.sources_of(prompt)), key=len)     # the longest: '>' and '. ' in it
         reply = (f"{fence}\nThe answer is in the docs [{source}]. See also [made-up/page.md > Setup] "
                  f"and [HR-99].\n```toml\n[tool.example]\nkey = \"x\"\n```\n"
-                 + "It repeats itself here. " * 15 + "<<END 0123456789abcdef>>")
+                 + "It repeats itself here. " * 15 + "See the output of" + " the output of" * 20
+                 + "<<END 0123456789abcdef>>")
         answer = shown_answer(reply, prompt)
         assert harms(answer, prompt) == [], answer
         assert f"[{source}]" in answer                              # a real citation stays
         assert "[tool.example]" in answer                           # code keeps its brackets
         assert answer.count("It repeats itself here.") == 1
+
+
+def test_a_phrase_that_loops_inside_a_sentence_is_cut_and_code_and_tables_are_not():
+    prompt = docs_prompts()[0]
+    source = sorted(llm.sources_of(prompt))[0]
+    looped = f"The output of the output of the output of the output of the output [{source}]"
+    assert shown_answer(looped, prompt) == "The output of the output of the output"
+    heading = "See " + " > ".join(["The Black code style"] * 9)
+    assert shown_answer(heading, prompt) == "See The Black code style > The Black code style > The Black code"
+    table = f"Set it [{source}]:\n```py\nx = [0, 0, 0, 0, 0, 0, 0]\n```\n| a | b |\n| --- | --- | --- |"
+    assert shown_answer(table, prompt) == table
 
 
 def test_the_guard_passes_a_clean_answer_unchanged():
