@@ -26,8 +26,10 @@ def parse_args(argv=None):
     p = rag.tutorial_parser()
     g = p.add_argument_group("answers (ragkit/extractive.py, ragkit/llm.py)")
     g.add_argument("--generator", choices=generators.GENERATORS,
-                   help="write the answer: extractive (no model), local (SmolLM2), openai "
-                        "(--llm-url), bedrock (Amazon Bedrock, BILLED; --generate says the same)")
+                   help="write the answer: extractive (no model), local (SmolLM2-135M: a tiny "
+                        "model to watch, not to trust; it got 0 of 30 right on a development set), "
+                        "openai (--llm-url: a real model on llama.cpp's server or Ollama, for real "
+                        "answers), bedrock (Amazon Bedrock, BILLED; --generate says the same)")
     generators.add_model_arguments(g)   # --llm-url, --llm-model, --api-key-env, --max-tokens, --threads
     g.add_argument("--stream", action="store_true",
                    help="print the answer piece by piece as it is written, then time to first "
