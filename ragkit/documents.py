@@ -36,6 +36,7 @@ MAX_FRONT_MATTER = 65_536    # characters of front matter read for tags: more is
 MAX_NESTING = 16             # YAML nested deeper is no list of tags (50,000 deep ends PyYAML)
 SKIPS_NAMED = 10             # skipped files named one by one; the rest are counted by reason
 PAGE_ID = re.compile(r"(.+\.pdf) p\. \d+", re.I)   # a page of a PDF: "manual.pdf p. 12"
+NOT_UTF8 = re.compile("[\udc80-\udcff]")   # how Python holds the bytes of a name that is not UTF-8
 
 
 # == Loading a folder =====================================================================
@@ -178,7 +179,10 @@ def load_documents(folder, exclude=(), max_pages: int = readers.MAX_PAGES, outpu
         suffix = path.suffix.lower()
         if any(fnmatch.fnmatch(rel, pattern) for pattern in exclude or ()):
             continue
-        if suffix not in SUFFIXES and suffix not in readers.EXTRAS:
+        if NOT_UTF8.search(rel):                  # it cannot be cited, saved or hashed as text
+            skip(rel, "its name is not UTF-8 text (rename it)")
+            skipped.append((rel, "its name is not UTF-8 text"))
+        elif suffix not in SUFFIXES and suffix not in readers.EXTRAS:
             skipped.append((rel, "no reader"))
         elif suffix in readers.EXTRAS and readers.missing(suffix):
             needed.setdefault(readers.EXTRAS[suffix][2], []).append(rel)

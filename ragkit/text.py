@@ -14,9 +14,10 @@ import re
 
 # Written out, never printed raw: control characters (an escape sequence drives the terminal),
 # a carriage return ("24 days.\r99 days" shows as "99 days"), bidirectional controls (U+202E
-# shows "exe.txt" for "txt.exe") and zero-width characters (two names that look the same).
+# shows "exe.txt" for "txt.exe"), zero-width characters (two names that look the same) and
+# the stand-ins Python uses for the bytes of a file name that is not UTF-8.
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\r\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e"
-                     r"\u2060-\u2064\u2066-\u2069\ufeff]")                  # not \t or \n
+                     r"\u2060-\u2064\u2066-\u2069\ufeff\ud800-\udfff]")     # not \t or \n
 CONTROL_OR_BREAK = re.compile(CONTROL.pattern[:-1] + r"\t\n]")
 
 

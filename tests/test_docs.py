@@ -568,3 +568,23 @@ def test_fifos_links_loops_and_deep_folders_are_named_and_skipped_never_waited_o
     assert "[skip] pipe.md: not a regular file" in err and "[skip] to-pipe.md: not a regular file" in err
     assert "[skip] loop.md: cannot be read" in err
     assert f"nested more than {documents.MAX_DEPTH} folders deep" in err
+
+
+def test_a_file_whose_name_is_not_utf8_is_named_with_escapes_and_the_run_goes_on(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "real.md").write_text("# Leave\n\nEmployees get 24 days of leave.\n")
+    fd = os.open(os.fsencode(folder) + b"/caf\xe9\xff.md", os.O_CREAT | os.O_WRONLY)
+    os.write(fd, b"# X\n\nA note saved under a Latin-1 name.\n")
+    os.close(fd)
+    run = subprocess.run([sys.executable, "rag_from_scratch.py", "--docs", str(folder), "--backend", "tfidf",
+                          "--question", "how many days of leave"], cwd=Path(__file__).parent.parent, capture_output=True,
+                         timeout=120)
+    err = run.stderr.decode("utf-8")
+    assert run.returncode == 0 and "Traceback" not in err, err
+    assert "[skip] caf\\udce9\\udcff.md: its name is not UTF-8 text (rename it)" in err
+    assert "24 days" in run.stdout.decode("utf-8")
