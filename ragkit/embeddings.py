@@ -274,6 +274,10 @@ class BertMeanPooled:
         import torch.nn.functional as F
         return F.linear(x, self.w[name + ".weight"], self.w[name + ".bias"])
 
+    def get_sentence_embedding_dimension(self) -> int:
+        """The vector's width, named as sentence-transformers names it."""
+        return self.w["embeddings.word_embeddings.weight"].shape[1]
+
     def forward(self, ids, mask):
         """Token vectors of a padded batch: embeddings, then each layer's attention and feed-forward."""
         import torch

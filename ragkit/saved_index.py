@@ -16,6 +16,7 @@ types and values an index has; nothing is ever unpickled. Anything else means: r
 
 import io
 import json
+import math
 import sys
 import zipfile
 from pathlib import Path
@@ -33,6 +34,8 @@ CHUNKS, META = "chunks.json", "meta.json"
 VECTOR_FILES = ("vectors.npy", "vectors.npz")
 MAX_INDEX_BYTES = 4 << 30      # a saved file larger than this is not read (1M x 384 floats: 1.5 GB)
 MAX_META_BYTES = 64 << 20      # meta.json: settings and one hash per file
+NPZ_INFLATE = 20               # a TF-IDF .npz unpacks to 1.5-3x its size; a zip bomb to 1,000x
+NPZ_SLACK = 64 << 20           # ... and a small one may unpack to this much whatever its size
 READER = "sections-3"          # how files become chunks; a saved index made otherwise is rebuilt
 SETTINGS = [("backend", "the backend changed"), ("model", "the model changed"),
             ("chunk_size", "the chunk size changed"), ("context", "--context changed"),
@@ -99,31 +102,43 @@ def read_checked(path: Path, digest: str) -> bytes | None:
     """The bytes of a plain file of sane size whose SHA-256 is `digest`, else None (a link or a
     FIFO is never opened); read once, so the bytes hashed are the bytes parsed."""
     try:
-        data = read_plain_file(path, MAX_INDEX_BYTES)
+        data = read_plain_file(path, MAX_INDEX_BYTES, digest)
     except (OSError, ValueError):
         return None
-    return data if sha256_bytes(data) == digest else None
+    return data if sha256_bytes(data) == digest else None   # the bytes parsed are the bytes hashed
+
+
+def npy_header(stream, size: int):
+    """(shape, dtype) from an .npy header, refused before anything is allocated when the array
+    it declares needs more than the `size` bytes that hold it."""
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    version = np.lib.format.read_magic(stream)
+    if version not in readers:
+        raise ValueError(f"an .npy file of version {version}")
+    shape, _, dtype = readers[version](stream)
+    if math.prod(shape) * dtype.itemsize > size:
+        raise ValueError("an array that declares more bytes than its file holds")
+    return shape, dtype
 
 
 def parse_vectors(name: str, data: bytes, rows: int):
     """Vectors from saved bytes, checked: `rows` rows of finite floats, dense (.npy) or sparse
-    (.npz, its members' inflated size capped before it is unpacked); never unpickled."""
+    (.npz: its members' inflated size and each member's header checked before it is unpacked);
+    never unpickled."""
     if name.endswith(".npz"):
         from scipy import sparse
         with zipfile.ZipFile(io.BytesIO(data)) as z:
-            if sum(i.file_size for i in z.infolist()) > MAX_INDEX_BYTES:
-                raise ValueError("the vectors would inflate past the size limit")
+            members = z.infolist()
+            if sum(i.file_size for i in members) > NPZ_INFLATE * len(data) + NPZ_SLACK:
+                raise ValueError("the vectors would inflate past any TF-IDF index (a zip bomb?)")
+            for member in members:
+                with z.open(member) as stream:
+                    npy_header(stream, member.file_size)
         vectors = sparse.load_npz(io.BytesIO(data)).tocsr()
         values = vectors.data
     else:
-        header = io.BytesIO(data)
-        readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-        version = np.lib.format.read_magic(header)
-        if version not in readers:
-            raise ValueError(f"an .npy file of version {version}")
-        shape, _, dtype = readers[version](header)          # read before anything is allocated
-        if dtype.kind != "f" or len(shape) != 2 or shape[0] != rows or \
-                np.prod(shape, dtype=np.int64) * dtype.itemsize > len(data):
+        shape, dtype = npy_header(io.BytesIO(data), len(data))
+        if dtype.kind != "f" or len(shape) != 2 or shape[0] != rows:
             raise ValueError("the vectors are not a float matrix of the saved size")
         vectors = np.asfortranarray(np.load(io.BytesIO(data), allow_pickle=False))
         values = vectors
@@ -158,7 +173,7 @@ def load_index(folder, meta: dict):
         chunks = parse_json(raw[CHUNKS].decode("utf-8"))
         vectors = next(name for name in raw if name in VECTOR_FILES)
         index = parse_vectors(vectors, raw[vectors], saved["n_chunks"])
-    except (ValueError, EOFError, OSError, zipfile.BadZipFile):
+    except (ValueError, EOFError, OSError, MemoryError, zipfile.BadZipFile):
         return None, None, None, "the saved vectors could not be read"
     if not (good_chunks(chunks) and len(chunks) == saved["n_chunks"]):
         return None, None, None, "the saved vectors and chunks do not match"
@@ -210,9 +225,13 @@ def index_folder(args):
     saved_index, saved_chunks, saved, why = (load_index(args.index, meta) if args.index
                                              else (None, None, None, "no --index"))
     if why is None:                       # nothing changed: only questions to embed from here
-        chunks, index = saved_chunks, saved_index
         embedder = question_embedder(args.model) if minilm else rag.Embedder("tfidf")
-        embedder.fit(embedded_texts(chunks, args.context))       # TF-IDF relearns its vocabulary
+        embedder.fit(embedded_texts(saved_chunks, args.context))  # TF-IDF relearns its vocabulary
+        width = embedder.model.get_sentence_embedding_dimension() if minilm else len(embedder.model.vocabulary_)
+        if saved_index.shape[1] != width:                                 # not this model's vectors
+            why, saved_index = "the saved vectors do not fit the model", None
+    if why is None:
+        chunks, index = saved_chunks, saved_index
         print(f"{files} files -> {len(chunks)} chunks: loaded the saved index from {args.index} "
               f"(not re-embedded)")
     else:

@@ -127,9 +127,11 @@ def folder_lock(folder):
         lock.release()
 
 
-def read_plain_file(path, max_bytes: int) -> bytes:
+def read_plain_file(path, max_bytes: int, digest: str | None = None) -> bytes:
     """The bytes of a regular file (never a link, FIFO or device, which could hang or never
-    end) of at most `max_bytes`; OSError or ValueError otherwise, with the reason."""
+    end) of at most `max_bytes`; OSError or ValueError otherwise, with the reason. Given the
+    SHA-256 `digest` it should have, the file is hashed a piece at a time first, so one that
+    differs (a damaged 3 GB file) is refused without ever being held in memory."""
     import stat
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     fd = os.open(path, flags)                          # a link: ELOOP; a FIFO: no wait
@@ -139,6 +141,13 @@ def read_plain_file(path, max_bytes: int) -> bytes:
             raise ValueError(f"{path} is not a regular file")
         if info.st_size > max_bytes:
             raise ValueError(f"{path} is {info.st_size:,} bytes, over the {max_bytes:,} it may be")
+        if digest is not None:
+            hashed = hashlib.sha256()
+            for piece in iter(lambda: f.read(1 << 20), b""):
+                hashed.update(piece)
+            if hashed.hexdigest() != digest:
+                raise ValueError(f"{path} is not the file that was saved (its SHA-256 differs)")
+            f.seek(0)
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:                          # it grew while we read
         raise ValueError(f"{path} is over the {max_bytes:,} bytes it may be")

@@ -588,3 +588,79 @@ def test_a_file_whose_name_is_not_utf8_is_named_with_escapes_and_the_run_goes_on
     assert run.returncode == 0 and "Traceback" not in err, err
     assert "[skip] caf\\udce9\\udcff.md: its name is not UTF-8 text (rename it)" in err
     assert "24 days" in run.stdout.decode("utf-8")
+
+
+# --- Saved vectors are checked before they are trusted, even with a matching checksum ---------
+def npy_bytes(array=None, header: dict | None = None) -> bytes:
+    """An .npy file's bytes: of `array`, or a bare header that declares what it likes."""
+    import io
+    buffer = io.BytesIO()
+    if array is not None:
+        np.save(buffer, array, allow_pickle=True)
+        return buffer.getvalue()
+    np.lib.format.write_array_header_1_0(buffer, header)
+    return buffer.getvalue() + b"\0" * 64
+
+
+def npz_bytes(members: dict) -> bytes:
+    import io
+    import zipfile
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("name,data", [
+    ("vectors.npy", npy_bytes(np.array([["a", "b"], ["c", "d"]]))),
+    ("vectors.npy", npy_bytes(np.ones((2, 2), dtype=complex))),
+    ("vectors.npy", npy_bytes(np.ones((2, 2), dtype="datetime64[s]"))),
+    ("vectors.npy", npy_bytes(np.array([[object(), 1], [2, 3]], dtype=object))),
+    ("vectors.npy", npy_bytes(np.full((2, 2), np.nan, dtype=np.float32))),
+    ("vectors.npy", npy_bytes(np.ones((3, 2), dtype=np.float32))),                 # 3 rows, not 2
+    ("vectors.npy", npy_bytes(header={"descr": "<f4", "fortran_order": False, "shape": (2, 2 ** 47)})),  # 1 PB
+    ("vectors.npy", npy_bytes(header={"descr": "<f8", "fortran_order": False, "shape": (2 ** 40, 2 ** 40)})),
+    ("vectors.npz", npz_bytes({"data.npy": npy_bytes(header={"descr": "<f8", "fortran_order": False,
+                                                                "shape": (10 ** 13,)})})),
+    ("vectors.npz", npz_bytes({"data.npy": b"\0" * (8 << 20)})),                   # 8 MB from a few KB
+])
+def test_saved_vectors_that_are_not_a_finite_float_matrix_of_the_saved_size_are_refused(name, data, monkeypatch):
+    """Each raises ValueError before any large allocation: the index is then rebuilt."""
+    import warnings
+    monkeypatch.setattr(saved_index, "NPZ_SLACK", 1 << 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                        # no overflow warning either
+        with pytest.raises(ValueError):
+            saved_index.parse_vectors(name, data, 2)
+
+
+def test_saved_vectors_of_another_width_with_a_matching_checksum_are_rebuilt(notes, tmp_path, capsys):
+    import hashlib
+    from scipy import sparse
+    index_dir = tmp_path / "index"
+    args = ["--docs", str(notes), "--backend", "tfidf", "--index", str(index_dir)]
+    assert rag.main(args) == 0
+    meta = json.loads((index_dir / "meta.json").read_text())
+    buffer = __import__("io").BytesIO()
+    sparse.save_npz(buffer, sparse.csr_matrix(np.ones((meta["n_chunks"], 3), dtype=np.float32)))
+    (index_dir / "vectors.npz").write_bytes(buffer.getvalue())
+    meta["checksums"]["vectors.npz"] = hashlib.sha256(buffer.getvalue()).hexdigest()
+    (index_dir / "meta.json").write_text(json.dumps(meta))
+    capsys.readouterr()
+    assert rag.main(args + ["--question", "How long are backups kept?"]) == 0
+    assert "building the index: the saved vectors do not fit the model" in capsys.readouterr().out
+
+
+def test_a_saved_file_whose_hash_differs_is_refused_without_being_held_in_memory(tmp_path):
+    import tracemalloc
+    from ragkit import storage
+    big = tmp_path / "vectors.npy"
+    with open(big, "wb") as f:
+        f.truncate(300 << 20)                        # 300 MB that take no disk space
+    tracemalloc.start()
+    with pytest.raises(ValueError, match="SHA-256 differs"):
+        storage.read_plain_file(big, 4 << 30, "0" * 64)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 8 << 20, peak                       # pieces of 1 MB, never the whole file
