@@ -26,6 +26,8 @@ import threading
 import time
 from contextlib import contextmanager
 
+from ragkit.text import shown
+
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
 
@@ -51,8 +53,9 @@ def bounded(kind, low, high):
 
 
 def one_line(exc: BaseException) -> str:
-    """An exception's message on one line (some libraries put newlines in theirs)."""
-    return " ".join(str(exc).split()) or type(exc).__name__
+    """An exception's message on one line (some libraries put newlines in theirs), safe to
+    print: it may quote a path or a reply with control or bidirectional characters in it."""
+    return shown(" ".join(str(exc).split()), lines=False) or type(exc).__name__
 
 
 def refuse_empty(args, flags: tuple, what: str = "a value") -> None:

@@ -29,6 +29,7 @@ from ragkit.embeddings import model_identity, question_embedder, use_threads
 from ragkit.plumbing import parse_json
 from ragkit.storage import (INDEX_FORMAT, claim_folder, folder_lock, read_plain_file, sha256_bytes,
                             write_atomic)
+from ragkit.text import shown
 
 CHUNKS, META = "chunks.json", "meta.json"
 VECTOR_FILES = ("vectors.npy", "vectors.npz")
@@ -232,7 +233,7 @@ def index_folder(args):
             why, saved_index = "the saved vectors do not fit the model", None
     if why is None:
         chunks, index = saved_chunks, saved_index
-        print(f"{files} files -> {len(chunks)} chunks: loaded the saved index from {args.index} "
+        print(f"{files} files -> {len(chunks)} chunks: loaded the saved index from {shown(args.index, lines=False)} "
               f"(not re-embedded)")
     else:
         embedder = rag.Embedder(backend, args.model)
@@ -246,7 +247,7 @@ def index_folder(args):
             index = rag.build_index([{"text": t} for t in embedded_texts(chunks, args.context)], embedder)
         if args.index:
             save_index(args.index, index, chunks, meta)
-            print(f"saved the index to {args.index}")
+            print(f"saved the index to {shown(args.index, lines=False)}")
     documents.print_biggest_file(chunks)
     print(f"backend={embedder.backend}  index shape={index.shape}" + ("  (titles in front)" if args.context else ""))
     if minilm and why is not None:  # a saved index said it when it was built

@@ -22,6 +22,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from ragkit.text import shown
+
 OWNER = "rag_from_scratch"            # the mark: metadata created_by=OWNER, or this file
 MARK_FILE = ".rag_from_scratch"       # in every folder the kit creates
 LOCK_FILE = ".rag_from_scratch.lock"  # locked while a run saves into the folder
@@ -110,7 +112,7 @@ def folder_lock(folder):
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        print(f"waiting for another run to finish saving in {folder} (up to {LOCK_WAIT_S} s) ...",
+        print(f"waiting for another run to finish saving in {shown(str(folder), lines=False)} (up to {LOCK_WAIT_S} s) ...",
               file=sys.stderr, flush=True)
         try:
             lock.acquire(timeout=LOCK_WAIT_S)

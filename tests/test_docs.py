@@ -664,3 +664,13 @@ def test_a_saved_file_whose_hash_differs_is_refused_without_being_held_in_memory
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 8 << 20, peak                       # pieces of 1 MB, never the whole file
+
+
+def test_paths_the_user_typed_are_printed_with_control_and_bidi_characters_written_out(notes, tmp_path, capsys):
+    index_dir = tmp_path / "index\u202ex"
+    assert rag.main(["--docs", str(notes), "--backend", "tfidf", "--index", str(index_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "saved the index to " + str(tmp_path) + "/index\\u202ex" in out and "\u202e" not in out
+    assert rag.main(["--docs", str(tmp_path / "none\u2066\x1b[2J")]) == 1
+    err = capsys.readouterr().err
+    assert "\\u2066\\x1b[2J" in err and "\u2066" not in err and "\x1b" not in err

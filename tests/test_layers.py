@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The floors, lowest first. A module may import only modules on lower floors.
 FLOORS = {
-    # 0: the ground floor: the lesson itself, and the plumbing every script shares
-    "rag_from_scratch": 0, "ragkit.plumbing": 0, "ragkit.text": 0,
+    # 0-1: the ground floor: the lesson itself, and the plumbing every script shares
+    "rag_from_scratch": 0, "ragkit.text": 0, "ragkit.plumbing": 1,
     # 1-2: storage, then the embedding models and their cached vectors
     "ragkit.storage": 1, "ragkit.markdown": 1,
     "ragkit.embeddings": 2, "ragkit.readers": 2,
