@@ -259,7 +259,7 @@ def print_biggest_file(chunks: list[dict]) -> None:
     counts = Counter(file_of(c["doc_id"]) for c in chunks)
     if len(counts) > 1:
         name, n = counts.most_common(1)[0]
-        print(f"most chunks: {name} ({n} of {len(chunks)}, {n / len(chunks):.0%}; "
+        print(f"most chunks: {shown(name, lines=False)} ({n} of {len(chunks)}, {n / len(chunks):.0%}; "
               f"--exclude GLOB leaves a file out)")
 
 

@@ -240,6 +240,7 @@ def index_folder(args):
         chunks = chunking.document_chunks(docs, args.chunk_size, chunking.model_fits(embedder))
         print(f"{files} files -> {len(chunks)} chunks (sections whole up to {args.chunk_size} "
               f"words and what the model reads; code, lists and tables kept with their lead-in)")
+        documents.print_biggest_file(chunks)          # before the wait: a huge file shows here
         if saved_index is not None and minilm:     # TF-IDF's words depend on every file: it refits
             index = update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, args.context)
         else:
@@ -248,7 +249,6 @@ def index_folder(args):
         if args.index:
             save_index(args.index, index, chunks, meta)
             print(f"saved the index to {shown(args.index, lines=False)}")
-    documents.print_biggest_file(chunks)
     print(f"backend={embedder.backend}  index shape={index.shape}" + ("  (titles in front)" if args.context else ""))
     if minilm and why is not None:  # a saved index said it when it was built
         model = embedder.model
