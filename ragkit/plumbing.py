@@ -143,13 +143,16 @@ def main_for(run, parse_args):
 def leave(status: int) -> None:
     """Exit a command with `status`; after Ctrl-C, do not wait for worker threads (a model
     server, a stuck network call) that would keep the process alive."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if status == EXIT_INTERRUPTED:
-        os._exit(status)
-    signal.signal(signal.SIGINT, interrupted)   # the work is done: a Ctrl-C from here, or one
-    if hasattr(signal, "pthread_sigmask"):      # held since run_cli, is one line and exit 130
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if status == EXIT_INTERRUPTED:
+            os._exit(status)
+        signal.signal(signal.SIGINT, interrupted)   # the work is done: a Ctrl-C from here, or one
+        if hasattr(signal, "pthread_sigmask"):      # held since run_cli, is one line and exit 130
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    except KeyboardInterrupt:                       # pressed just as the work ended
+        interrupted()
     sys.exit(status)
 
 
