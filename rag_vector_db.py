@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit import embeddings, saved_index
+from ragkit import embeddings, folder_index
 from ragkit.arguments import add_backend, add_k
 from ragkit.plumbing import OneLineParser, bounded, leave, main_for, one_line, with_deadline
 from ragkit.storage import OWNER, claim_folder, is_our_store, refuse_foreign
@@ -42,9 +42,8 @@ FILTER_DOCS = ["FIN-01", "FIN-02"]    # the metadata filter: search only these d
 FILTER_K = 2                          # results for the filtered query
 PORT = 8000                           # `chroma run` listens here unless told otherwise
 TIE = 1e-4                            # scores closer than this count as a tie
-HERE = Path(__file__).resolve().parent
-PG_FOLDER = HERE / "pg_db"            # the embedded Postgres's folder (git-ignored)
-QDRANT_PATH = HERE / "qdrant_db"      # Qdrant local mode's folder (git-ignored)
+PG_FOLDER = Path("pg_db")             # the embedded Postgres's folder, in the current one
+QDRANT_PATH = Path("qdrant_db")       # Qdrant local mode's folder, in the current one
 CONNECT_S = 10.0                      # deadline for a server to answer a request or a query
 PG_START_S = 60.0                     # deadline for the embedded Postgres to start (initdb first)
 TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}$")   # a Postgres identifier that needs no quotes
@@ -57,7 +56,7 @@ def index_fingerprint(corpus: list[dict], embedder: rag.Embedder, chunk_size: in
     return {"backend": embedder.backend,
             "model": embeddings.model_identity(embedder.backend, embedder.model_name),   # name and weights, as --index checks
             "chunk_size": chunk_size, "overlap": overlap,
-            "corpus": saved_index.fingerprint(corpus),       # changes when any id or text does
+            "corpus": folder_index.fingerprint(corpus),       # changes when any id or text does
             "space": "cosine"}
 
 
@@ -570,10 +569,10 @@ def parse_args(argv=None):
                         "the one at this postgresql:// URL")
     p.add_argument("--pg-folder", default=str(PG_FOLDER), metavar="DIR",
                    help="the embedded Postgres's folder, reused by the next run "
-                        "(default: pg_db next to this script)")
+                        "(default: pg_db in the current folder)")
     p.add_argument("--qdrant", nargs="?", const=str(QDRANT_PATH), metavar="PATH|URL",
-                   help="also search Qdrant: local mode in a folder (default: qdrant_db next "
-                        "to this script) or a server at an http(s):// URL")
+                   help="also search Qdrant: local mode in a folder (default: qdrant_db in the "
+                        "current folder) or a server at an http(s):// URL")
     return p.parse_args(argv)
 
 

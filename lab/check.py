@@ -46,7 +46,7 @@ import numpy as np
 import rag_from_scratch as rag
 from graded_process import GradedProcess, become_nobody, limit, unreachable
 from ragkit.plumbing import OneLineParser, leave, one_line, refuse_empty, run_cli
-from ragkit.text import shown
+from ragkit.text import printable
 
 FUNCTIONS = ("chunk_text", "cosine_similarity", "search", "build_prompt", "evaluate_retrieval")
 
@@ -356,7 +356,7 @@ def fail(name: str, reason: str) -> str:
     """A FAIL for `name`: the reason, then its hint. The reason may quote the graded code (an
     exception's message): its control characters and line breaks are written out, so it can
     neither forge a line nor drive the terminal."""
-    return f"{shown(reason, lines=False)}\nhint: {HINTS[name]}"
+    return f"{printable(reason, lines=False)}\nhint: {HINTS[name]}"
 
 
 # ---------------------------------------------------------------------------
@@ -567,7 +567,7 @@ class Child(GradedProcess):
         ready = self.reply(START_LIMIT_S)
         if ready != {"ready": True}:
             detail = ready.get("broken") if isinstance(ready, dict) else self.how_it_ended()
-            raise RuntimeError(f"the grader cannot start its checks ({shown(str(detail))})")
+            raise RuntimeError(f"the grader cannot start its checks ({printable(str(detail))})")
         problem = self.import_problem(self.reply(self.time_limit))
         for name in names:
             self.deadline = time.monotonic() + self.time_limit
@@ -585,7 +585,7 @@ class Child(GradedProcess):
             return (f"importing the module did not finish within {self.time_limit:g} s: is "
                     f"there an endless loop outside the functions?")
         if "error" in loaded:
-            raise ValueError(f"cannot load the module to grade: {shown(str(loaded['error']))}")
+            raise ValueError(f"cannot load the module to grade: {printable(str(loaded['error']))}")
         how = f"sys.exit({loaded['exit']})" if "exit" in loaded else self.how_it_ended()
         return (f"importing the module ends the program ({how}): remove sys.exit() or exit() "
                 f"from the top level of the file")

@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from ragkit.text import shown
+from ragkit.text import printable
 
 KEEPER = Path(__file__).resolve().parent / "keeper.py"
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
@@ -82,7 +82,7 @@ class GradedProcess:
         terminal."""
         for line in iter(lambda: self.proc.stderr.readline(2**16), ""):
             with contextlib.suppress(OSError, ValueError):   # our stderr is closed: drop it
-                print(SHOWN_AS + shown(line.rstrip("\n"), lines=False), file=sys.stderr,
+                print(SHOWN_AS + printable(line.rstrip("\n"), lines=False), file=sys.stderr,
                       flush=True)
 
     def send(self, line: str) -> None:

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from ragkit import plumbing
+from ragkit.text import plural
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_S = 2.5                    # the demo may add this much to the bare import, beside a busy process
@@ -56,7 +57,7 @@ from ragkit import llm as generators
 prompt, system = json.load(sys.stdin)
 url, threads, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 llm = (generators.openai_generator(url, "local", max_tokens=max_tokens, timeout=600, stream=True)
-       if url else generators.local_generator(threads, max_tokens, stream=True))
+       if url else generators.local_generator("smollm2", threads, max_tokens, stream=True))
 start = time.perf_counter()
 stamps = [time.perf_counter() for _ in llm(prompt, system)]
 tokens = llm.usage["completion_tokens"]
@@ -155,7 +156,7 @@ def bench_build(abstracts: int = 1460) -> None:
     after one file is edited: seconds, peak MB and the speed-up or what the core said."""
     from rageval.ir_collection import DEFAULT_COLLECTION, load_collection
     work = Path(tempfile.mkdtemp(prefix="rag-bench-"))
-    steps = [(f"build, {load}, {n} thread(s)", load, n) for load in ("idle", "busy")
+    steps = [(f"build, {load}, {plural(n, 'thread')}", load, n) for load in ("idle", "busy")
              for n in sorted({1, CORES})]
     one_thread = {}                           # seconds with 1 thread, per load: built first
     try:
@@ -192,7 +193,7 @@ def bench_build(abstracts: int = 1460) -> None:
 @contextlib.contextmanager
 def serving(threads: int):
     """llama.cpp's OpenAI-compatible server (rageval.generation --serve) for the block: its URL."""
-    server = subprocess.Popen([sys.executable, "-m", "rageval.generation", "--serve", "--threads",
+    server = subprocess.Popen([sys.executable, "-m", "rageval.generation", "--serve", "--local-model", "smollm2", "--threads",
                                str(threads)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         url = re.search(r" at (http://127\.0\.0\.1:\d+/v1) ", server.stdout.readline())
@@ -210,16 +211,16 @@ def bench_stream(repeats: int, long: bool, max_tokens: int) -> None:
     import json
 
     import rag_from_scratch as rag
-    from ragkit import documents
+    from ragkit import grounded
     print(f"== A streamed SmolLM2 answer, {CORES} cores (median of {repeats}) ==")
     print("  generator  threads  load  first token (s)  tokens/s  prompt tokens")
     for flags in [["--question", rag.VACATION_Q, "--k", "3"]] + ([LONG_PROMPT] if long else []):
         _, shown = quiet(rag.main, ["--backend", "tfidf", *flags])   # the prompt the core builds
         prompt = shown.split("-- the prompt a model would read --\n")[1].split("\n\n(no answer")[0]
-        system = documents.DOCS_SYSTEM_PROMPT if "--docs" in flags else rag.SYSTEM_PROMPT
+        system = grounded.GROUNDED_SYSTEM_PROMPT
         for generator, threads, load in itertools.product(("local", "openai"), (1, 2),
                                                           ("idle", "busy")):
-            print(f"{generator}, {threads} thread(s), {load} ...", file=sys.stderr, flush=True)
+            print(f"{generator}, {plural(threads, 'thread')}, {load} ...", file=sys.stderr, flush=True)
             runs = []
             with busy(load == "busy"), (serving(threads) if generator == "openai"
                                         else contextlib.nullcontext("")) as url:

@@ -26,7 +26,7 @@ import numpy as np
 import rag_from_scratch as rag
 from rageval import devsets
 from rageval import generation as gen
-from ragkit import chunking, documents, plumbing, retrieval
+from ragkit import chunking, documents, eval_file, grounded, plumbing, retrieval
 from ragkit.arguments import add_backend
 from ragkit.embeddings import CachedEmbedder, EmbeddingCache
 from ragkit.text import CODE
@@ -104,14 +104,9 @@ def score(gold: list[dict], chunks, vectors, embedder, generators: dict, context
     retrieve = retriever(chunks, vectors, embedder, context)
     answerable = [g for g in gold if g["answerable"]]
     m = rag.evaluate_retrieval(answerable, None, None, None, k=K, retrieve=retrieve)
-    in_context = [documents.holds_every_fact(rag.rag_answer(g["question"], None, chunks, None, PROMPT_K,
-                                                  retrieve=retrieve)["retrieved"], g)
-                  for g in answerable]
-    results = gen.evaluate_generation(gold, generators, None, chunks, None, k=PROMPT_K,
-                                      system_prompt=documents.DOCS_SYSTEM_PROMPT,
-                                      prompt_fn=documents.build_fenced_prompt, retrieve=retrieve)
-    refusal = gen.refusal_sentence(documents.DOCS_SYSTEM_PROMPT)
-    answers = {name: [{**row, "verdict": verdict(row["answer"], item, refusal)}
+    in_context = [eval_file.holds_every_fact(retrieve(g["question"], PROMPT_K), g) for g in answerable]
+    results = gen.evaluate_generation(gold, generators, retrieve, k=PROMPT_K)
+    answers = {name: [{**row, "verdict": verdict(row["answer"], item, grounded.REFUSAL)}
                       for row, item in zip(r["rows"], gold)] for name, r in results.items()}
     return {"hit1": m["hit1"], "hit5": m["hit_rate"], "mrr": m["mrr"], "answerable": len(answerable),
             "unanswerable": len(gold) - len(answerable), "in_context": float(np.mean(in_context)),

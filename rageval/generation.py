@@ -15,18 +15,19 @@ servers, Bedrock). All but bedrock run offline and free.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 import time
 from pathlib import Path
 
 import rag_from_scratch as rag
-from ragkit import chunking, plumbing
+from ragkit import answering, chunking, grounded, plumbing, retrieval
 from ragkit.arguments import add_backend, add_k
-from ragkit.documents import fact_text
-from ragkit.extractive import content_words, extract_answer, refusal_sentence, stop_words
+from ragkit.eval_file import fact_text
+from ragkit.extractive import content_words, extract_answer, stop_words
 from ragkit.text import CODE
-from ragkit.llm import GENERATORS, INSTALL_LOCAL, add_model_arguments, make_generator, serve
+from ragkit.llm import GENERATORS, INSTALL_LOCAL, add_model_arguments, check_generator, make_generator, serve
 
 BEDROCK = rag.defaults(rag.generate_with_bedrock)   # the placeholder model id and the region
 TOP_K = rag.defaults(rag.search)["k"]
@@ -114,30 +115,31 @@ def score_answer(answer: str, item: dict, retrieved_text: str, refusal: str, sto
             "faithful": None if refused else faithfulness(answer, retrieved_text, stop)}
 
 
-def evaluate_generation(gold: list[dict], generators: dict, index, chunks: list[dict],
-                        embedder, k: int = TOP_K, system_prompt: str = rag.SYSTEM_PROMPT,
-                        prompt_fn=rag.build_prompt, retrieve=None) -> dict:
-    """Retrieve once per question with the core (or `retrieve`), then answer and score with
-    every generator."""
-    stop, refusal = stop_words(), refusal_sentence(system_prompt)
-    asked = [rag.rag_answer(item["question"], index, chunks, embedder, k=k, prompt_fn=prompt_fn,
-                            retrieve=retrieve) for item in gold]
-    prompts = [(a["prompt"], "\n".join(f"{r['doc_id']} {r['title']} {r['text']}"
-                                       for r in a["retrieved"])) for a in asked]
+def evaluate_generation(gold: list[dict], generators: dict, retrieve, k: int = TOP_K) -> dict:
+    """Retrieve once per question with retrieve(question, k) (the kit's retriever), write the
+    grounded prompt, then answer with every generator; each reply's quotes are checked and
+    the answer a user would read is scored (ragkit/answering.py)."""
+    stop, prompts = stop_words(), []
+    for item in gold:
+        _, passages = answering.passages_for(item["question"], retrieve, k)
+        text = "\n".join(f"{r['doc_id']} {r['title']} {r['text']}" for r in passages)
+        prompts.append((grounded.grounded_prompt(item["question"], passages), text))
     results = {}
     for name, llm_fn in generators.items():
         rows = []
         for item, (prompt, text) in zip(gold, prompts):
-            if getattr(llm_fn, "streams", False):      # --stream: shown as it is written
+            if llm_fn.streams:                          # --stream: shown as it is written
                 print(f"[{name}] Q: {item['question']}\nA: ", end="")
             start = time.perf_counter()
-            answer = llm_fn(prompt, system_prompt)
+            reply = llm_fn(prompt, grounded.GROUNDED_SYSTEM_PROMPT)
             seconds = time.perf_counter() - start
-            rows.append({"question": item["question"], "answer": answer, "seconds": seconds,
-                         "truncated": bool(getattr(llm_fn, "truncated", False)),
-                         **score_answer(answer, item, text, refusal, stop)})
-        results[name] = summarize(rows, gold) | {"rows": rows,
-                                                 "runtime": getattr(llm_fn, "runtime", "")}
+            checked, answer = answering.checked_answer(reply, prompt)
+            rows.append({"question": item["question"], "answer": answer, "reply": reply,
+                         "seconds": seconds, "truncated": bool(llm_fn.truncated),
+                         "quotes": len(checked["checked"]) + len(checked["failed"]),
+                         "checked": len(checked["checked"]),
+                         **score_answer(answer, item, text, grounded.REFUSAL, stop)})
+        results[name] = summarize(rows, gold) | {"rows": rows, "runtime": llm_fn.runtime}
     return results
 
 
@@ -152,12 +154,14 @@ def summarize(rows: list[dict], gold: list[dict]) -> dict:
             "faithful": mean([r["faithful"] for r in rows if r["faithful"] is not None]),
             "refusal_precision": mean(refused), "refusal_recall": mean(unanswerable),
             "at_limit": mean([r["truncated"] for r in rows]),
+            "quotes_checked": (sum(r["checked"] for r in rows) / sum(r["quotes"] for r in rows)
+                               if sum(r["quotes"] for r in rows) else None),
             "seconds": mean([r["seconds"] for r in rows])}
 
 
 COLUMNS = [("fact", "facts"), ("citation", "citations"), ("faithful", "faithful"),
            ("refusal_precision", "refusal P"), ("refusal_recall", "refusal R"),
-           ("at_limit", "at limit")]
+           ("quotes_checked", "quotes ok"), ("at_limit", "at limit")]
 
 
 def format_table(results: dict) -> str:
@@ -192,24 +196,24 @@ def format_answers(results: dict, width: int = 110) -> str:
 SUPPORT_GRID = [i / 20 for i in range(11)]      # 0.00, 0.05, ..., 0.50
 
 
-def is_right(answer: str, item: dict, refusal: str) -> bool:
+def is_right(answer: str, item: dict) -> bool:
     """Answerable: states the facts and cites only relevant sources; unanswerable: refuses."""
     if item["answerable"]:
         return states_facts(answer, item["answer"]) and cites_relevant(answer, item["relevant"])
-    return answer.strip() == refusal
+    return answer.strip() == grounded.REFUSAL
 
 
 def tune_refusal(cases: list[dict], grid=SUPPORT_GRID) -> dict:
     """Leave one set out: pick min_support on the other sets' questions, judge the set left out.
 
-    A case is {"item": gold item, "prompt": ..., "system": system prompt, "question": (set,
-    question)}; the tutorial's gold file asked with two backends is one set. Ties: the smaller.
+    A case is {"item": gold item, "prompt": ..., "question": (set, question)}; the tutorial's
+    gold file asked with two backends is one set. Ties: the smaller.
     """
-    sweep, refusals = {}, [refusal_sentence(c["system"]) for c in cases]
+    sweep = {}
     for t in grid:
-        answers = [extract_answer(c["prompt"], c["system"], t) for c in cases]
-        sweep[t] = {"right": [is_right(a, c["item"], r) for a, c, r in zip(answers, cases, refusals)],
-                    "refused": [a == r for a, r in zip(answers, refusals)]}
+        answers = [answering.checked_answer(extract_answer(c["prompt"], t), c["prompt"])[1] for c in cases]
+        sweep[t] = {"right": [is_right(a, c["item"]) for a, c in zip(answers, cases)],
+                    "refused": [a == grounded.REFUSAL for a in answers]}
     picks, held_out = [], 0
     for key in dict.fromkeys(c["question"][0] for c in cases):
         out = [c["question"][0] == key for c in cases]
@@ -233,16 +237,15 @@ def format_tuning(result: dict, cases: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def tuning_cases(gold: list[dict], chunks: list[dict], prompt_fn, system: str, embedder,
-                 k: int, name: str, context: bool = False) -> list[dict]:
-    """One case per question: the prompt the generator would see (k chunks, found by the core's
-    search or, with context, as --docs finds them: titles in front)."""
-    from ragkit import retrieval
+def tuning_cases(gold: list[dict], chunks: list[dict], embedder, k: int, name: str,
+                 context: bool = False) -> list[dict]:
+    """One case per question: the prompt the generator would see (k chunks, found by cosine or,
+    with context, as --docs finds them: titles in front)."""
     index = rag.build_index(chunks, embedder)
-    retrieve = retrieval.make_retriever(chunks, index, embedder, context=True) if context else None
-    return [{"item": g, "system": system, "question": (name, g["question"]),
-             "prompt": rag.rag_answer(g["question"], index, chunks, embedder, k=k,
-                                      prompt_fn=prompt_fn, retrieve=retrieve)["prompt"]} for g in gold]
+    retrieve = retrieval.make_retriever(chunks, index, embedder, context=context)
+    return [{"item": g, "question": (name, g["question"]),
+             "prompt": grounded.grounded_prompt(g["question"], answering.passages_for(g["question"], retrieve, k)[1])}
+            for g in gold]
 
 
 # ---------------------------------------------------------------------------
@@ -280,19 +283,18 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def corpus_setup(args):
-    """(chunks, prompt_fn, system prompt) for the tutorial corpus or the user's --docs folder."""
+def corpus_chunks(args) -> list[dict]:
+    """The chunks of the tutorial corpus or of the user's --docs folder."""
     if args.docs:
         from ragkit import documents
-        docs = documents.load_documents(args.docs)
-        return chunking.document_chunks(docs), documents.build_fenced_prompt, documents.DOCS_SYSTEM_PROMPT
-    return rag.build_chunks(rag.CORPUS), rag.build_prompt, rag.SYSTEM_PROMPT
+        return chunking.document_chunks(documents.load_documents(args.docs))
+    return rag.build_chunks(rag.CORPUS)
 
 
 def run(args) -> None:
     """Check the flags, build the generators, retrieve, answer, and print the table."""
     if args.serve:
-        return serve(args.port, args.threads)
+        return serve(args.port, args.threads, args.local_model)
     if args.port:
         raise ValueError("--port goes with --serve (the port the server listens on)")
     if args.docs and args.gold == str(GOLD_FILE):
@@ -301,16 +303,16 @@ def run(args) -> None:
     if args.tune_refusal:
         return print_tuning(gold, args)
     names = [n.strip() for n in (args.generators.split(",") if args.generators else available_generators(args))]
-    generators = {name: make_generator(name, args, args.stream) for name in names
-                  if name != "extractive"}               # first: a missing model or key fails early
-    chunks, prompt_fn, system = corpus_setup(args)
+    for name in names:                 # a missing model or key fails now, before any slow work
+        check_generator(argparse.Namespace(**vars(args), generator=name))
+    chunks = corpus_chunks(args)
     embedder = rag.Embedder(args.backend)
     index = rag.build_index(chunks, embedder)
-    if "extractive" in names:          # on your pages it scores sentences with the index's model
-        generators = {name: generators.get(name) or make_generator(
-                          name, args, args.stream, *((embedder, chunks) if args.docs else ())) for name in names}
-    results = evaluate_generation(gold, generators, index, chunks, embedder,
-                                  k=min(args.k, len(chunks)), system_prompt=system, prompt_fn=prompt_fn)
+    # on your pages the extractive answer scores sentences with the index's model
+    generators = {name: make_generator(name, args, args.stream, *((embedder, chunks) if args.docs else ()))
+                  for name in names}
+    retrieve = retrieval.make_retriever(chunks, index, embedder)
+    results = evaluate_generation(gold, generators, retrieve, k=min(args.k, len(chunks)))
     n_ok = sum(g["answerable"] for g in gold)
     print(f"generation on {len(gold)} questions ({n_ok} answerable, {len(gold) - n_ok} not), "
           f"backend={embedder.backend}, k={min(args.k, len(chunks))}")
@@ -325,11 +327,11 @@ def print_tuning(gold: list[dict], args) -> None:
     """Sweep the threshold of the extractive answer by words (the tutorial's pages, and --docs
     with TF-IDF): the gold file on both backends and (without --docs) each development set that
     is here, on TF-IDF as --docs --backend tfidf reads it; then leave one set out."""
-    chunks, prompt_fn, system = corpus_setup(args)
+    chunks = corpus_chunks(args)
     k = min(args.k, len(chunks))
     cases = []
     for backend in ("tfidf", "minilm"):
-        cases += tuning_cases(gold, chunks, prompt_fn, system, rag.Embedder(backend), k, "gold")
+        cases += tuning_cases(gold, chunks, rag.Embedder(backend), k, "gold")
     where = f"{len(gold)} questions x 2 backends (tfidf, minilm)"
     if not args.docs:
         from rageval import devsets
@@ -337,8 +339,7 @@ def print_tuning(gold: list[dict], args) -> None:
         for name in devsets.available():
             questions = load_gold(devsets.questions(name))
             pages = chunking.document_chunks(documents.load_documents(devsets.pages(name)))
-            cases += tuning_cases(questions, pages, documents.build_fenced_prompt, documents.DOCS_SYSTEM_PROMPT,
-                                  rag.Embedder("tfidf"), documents.K, name, context=True)
+            cases += tuning_cases(questions, pages, rag.Embedder("tfidf"), documents.K, name, context=True)
             where += f" + {name} ({len(questions)})"
     print(f"extractive refusal threshold (answers by words) on {where}")
     print(format_tuning(tune_refusal(cases), cases))

@@ -14,9 +14,10 @@ the settings chosen on all five.
     reaches IN_CONTEXT_GOAL on average; more passages make a longer prompt to read.
   - The extractive answer: its sentence-scoring weights are a logistic regression of "this
     sentence states every gold fact" on its features, its strength (C) chosen by leaving one
-    more project out; its two refusal thresholds come from a
-    second one, of "the question is answerable" on the best sentence's support and whether the
-    question has a word no page uses, cut where it refuses REFUSED_SHARE of the answerable.
+    more project out; its two refusal thresholds (below which support it refuses, for a question
+    with a word no page uses and for one without) are the ones that score best: a right answer
+    +1, a wrong one -1, a refusal 0, and for a question the pages cannot answer, refusing +1
+    and answering -1. A wrong answer costs a user more than "I don't know".
 MiniLM; the chunk vectors are cached in .rag_cache, so a second run takes a fraction of the first.
 """
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from rageval import devsets
 from rageval import generation as gen
-from ragkit import chunking, documents, extractive, plumbing, retrieval
+from ragkit import chunking, documents, eval_file, extractive, grounded, plumbing, retrieval
 from ragkit.embeddings import CachedEmbedder, EmbeddingCache
 
 K = 5                                          # passages scored when choosing retrieval
@@ -37,8 +38,7 @@ IN_CONTEXT_GOAL = 0.9                          # ... the fewest that reach this
 WORDS = [60, 100, 150, 200]                    # words of text per chunk at most
 CONTEXTS = [False, True]                       # titles in front when embedding
 HYBRIDS = [0.0, 0.2, 0.3, 0.5]                 # BM25's share of the fused score
-FEATURES = ("meaning", "words", "names", "code", "asks", "rank")   # extractive.scores()' features
-REFUSED_SHARE = 0.08                           # of the answerable questions, refused at most
+FEATURES = ("meaning", "words", "names", "code", "asks", "rank")   # extractive.features()' names
 STRENGTHS = [0.01, 0.1, 1.0]                   # the weights' fit: C, less is smoother
 
 
@@ -63,15 +63,15 @@ def retriever(chunks, vectors, embedder, context: bool, hybrid: float):
 def in_context(gold, retrieve, k: int = K) -> float:
     """The share of answerable questions whose k passages hold every gold fact."""
     answerable = [g for g in gold if g["answerable"]]
-    return float(np.mean([documents.holds_every_fact(retrieve(g["question"], k), g) for g in answerable]))
+    return float(np.mean([eval_file.holds_every_fact(retrieve(g["question"], k), g) for g in answerable]))
 
 
-def retrieval_table(names, embedder, cache) -> dict:
+def retrieval_table(names, embedder, cache, words_grid=WORDS) -> dict:
     """{(words, context, hybrid): {set: answer in context}} over the whole grid."""
     table, store = {}, {}
     for name in names:
         gold = gen.load_gold(devsets.questions(name))
-        for words, context in itertools.product(WORDS, CONTEXTS):
+        for words, context in itertools.product(words_grid, CONTEXTS):
             print(f"{name}: chunks of {words} words, context {context} ...", file=sys.stderr, flush=True)
             chunks, vectors = indexed(name, words, context, embedder, cache, store)
             for hybrid in HYBRIDS:
@@ -114,19 +114,17 @@ def answer_cases(name: str, setting, k: int, embedder, cache, store) -> list[dic
     """Each question of a set with its prompt (k passages, as --docs builds it), the features
     of every candidate sentence, computed once for every fit, and whether the question has a
     word no page uses."""
-    import rag_from_scratch as rag
     words, context, hybrid = setting
     chunks, vectors = indexed(name, words, context, embedder, cache, store)
     retrieve = retriever(chunks, vectors, embedder, context, hybrid)
     stop, known = extractive.stop_words(), extractive.known_words(chunks)
     cases = []
     for item in gen.load_gold(devsets.questions(name)):
-        prompt = rag.rag_answer(item["question"], None, chunks, None, k, retrieve=retrieve,
-                                prompt_fn=documents.build_fenced_prompt)["prompt"]
+        prompt = grounded.grounded_prompt(item["question"], retrieve(item["question"], k))
         question, passages = extractive.read_prompt(prompt)
         candidates = extractive.candidate_sentences(passages, stop)
         idf = extractive.idf_weights([c["words"] for c in candidates])
-        features = extractive.scores(question, candidates, idf, stop, embedder.encode)
+        features = extractive.features(question, candidates, idf, stop, embedder.encode)
         cases.append({"item": item, "candidates": candidates, "features": features,
                       "new_word": not set(extractive.content_words(question, stop)) <= known})
     return cases
@@ -144,27 +142,42 @@ def best_support(case: dict, weights: dict) -> float:
 def fit_answer(cases: list[dict], strength: float = 1.0):
     """(weights, (refuse below, refuse below with a new word)) for the extractive answer, from
     these questions: a logistic regression of "this sentence states every gold fact" on the
-    sentences' features (C=strength); then one of "the question is answerable" on the best
-    sentence's support and whether the question has a word no page uses, cut where it refuses
-    REFUSED_SHARE of the answerable questions."""
+    sentences' features (C=strength); then the two refusal thresholds that score best on
+    these questions (gate_score: a wrong answer costs what a right one earns)."""
     from sklearn.linear_model import LogisticRegression
     rows, labels = [], []
     for case in cases:
         if case["item"]["answerable"]:
             for candidate, features in zip(case["candidates"], case["features"][0]):
                 rows.append([features[f] for f in FEATURES])
-                labels.append(all(p.search(documents.fact_text(candidate["text"])) for p in case["item"]["answer"]))
+                labels.append(all(p.search(eval_file.fact_text(candidate["text"])) for p in case["item"]["answer"]))
     model = LogisticRegression(class_weight="balanced", max_iter=5000, C=strength).fit(np.array(rows), np.array(labels))
     weights = {f: round(float(w), 2) for f, w in zip(FEATURES, model.coef_[0])}
-    x = np.array([[best_support(c, weights), float(c["new_word"])] for c in cases])
-    answerable = np.array([c["item"]["answerable"] for c in cases])
-    gate = LogisticRegression(class_weight="balanced", max_iter=5000).fit(x, answerable)
-    (a, b), c = gate.coef_[0], gate.intercept_[0]
-    if a <= 0:
-        raise RuntimeError("on these questions a better-supported sentence does not mean an answerable question")
-    cut = np.sort(x[answerable] @ [a, b] + c)[int(REFUSED_SHARE * answerable.sum())]
-    down = lambda value: math.floor(value * 100) / 100       # two decimals, never refusing more
-    return weights, (down((cut - c) / a), down((cut - c - b) / a))
+    answered = [(best_support(c, weights), c["new_word"], answered_verdict(c, weights)) for c in cases]
+    return weights, tuple(best_threshold([(s, v) for s, new, v in answered if new == group])
+                          for group in (False, True))
+
+
+GATE_SCORE = {"right": 1, "partial": 0, "wrong": -1, "answered (wrong)": -1}   # answered
+REFUSED_SCORE = {True: 0, False: 1}          # refused: an answerable question 0, an unanswerable +1
+
+
+def answered_verdict(case: dict, weights: dict) -> str:
+    """The verdict of the extractive answer to this question if it is not refused."""
+    return verdicts([case], weights, (-math.inf, -math.inf), each=True)[0]
+
+
+def best_threshold(cases: list[tuple[float, str]]) -> float:
+    """The refusal threshold on support with the best score over (support, verdict if
+    answered) pairs: refusing below it; ties go to the lower one (answering more); two
+    decimals, rounded down."""
+    if not cases:
+        return -math.inf
+    candidates = sorted({-math.inf} | {math.floor(s * 100) / 100 for s, _ in cases} |
+                        {math.floor(s * 100) / 100 + 0.01 for s, _ in cases})
+    def total(t):
+        return sum(REFUSED_SCORE[v != "answered (wrong)"] if s < t else GATE_SCORE.get(v, 0) for s, v in cases)
+    return max(candidates, key=lambda t: (total(t), -t))
 
 
 def choose_strength(cases_by_set: dict) -> float:
@@ -176,16 +189,16 @@ def choose_strength(cases_by_set: dict) -> float:
     return max(STRENGTHS, key=right)
 
 
-def verdicts(cases: list[dict], weights: dict, refuse_below: tuple) -> dict:
-    """verdict -> how many of these questions the extractive answer gets it."""
+def verdicts(cases: list[dict], weights: dict, refuse_below: tuple, each: bool = False):
+    """verdict -> how many of these questions the extractive answer gets it (each=True: the
+    list of verdicts, one a question)."""
     from rageval.devset import counts, verdict
-    refusal = gen.refusal_sentence(documents.DOCS_SYSTEM_PROMPT)
     rows = []
     for case in cases:
         chosen = extractive.pick(case["candidates"], case["features"], weights, refuse_below[case["new_word"]])
-        answer = " ".join(f"{c['text']} [{c['source']}]" for c in chosen) if chosen else refusal
-        rows.append({"verdict": verdict(answer, case["item"], refusal)})
-    return counts(rows)
+        answer = "\n".join(f'"{p}" [{c["source"]}]' for c in chosen for p in c["quote"]) or grounded.REFUSAL
+        rows.append({"verdict": verdict(answer, case["item"], grounded.REFUSAL)})
+    return [r["verdict"] for r in rows] if each else counts(rows)
 
 
 def print_answers(names: list[str], table: dict, embedder, cache) -> None:
@@ -231,12 +244,14 @@ def print_choice(title: str, table: dict, names: list[str], labels) -> None:
 
 def run(args) -> None:
     """Score the grid on every set, then choose by leaving one project out."""
-    names = devsets.available()
+    names = args.sets.split(",") if args.sets else devsets.available()
+    for name in names:
+        devsets.pages(name)                 # an unknown or missing set: one line now
     if len(names) < 3:
         raise RuntimeError(f"tuning needs at least 3 development sets here, found {len(names)}: "
                            f"run `python -m rageval.downloads` once")
     embedder, cache = CachedEmbedder("minilm"), EmbeddingCache(args.cache)
-    table = retrieval_table(names, embedder, cache)
+    table = retrieval_table(names, embedder, cache, args.words)
     print_choice(f"Retrieval: answer in context at k={K}", table, names,
                  lambda s: f"{s[0]} words, context {'on' if s[1] else 'off'}, BM25 share {s[2]}")
     if args.part == "retrieval":
@@ -248,6 +263,10 @@ def parse_args(argv=None):
     """--part, --cache."""
     p = plumbing.OneLineParser(description="Choose the --docs settings, leaving one project out.")
     p.add_argument("--part", choices=["retrieval", "all"], default="all")
+    p.add_argument("--sets", help=f"comma-separated, at least 3, from {', '.join(devsets.SETS)} "
+                                  f"(default: every one here)")
+    p.add_argument("--words", type=plumbing.bounded(int, 10, 2000), nargs="+", default=WORDS,
+                   help="the chunk sizes to try (default: %(default)s)")
     p.add_argument("--cache", help="where encoded chunk vectors are kept (default: .rag_cache)")
     return p.parse_args(argv)
 

@@ -15,7 +15,7 @@ import os
 
 import rag_from_scratch as rag
 from ragkit.plumbing import items_with_deadline, with_deadline
-from ragkit.text import shown
+from ragkit.text import printable
 
 ATTEMPTS = 3                 # botocore standard retry mode: the first try included
 CONNECT_TIMEOUT_S = 5
@@ -50,11 +50,11 @@ ADVICE = {
 }
 
 
-def bedrock_client(region: str = "us-east-1", attempts: int = ATTEMPTS):
-    """A bedrock-runtime client with bounded timeouts and retries, or one clear error."""
+def aws_session(region: str = "us-east-1"):
+    """A boto3 session that has credentials, or one clear error: boto3 missing, a profile
+    that does not exist, no credentials at all. No client is made and nothing is sent."""
     try:
         import boto3
-        from botocore.config import Config
         from botocore.exceptions import ProfileNotFound
     except ImportError:
         raise RuntimeError("boto3 is not installed: run `pip install boto3`") from None
@@ -68,9 +68,29 @@ def bedrock_client(region: str = "us-east-1", attempts: int = ATTEMPTS):
     if credentials is None:
         raise RuntimeError("no AWS credentials found: run `aws configure` (or set AWS_PROFILE, "
                            "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) before --generate")
+    return session
+
+
+def bedrock_client(region: str = "us-east-1", attempts: int = ATTEMPTS):
+    """A bedrock-runtime client with bounded timeouts and retries, or one clear error."""
+    from botocore.config import Config
     config = Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
                     retries={"mode": "standard", "total_max_attempts": attempts})
-    return session.client("bedrock-runtime", config=config)
+    return aws_session(region).client("bedrock-runtime", config=config)
+
+
+def check_model_id(model_id: str) -> None:
+    """ValueError for the placeholder model id (or none)."""
+    if not model_id or model_id.startswith("<"):
+        raise ValueError("Amazon Bedrock needs a real --model-id (a model or inference-profile "
+                         "id enabled in your account), not the placeholder")
+
+
+def check_setup(model_id: str, region: str) -> None:
+    """Before any slow work: the model id is not the placeholder and credentials exist, so a
+    first run fails in a second with what to set up."""
+    check_model_id(model_id)
+    aws_session(region)
 
 
 def explain(exc: Exception, model_id: str, region: str, attempts: int = ATTEMPTS) -> Exception:
@@ -104,9 +124,7 @@ def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
                       deadline_s: float = DEADLINE_S, stream: bool = False):
     """llm_fn(prompt, system_prompt) -> str for Bedrock, bounded in time, with advice on errors;
     stream=True: an iterator of the answer's text pieces (converse_stream)."""
-    if not model_id or model_id.startswith("<"):
-        raise ValueError("Amazon Bedrock needs a real --model-id (a model or inference-profile "
-                         "id enabled in your account), not the placeholder")
+    check_model_id(model_id)
     client = client or bedrock_client(region)
     attempts = (client.meta.config.retries or {}).get("total_max_attempts", ATTEMPTS)
 
@@ -123,7 +141,7 @@ def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
                                              events(prompt, system_prompt), "check your network"):
                 text = event.get("contentBlockDelta", {}).get("delta", {}).get("text")
                 if text:                  # reasoning deltas and metadata events: skipped
-                    yield shown(text)
+                    yield printable(text)
         except Exception as exc:
             raise explain(exc, model_id, region, attempts) from None
 
@@ -131,11 +149,11 @@ def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
         if stream:
             return pieces(prompt, system_prompt)
         try:
-            return shown(with_deadline(f"Amazon Bedrock in {region}", deadline_s,
+            return printable(with_deadline(f"Amazon Bedrock in {region}", deadline_s,
                                        lambda: rag.generate_with_bedrock(prompt, system_prompt, model_id,
                                                                          region, client=client),
                                        f"check your network and that {region} is the right --region"))
         except Exception as exc:
             raise explain(exc, model_id, region, attempts) from None
-    llm_fn.runtime, llm_fn.truncated = "Amazon Bedrock, billed", False
+    llm_fn.runtime, llm_fn.truncated, llm_fn.streams = "Amazon Bedrock, billed", False, stream
     return llm_fn

@@ -4,37 +4,56 @@ hands each one to the file that does its work, with a plain import inside a plai
 
     python rag_from_scratch.py --docs my_notes/ --question "How do I restart the database?"
 
-rag_from_scratch.py parses the tutorial's flags itself and hands a command line with any
-other flag here, whole: main() -> run() -> the rooms below, in this order:
-  --generator, --stream         ragkit/llm.py (extractive, local, openai, bedrock)
-  --docs, --index, --eval       ragkit/documents.py and ragkit/saved_index.py
-  --hybrid, --rerank, --source, --tag, --context, --compare   ragkit/retrieval.py
-then the core's answer_question() shows the chunks, the prompt and the answer.
+rag_from_scratch.py hands a command line with any flag beyond the tutorial's here, whole:
+main() -> run(), which goes through the rooms in this order:
+  --docs, --index              ragkit/folder_index.py (and documents, chunking, saved_index)
+  (or the sample)              the core's index_sample(), or its demo, run_demo()
+  --hybrid, --rerank, --source, --tag, --context   ragkit/better_retrieval.py, ragkit/retrieval.py
+  --eval, --compare            ragkit/eval_file.py, ragkit/better_retrieval.py
+  --question, --generator, --stream   ragkit/llm.py builds the generator, ragkit/answering.py
+                               retrieves, prompts, answers and checks the quotes
 """
 
 import argparse
 
 import rag_from_scratch as rag
-from ragkit import chunking, documents, embeddings, readers, retrieval
+from ragkit import answering, better_retrieval, chunking, documents, embeddings, readers, retrieval
 from ragkit import llm as generators
 from ragkit.plumbing import bounded, run_cli
 
+# What --docs switches on, and the flag that changes each (the values were chosen on the
+# development sets: rageval/tuning.py).
+DOCS_DEFAULTS = {"chunk_size": chunking.WORDS, "k": documents.K, "hybrid": str(retrieval.DOCS_HYBRID),
+                 "context": True}
 
-def parse_args(argv=None):
+
+def per_mode(p, dest: str, docs_value) -> None:
+    """A tutorial flag whose default differs with --docs: its --help states both, and it is
+    left unset (None) until parse_args knows the mode."""
+    for action in p._actions:
+        if action.dest == dest:
+            text = action.help.removesuffix(" (default: %(default)s)")
+            action.help = f"{text} (default: {action.default}; with --docs: {docs_value})"
+            action.default = None
+
+
+def parser():
     """The tutorial's flags (the core's own parser), then the kit's, each group naming the
-    file that does its work."""
+    file that does its work; --help states each default, per mode (docs/flags.md agrees)."""
     p = rag.tutorial_parser()
-    g = p.add_argument_group("answers (ragkit/extractive.py, ragkit/llm.py)")
+    per_mode(p, "chunk_size", chunking.WORDS)
+    per_mode(p, "k", documents.K)
+    g = p.add_argument_group("answers (ragkit/answering.py, ragkit/llm.py, ragkit/extractive.py)")
     g.add_argument("--generator", choices=generators.GENERATORS,
-                   help="write the answer: extractive (no model), local (SmolLM2-135M: a tiny "
-                        "model to watch, not to trust; it got 0 of 30 right on a development set), "
-                        "openai (--llm-url: a real model on llama.cpp's server or Ollama, for real "
-                        "answers), bedrock (Amazon Bedrock, BILLED; --generate says the same)")
-    generators.add_model_arguments(g)   # --llm-url, --llm-model, --api-key-env, --max-tokens, --threads
+                   help="write the answer: extractive (no model: sentences of the passages), local "
+                        "(a model on this machine: Qwen2.5-Coder-1.5B once installed, or "
+                        "--local-model), openai (--llm-url: a server such as llama.cpp's or "
+                        "Ollama), bedrock (Amazon Bedrock, BILLED; --generate says the same). "
+                        "Every answer's quotes are checked against the passages")
+    generators.add_model_arguments(g)   # --llm-url, --llm-model, --api-key-env, --max-tokens, ...
     g.add_argument("--stream", action="store_true",
-                   help="print the answer piece by piece as it is written, then time to first "
-                        "piece and pieces/s")
-    g = p.add_argument_group("your own files (ragkit/documents.py, ragkit/saved_index.py)")
+                   help="print the answer piece by piece as it is written, then check it")
+    g = p.add_argument_group("your own files (ragkit/documents.py, ragkit/folder_index.py)")
     g.add_argument("--docs", metavar="FOLDER", help="use your own files instead of the sample: .md, .txt, "
                                                     "and with their extras .pdf, .html, .docx, .ipynb")
     g.add_argument("--index", metavar="DIR", help="with --docs: save the index here and reuse it")
@@ -47,93 +66,113 @@ def parse_args(argv=None):
                    help=f"with --docs: read at most N pages of each PDF (default: {readers.MAX_PAGES})")
     g.add_argument("--notebook-outputs", action="store_true",
                    help="with --docs: read what the code cells of .ipynb notebooks printed, too")
-    g = p.add_argument_group("better retrieval (ragkit/retrieval.py)")
+    g = p.add_argument_group("better retrieval (ragkit/better_retrieval.py)")
     g.add_argument("--hybrid", nargs="?", const="rrf", metavar="rrf|WEIGHT",
-                   help="fuse BM25 with the vectors: by rank (rrf, the default) or WEIGHT x BM25 + "
-                        "(1 - WEIGHT) x cosine, both rescaled to 0..1")
+                   help="fuse BM25 with the vectors: by rank (rrf, when no value is given) or WEIGHT "
+                        "x BM25 + (1 - WEIGHT) x cosine, both rescaled to 0..1 (default: off; with "
+                        f"--docs: {retrieval.DOCS_HYBRID})")
     g.add_argument("--rerank", nargs="?", const="cross-encoder/ms-marco-MiniLM-L6-v2",
                    metavar="MODEL|FOLDER|auto", help="re-order 4 x k candidates with a cross-encoder "
                                                      "(auto: go on without one if none is installed)")
     g.add_argument("--source", metavar="PREFIX", help="search only files whose path starts with PREFIX")
     g.add_argument("--tag", help="search only files whose front matter lists this tag")
     g.add_argument("--context", action=argparse.BooleanOptionalAction,
-                   help='embed each chunk with its title ("file > heading") in front (the default '
-                        'with --docs: it ranked better on the development set; --no-context: off)')
+                   help='embed each chunk with its title ("file > heading") in front: on the development '
+                        'sets it ranked better (default: off; with --docs: on)')
     g.add_argument("--compare", action="store_true",
                    help="score plain, hybrid, rerank and context side by side (the demo's questions, "
                         "or --eval FILE with --docs)")
-    p.set_defaults(chunk_size=None, k=None)   # the tutorial's, or --docs' own (chosen on real docs)
-    args = p.parse_args(argv)
-    if args.chunk_size is None:
-        args.chunk_size = chunking.WORDS if args.docs else rag.defaults(rag.build_chunks)["chunk_size"]
-    if args.k is None:
-        args.k = documents.K if args.docs else rag.defaults(rag.search)["k"]
-    if args.hybrid is None and args.docs:
-        args.hybrid = str(retrieval.DOCS_HYBRID)
+    return p
+
+
+def parse_args(argv=None):
+    """The flags, each default set for the mode (--docs or the sample)."""
+    args = parser().parse_args(argv)
+    tutorial = {"chunk_size": rag.defaults(rag.build_chunks)["chunk_size"],
+                "k": rag.defaults(rag.search)["k"], "hybrid": None, "context": False}
+    args.given = [name for name in DOCS_DEFAULTS if getattr(args, name) is not None]
+    for name, value in (DOCS_DEFAULTS if args.docs else tutorial).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.generate and args.generator not in (None, "bedrock"):
         raise ValueError("choose one: --generate (Amazon Bedrock, as in the tutorial) or --generator NAME")
     args.generator = "bedrock" if args.generate else args.generator
-    if args.context is None:              # titles in front: the --docs default, measured
-        args.context = bool(args.docs)
     if args.stream and not args.generator:
         raise ValueError("--stream shows an answer as it is written: add --generator NAME")
     return args
 
 
-def better_retrieval(args) -> bool:
-    """True if any flag of ragkit/retrieval.py is given."""
+def better_retrieval_flags(args) -> bool:
+    """True if any flag of ragkit/better_retrieval.py is given."""
     return any(v not in (None, False) for v in (args.hybrid, args.rerank, args.source, args.tag,
                                                  args.context, args.compare))
 
 
 def check_args(args) -> None:
     """Every flag's value, before any slow work: nothing is loaded, started or built here."""
-    rag.check_args(args)
+    rag.check_args(args, corpus=None if args.docs else rag.CORPUS)
     if args.backend == "minilm" or (args.backend == "auto" and embeddings.looks_like_folder(args.model)):
         embeddings.model_for(args.backend, args.model)    # --model: one line now if it cannot load
     if args.docs is not None or args.index is not None or args.eval is not None or args.exclude \
             or args.max_pages is not None or args.notebook_outputs:
-        from ragkit import documents
         documents.check_args(args)
-    if better_retrieval(args):
-        from ragkit import retrieval
-        retrieval.check_args(args)
+    if args.eval:
+        from ragkit import eval_file
+        eval_file.load_eval_file(args.eval)      # a malformed file fails now, not after embedding
+    if better_retrieval_flags(args):
+        better_retrieval.check_args(args)
+    if args.generator:
+        generators.check_generator(args)         # a missing model or key fails now
+
+
+def print_docs_settings(args) -> None:
+    """What --docs switches on, once, with its values and the flag that changes each."""
+    said = {"chunk_size": f"chunks of whole sections up to {args.chunk_size} words (--chunk-size)",
+            "k": f"{args.k} passages a question (--k)",
+            "hybrid": f"hybrid search, {args.hybrid} x BM25 + the rest cosine (--hybrid)",
+            "context": "each chunk embedded with its title in front (--no-context)"}
+    defaults = [said[name] for name in DOCS_DEFAULTS if name not in args.given
+                and (name != "context" or args.context)]
+    if defaults:
+        print("--docs uses: " + "; ".join(defaults))
 
 
 def run(args) -> None:
     """The demo or your own files; then the question, answered if a generator is chosen."""
     check_args(args)
     args.backend, args.model = embeddings.model_for(args.backend, args.model)   # hub id: its folder
-    llm = None
-    if args.generator and args.generator != "extractive":   # first: a missing model or key fails early
-        llm = generators.make_generator(args.generator, args, args.stream)
-    prompt_fn, system_prompt, eval_set = rag.build_prompt, rag.SYSTEM_PROMPT, rag.EVAL_SET
     context = None                        # vectors of each chunk with its title in front
     if args.docs:                         # your own folder instead of the sample
-        from ragkit import saved_index
-        chunks, index, embedder = saved_index.index_folder(args)
+        from ragkit import folder_index
+        print_docs_settings(args)
+        chunks, index, embedder = folder_index.index_folder(args)
         context = index if args.context else None       # --context: the index embeds titles
-        prompt_fn, system_prompt = documents.build_fenced_prompt, documents.DOCS_SYSTEM_PROMPT
-        eval_set = documents.load_eval_file(args.eval, {c["doc_id"] for c in chunks}) if args.eval else None
-        if eval_set:
-            print(f"\n== Retrieval evaluation ({args.eval}) ==")
-            rag.print_evaluation(eval_set, index, chunks, embedder, args.k)
-        elif not args.question:
-            print('next: add --question "..." to ask about these files')
     elif args.question or args.generator:
         chunks, index, embedder = rag.index_sample(args)
     else:
         chunks, index, embedder = rag.run_demo(args)
-    if args.generator == "extractive":    # on your pages it scores sentences with the index's model
-        llm = generators.make_generator(args.generator, args, args.stream, *((embedder, chunks) if args.docs else ()))
-    retrieve = None
-    if better_retrieval(args):            # hybrid, rerank, filters, context, --compare
-        retrieve = retrieval.retriever_for(args, chunks, index, embedder, eval_set, context)
-    if args.docs and eval_set:            # the facts, if the file has them: can any answer be right?
-        documents.print_answer_in_context(eval_set, index, chunks, embedder, args.k, retrieve)
+    chosen = better_retrieval.settings(args, chunks)
+    retrieve = retrieval.make_retriever(chunks, index, embedder, **chosen, context_vectors=context)
+    k = min(args.k, len(chunks) if chosen["allowed"] is None else len(chosen["allowed"]))
+    name = better_retrieval.variant_name(chosen["hybrid"], chosen["reranker"], args.context)
+    eval_set = rag.EVAL_SET
+    if args.docs and args.eval:           # your labelled questions, scored as --question retrieves
+        from ragkit import eval_file
+        eval_set = eval_file.load_eval_file(args.eval, {c["doc_id"] for c in chunks})
+        better_retrieval.print_evaluation(eval_set, retrieve, chunks, k, name, args.eval)
+        eval_file.print_answer_in_context(eval_set, retrieve, k)
+    elif args.docs:
+        eval_set = None
+        if not args.question:
+            print('next: add --question "..." to ask about these files')
+    elif better_retrieval_flags(args) and not (args.question or args.generator):
+        better_retrieval.print_evaluation(eval_set, retrieve, chunks, k, name, "the sample's questions")
+    if args.compare:
+        better_retrieval.print_compare(eval_set, chunks, index, embedder, k, chosen, context)
     if args.question or args.generator:
-        rag.answer_question(args.question or rag.VACATION_Q, chunks, index, embedder, args.k, llm,
-                            retrieve, prompt_fn, system_prompt, flag_uncited=bool(args.docs))
+        retrieve.report = True            # the reranker's time, said on stderr
+        llm = generators.make_generator(args.generator, args, args.stream, embedder, chunks) if args.generator else None
+        answering.ask(args.question or rag.VACATION_Q, retrieve, k, llm)
 
 
 def main(argv=None) -> int:

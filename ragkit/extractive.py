@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import re
 
-import rag_from_scratch as rag
+from ragkit import grounded
 from ragkit.text import in_prose, split_sentences
 
 MIN_SUPPORT = 0.25        # words alone: refuse below this share of the question supported.
@@ -53,37 +53,14 @@ ANSWER_WORDS = 50          # more sentences from the best one's file join it up 
 # ---------------------------------------------------------------------------
 # Reading a prompt back: the extractive generator sees only what an LLM would see
 # ---------------------------------------------------------------------------
-def refusal_sentence(system_prompt: str) -> str | None:
-    """The sentence a system prompt says to reply with exactly, e.g. "I don't know based on ..."."""
-    match = re.search(r"reply exactly:\s*\"([^\"]+)\"", system_prompt or "", flags=re.I)
-    return match.group(1) if match else None
-
-
-TUTORIAL_PASSAGE = re.compile(r"^\[([^\]\n]+)\][^\n]*\n(.*?)(?=\n\n\[[^\]\n]+\][^\n]*\n|\Z)",
-                              flags=re.S | re.M)
-FENCED_PASSAGE = re.compile(r'^<<BEGIN (\w+) source="([^"\n]*)">>\n(.*?)\n<<END \1>>$',
-                            flags=re.S | re.M)
-
-
-def fenced_passages(context: str) -> list[tuple[str, str]]:
-    """(source, text) of each <<BEGIN TAG source="NAME">> ... <<END TAG>> block."""
-    return [(m.group(2), m.group(3)) for m in FENCED_PASSAGE.finditer(context)]
-
-
-def tutorial_passages(context: str) -> list[tuple[str, str]]:
-    """(doc_id, text) of each "[DOC-ID] title" block that build_prompt writes."""
-    context = context.split("Context:\n", 1)[-1]
-    return [(m.group(1), m.group(2).strip()) for m in TUTORIAL_PASSAGE.finditer(context)]
-
-
-def read_prompt(prompt: str) -> tuple[str, list[tuple[str, str]]]:
-    """Split a RAG prompt into its question and its (source, text) passages."""
-    context, found, tail = prompt.rpartition("\nQuestion: ")   # the last one: passages come first
-    if not found:
-        raise ValueError("the prompt has no 'Question:' line: build it with build_prompt "
-                         "or build_fenced_prompt")
-    question = tail.rsplit("\nAnswer:", 1)[0].strip()
-    return question, fenced_passages(context) or tutorial_passages(context)
+def read_prompt(prompt: str) -> tuple[str, list[tuple[str, str, str]]]:
+    """(the question, [(passage number, source, text)]) of a grounded prompt (ragkit/grounded.py)."""
+    question = prompt.rpartition("\nQuestion: ")[2].split("\n", 1)[0].strip()
+    passages = grounded.prompt_passages(prompt)
+    if not question or not passages:
+        raise ValueError("the prompt has no passages or no 'Question:' line: build it with "
+                         "ragkit.grounded.grounded_prompt")
+    return question, [(n, source, text) for n, (source, text) in passages.items()]
 
 
 # ---------------------------------------------------------------------------
@@ -166,11 +143,18 @@ def support(question_words: set, chosen: list[dict], idf: dict) -> float:
 LIST_OR_TABLE = re.compile(r"(?:[-*+]|\d+[.)])\s|\|")     # "- item", "1. step", "| a | b |"
 
 
-def passage_units(text: str) -> list[str]:
-    """A passage's sentences: a line break ends one too. A fenced code block stays with the
-    sentence before it ("Install it:" and the commands), and so do the list items or table
-    rows after a sentence that ends with a colon ("The options are:" and the options). Any
-    other table row comes with the table's header row, which says what its cells mean."""
+REFERS_BACK = re.compile(r"(?:this|that|these|those|it|they|such|there|then|otherwise|outside "
+                         r"(?:of )?(?:this|that|these|those))\b", flags=re.I)   # "Outside those hours, ..."
+
+
+def passage_units(text: str) -> list[dict]:
+    """A passage's sentences, each {"text": what is scored, "quote": the pieces of the passage
+    it quotes, word for word}. A line break ends a sentence too. A fenced code block stays with
+    the sentence before it ("Install it:" and the commands), and so do the list items after a
+    sentence that ends with a colon ("The options are:" and the options). A table row comes
+    with the table's header row, which says what its cells mean (quoted apart: shown once). A
+    sentence that points back ("This ...", "Outside those hours, ...") brings the one before it.
+    A short title line ("Version pin") is scored with the sentence after it, not quoted."""
     units, lines, i, title, introduces, header = [], text.split("\n"), 0, "", False, ""
     while i < len(lines):
         line = lines[i].strip()
@@ -183,24 +167,30 @@ def passage_units(text: str) -> list[str]:
             end = next((j for j in range(i + 1, len(lines)) if lines[j] == "```"), len(lines) - 1)
             block = "\n".join(lines[i:end + 1])
             if units:
-                units[-1] += "\n" + block
+                units[-1]["text"] += "\n" + block
+                units[-1]["quote"][-1] += "\n" + block
             else:
-                units.append(block)
+                units.append({"text": block, "quote": [block]})
             i = end + 1
             continue
         if introduces and LIST_OR_TABLE.match(line):
-            units[-1] += "\n" + line
+            units[-1]["text"] += "\n" + line
+            units[-1]["quote"][-1] += "\n" + line
         elif line.startswith("|"):                       # a table row keeps its header row
             first = i == 0 or not lines[i - 1].strip().startswith("|")
             header = line if first else header
             last = i + 1 == len(lines) or not lines[i + 1].strip().startswith("|")
             if not first or last:                        # a header alone only if it is all
-                units.append(line if first else f"{header}\n{line}")
+                units.append({"text": line if first else f"{header}\n{line}",
+                              "quote": [line] if first else [header, line]})
         else:
             sentences = split_sentences(lines[i])
-            if sentences:
-                units += [title + sentences[0], *sentences[1:]]
-                title = ""
+            for n, sentence in enumerate(sentences):
+                quote = sentence
+                if n and REFERS_BACK.match(sentence):      # its subject is in the one before
+                    quote = f"{sentences[n - 1]} {sentence}"
+                units.append({"text": (title if n == 0 else "") + sentence, "quote": [quote]})
+            title = "" if sentences else title
             introduces = bool(sentences) and sentences[-1].endswith(":")
         i += 1
     return units
@@ -219,38 +209,39 @@ def answers_nothing(sentence: str) -> bool:
     return len(LINKISH.findall(sentence)) * 2 >= len(words)
 
 
-def candidate_sentences(passages: list[tuple[str, str]], stop: frozenset) -> list[dict]:
-    """Every distinct sentence that could answer, in retrieval order, with its source, words,
-    the rank of its passage and whether it names an option, command or API. Square brackets
-    in prose become round ones (only the generator cites); code keeps its own."""
+def candidate_sentences(passages: list[tuple[str, str, str]], stop: frozenset) -> list[dict]:
+    """Every distinct sentence that could answer, in retrieval order, with its passage's number
+    and source, its words, its passage's rank and whether it names an option, command or API.
+    Square brackets in the scored text become round ones (they are no citations); the quote
+    keeps the passage's own words."""
     seen, out = set(), []
-    for rank, (source, text) in enumerate(passages):
-        for sentence in passage_units(in_prose(text, lambda t: t.replace("[", "(").replace("]", ")"))):
+    for rank, (number, source, text) in enumerate(passages):
+        for unit in passage_units(text):
+            sentence = in_prose(unit["text"], lambda t: t.replace("[", "(").replace("]", ")"))
             if sentence not in seen and not answers_nothing(sentence):
                 seen.add(sentence)
-                out.append({"source": source, "text": sentence, "rank": rank,
-                            "words": set(content_words(sentence, stop)),
+                out.append({"number": number, "source": source, "text": sentence, "rank": rank,
+                            "quote": unit["quote"], "words": set(content_words(sentence, stop)),
                             "names": bool(NAMES.search(sentence)), "code": "```" in sentence,
                             "asks": sentence.rstrip().endswith("?")})
     return out
 
 
-def extract_answer(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT,
-                   min_support: float = MIN_SUPPORT, encode=None, weights: dict = WEIGHTS,
-                   refuse_below: tuple = (REFUSE_BELOW, REFUSE_BELOW_NEW_WORD),
+def extract_answer(prompt: str, min_support: float = MIN_SUPPORT, encode=None,
+                   weights: dict = WEIGHTS, refuse_below: tuple = (REFUSE_BELOW, REFUSE_BELOW_NEW_WORD),
                    known_words: set | None = None) -> str:
-    """Answer with the best retrieved sentences, each with [source]; or the system prompt's own
-    refusal sentence. encode(texts) -> unit vectors (MiniLM's) scores by meaning too, refusing
-    below refuse_below[0], or [1] when the question has a word not in `known_words` (the
-    pages'); without encode, by words alone, refusing below `min_support` of the question."""
+    """A reply in the grounded form (ragkit/grounded.py): the best retrieved sentences, each a
+    Quote line with its passage's number, or the refusal. encode(texts) -> unit vectors
+    (MiniLM's) scores by meaning too, refusing below refuse_below[0], or [1] when the question
+    has a word not in `known_words` (the pages'); without encode, by words alone, refusing below
+    `min_support` of the question."""
     stop = stop_words()
     question, passages = read_prompt(prompt)
     candidates = candidate_sentences(passages, stop)
     idf = idf_weights([c["words"] for c in candidates])
-    refusal = refusal_sentence(system_prompt) or "The documents do not answer this question."
     if encode is not None:
         new_word = known_words is not None and not set(content_words(question, stop)) <= known_words
-        chosen = pick(candidates, scores(question, candidates, idf, stop, encode), weights,
+        chosen = pick(candidates, features(question, candidates, idf, stop, encode), weights,
                       refuse_below[new_word])
     else:
         chosen = []
@@ -262,11 +253,11 @@ def extract_answer(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT,
         if chosen and support(set(content_words(question, stop)), chosen, idf) < min_support:
             chosen = []
     if not chosen:
-        return refusal
-    return " ".join(f"{c['text']} [{c['source']}]" for c in chosen)
+        return grounded.REFUSAL
+    return "\n".join(f'Quote: "{piece}" [{c["number"]}]' for c in chosen for piece in c["quote"])
 
 
-def scores(question: str, candidates: list[dict], idf: dict, stop, encode) -> list[dict]:
+def features(question: str, candidates: list[dict], idf: dict, stop, encode) -> list[list[dict]]:
     """For each part of the question, every candidate's features: meaning (the cosine of the
     part and the sentence with its source in front, as --context embeds chunks), words
     (share of the part's rare words), names (an option, command or path), code, asks (a
@@ -330,9 +321,9 @@ def extractive_generator(min_support: float = MIN_SUPPORT, stream: bool = False,
     encode = embedder.encode if embedder is not None and embedder.backend == "minilm" else None
     known = known_words(chunks) if encode and chunks else None
 
-    def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT):
-        answer = extract_answer(prompt, system_prompt, min_support, encode, known_words=known)
-        return iter(re.split(r"(?<=\] )", answer)) if stream else answer
+    def llm_fn(prompt: str, system_prompt: str = grounded.GROUNDED_SYSTEM_PROMPT):
+        answer = extract_answer(prompt, min_support, encode, known_words=known)
+        return iter(answer.splitlines(keepends=True)) if stream else answer
     llm_fn.runtime = "no model" + (", sentences scored by MiniLM" if encode else "")
-    llm_fn.truncated = False
+    llm_fn.truncated, llm_fn.streams = False, stream
     return llm_fn

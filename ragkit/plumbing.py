@@ -7,8 +7,8 @@ scripts kind to bad input and to Ctrl-C.
   run_cli         the one error path: an error is one line on stderr and exit status 1;
   main_for        Ctrl-C is "interrupted" and exit status 130; never a traceback
   leave           how every command exits (after Ctrl-C, without waiting for model threads)
-  held_ctrl_c     the one Ctrl-C policy for threads: a library's threads are started with
-                  Ctrl-C held, so it always reaches Python's main thread
+  threads_without_ctrl_c   a library's threads started with Ctrl-C held, so it reaches
+                  Python's main thread (the one path for Ctrl-C: see its section below)
   with_deadline   the one way to wait on something that may never answer: say what we wait
                   for and for how long, then give up with one line that names what to check
   items_with_deadline   the same for a stream of items (a model's answer as it is written)
@@ -26,7 +26,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from ragkit.text import shown
+from ragkit.text import printable
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
@@ -55,7 +55,7 @@ def bounded(kind, low, high):
 def one_line(exc: BaseException) -> str:
     """An exception's message on one line (some libraries put newlines in theirs), safe to
     print: it may quote a path or a reply with control or bidirectional characters in it."""
-    return shown(" ".join(str(exc).split()), lines=False) or type(exc).__name__
+    return printable(" ".join(str(exc).split()), lines=False) or type(exc).__name__
 
 
 def refuse_empty(args, flags: tuple, what: str = "a value") -> None:
@@ -66,18 +66,17 @@ def refuse_empty(args, flags: tuple, what: str = "a value") -> None:
             raise ValueError(f"--{flag} needs {what}, got an empty string")
 
 
-# == Ctrl-C: one policy =====================================================================
-def interrupted(signum=None, frame=None):
-    """Ctrl-C after the work is done (while Python shuts down): one line, exit 130."""
-    print("interrupted", file=sys.stderr, flush=True)
-    os._exit(EXIT_INTERRUPTED)         # a clean exit could wait on half-made threads
-
-
+# == Ctrl-C: one path ========================================================================
+# Ctrl-C counts while a command's work runs: run_cli turns it into "interrupted" and exit status
+# 130, never a traceback, and the work's `finally` blocks (a model told to stop, a child server
+# ended) run on the way out. Once the work is over, Ctrl-C is held until the process exits: the
+# answer is out, and nothing half-done is left to stop. Threads a library starts are started
+# with Ctrl-C held too (threads_without_ctrl_c), so it reaches Python's main thread, the one
+# that can stop the work.
 @contextmanager
-def held_ctrl_c():
-    """Hold Ctrl-C while a library starts its threads (they inherit the hold, so Ctrl-C only
-    ever reaches Python's main thread), then give Python's own handler back: llama.cpp installs
-    one that waits for its threads and can hang the process."""
+def threads_without_ctrl_c():
+    """Hold Ctrl-C while a library starts its threads (they inherit the hold), then give
+    Python's own handler back: llama.cpp installs one that waits for its threads and can hang."""
     mask = getattr(signal, "pthread_sigmask", None)     # none on Windows: nothing to hold
     handler = signal.getsignal(signal.SIGINT)
     if mask:
@@ -90,15 +89,16 @@ def held_ctrl_c():
             mask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-@contextmanager
-def exit_on_ctrl_c():
-    """Inside the block Ctrl-C exits at once, one line and status 130: for a slow import, where
-    Python's import machinery could swallow a KeyboardInterrupt."""
-    previous = signal.signal(signal.SIGINT, interrupted)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+def caused_by_ctrl_c(exc: BaseException) -> bool:
+    """Did a Ctrl-C start this error? A library may wrap the KeyboardInterrupt it was
+    importing through ("Failed to import ... because of KeyboardInterrupt")."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def run_cli(work, *args) -> int:
@@ -106,28 +106,38 @@ def run_cli(work, *args) -> int:
     returns a number, else 0; 1 after an error (one line on stderr); 130 after Ctrl-C.
 
     A Ctrl-C held since start-up (a terminal's test harness holds it) arrives here, as
-    KeyboardInterrupt, like one pressed during the work; afterwards it is held again, so a
-    Ctrl-C while the script exits reaches leave(): one line, never a traceback."""
+    KeyboardInterrupt, like one pressed during the work. Afterwards Ctrl-C is held: a press
+    while the script exits changes nothing."""
     mask = getattr(signal, "pthread_sigmask", None)
-    held = bool(mask) and signal.SIGINT in mask(signal.SIG_BLOCK, [])
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    status = EXIT_INTERRUPTED
     try:
-        if held:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if mask:
             mask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        status = work(*args)
+        status = outcome(work, args)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        status = EXIT_INTERRUPTED
+    finally:
+        if mask:                         # from here to the exit, Ctrl-C waits (and is dropped)
+            mask(signal.SIG_BLOCK, {signal.SIGINT})
+    if status == EXIT_INTERRUPTED:
+        print("interrupted", file=sys.stderr, flush=True)
+    return status
+
+
+def outcome(work, args) -> int:
+    """work(*args)'s exit status, an error being one line on stderr and status 1."""
+    try:
+        status = work(*args)
+        sys.stdout.flush()
     except BrokenPipeError:                  # `... | head` closed the pipe: not an error, and
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # nothing more to say
         return 0
     except (ValueError, RuntimeError, OSError, ImportError, LookupError) as exc:
+        if caused_by_ctrl_c(exc):
+            raise KeyboardInterrupt from None
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return EXIT_ERROR
-    finally:
-        if held:
-            mask(signal.SIG_BLOCK, {signal.SIGINT})
-        sys.stdout.flush()
     return status if isinstance(status, int) else 0
 
 
@@ -141,18 +151,12 @@ def main_for(run, parse_args):
 
 
 def leave(status: int) -> None:
-    """Exit a command with `status`; after Ctrl-C, do not wait for worker threads (a model
-    server, a stuck network call) that would keep the process alive."""
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if status == EXIT_INTERRUPTED:
-            os._exit(status)
-        signal.signal(signal.SIGINT, interrupted)   # the work is done: a Ctrl-C from here, or one
-        if hasattr(signal, "pthread_sigmask"):      # held since run_cli, is one line and exit 130
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    except KeyboardInterrupt:                       # pressed just as the work ended
-        interrupted()
+    """Exit a command with `status`; after Ctrl-C at once, without waiting for worker threads
+    (a model server, a stuck network call) that would keep the process alive."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if status == EXIT_INTERRUPTED:
+        os._exit(status)
     sys.exit(status)
 
 
@@ -222,18 +226,14 @@ def items_with_deadline(what: str, seconds: float, items, check: str):
 
 
 def progress(items, total: int, what: str, unit: str = ""):
-    """Yield `items`, showing progress on stderr: tqdm's bar on a terminal; in a log (stderr
-    not a terminal) a plain line at every tenth, not hundreds of redrawn frames."""
+    """Yield `items`, showing progress on stderr: tqdm's bar on a terminal; in a log or a pipe
+    (stderr not a terminal) one line as the work starts, not hundreds of redrawn frames."""
     if sys.stderr.isatty():
         from tqdm import tqdm
         yield from tqdm(items, total=total, desc=what, unit=unit, file=sys.stderr, leave=False)
         return
-    step, done = max(1, total // 10), 0
-    for item in items:
-        yield item
-        done += 1
-        if done % step == 0 or done == total:
-            print(f"{what}: {done:,} of {total:,}{unit}", file=sys.stderr, flush=True)
+    print(f"{what}: {total:,}{unit} ...", file=sys.stderr, flush=True)
+    yield from items
 
 
 # == JSON and JSON Lines ====================================================================
@@ -279,7 +279,7 @@ def read_jsonl(path, parse, what: str) -> list:
         raise ValueError(bad[0])
     if bad:
         print("\n".join(bad), file=sys.stderr)
-        raise ValueError(f"{path}: {len(bad)} bad line(s), named above; fix them and run again")
+        raise ValueError(f"{path}: {len(bad)} bad lines, named above; fix them and run again")
     if not items:
         raise ValueError(f"{path} has no questions")
     return items

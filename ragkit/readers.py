@@ -99,9 +99,10 @@ def margin_key(line: str) -> str:
 
 def without_margins(pages: list[list[str]]) -> list[list[str]]:
     """Pages without their running headers and footers: a line among the first or last EDGE
-    of a page that recurs there (numbers aside) on at least half the pages, and on 3 or more."""
+    of a page that recurs there (numbers aside) on at least half the pages, and on 2 or more
+    (a two-page leaflet's header is on both)."""
     counts = Counter(key for lines in pages for key in {margin_key(line) for line in lines[:EDGE] + lines[-EDGE:]})
-    repeated = {key for key, n in counts.items() if n >= max(3, len(pages) / 2)}
+    repeated = {key for key, n in counts.items() if n >= max(2, len(pages) / 2)}
     out = []
     for lines in pages:
         top, bottom = min(EDGE, len(lines)), max(len(lines) - EDGE, min(EDGE, len(lines)))

@@ -1,21 +1,18 @@
 """
-ragkit/retrieval.py: the retrieval maths the experiments and the test-collection scores share.
+ragkit/retrieval.py: the retrieval maths beyond cosine: BM25, fusion, query feedback, intervals,
+reranking, and the kit's retriever made from them.
 
-    from ragkit.retrieval import bm25_matrix, bm25_scores, hybrid_scores, minmax, reciprocal_rank_fusion
     vectorizer, W = bm25_matrix(texts)                # sparse: W[d, t] = BM25 weight of term t in d
     keyword = bm25_scores(["new fathers"], vectorizer, W)
     fused = hybrid_scores(minmax(keyword), minmax(dense), weight=0.3)
     fused = reciprocal_rank_fusion([keyword, dense])  # by rank alone
     q2 = rocchio(q, doc_vectors, q @ doc_vectors.T)   # pseudo-relevance feedback
+    retrieve = make_retriever(chunks, index, embedder, hybrid=0.3, context=True)
 
 Sections 1-4 take and return score matrices (one row per query, one column per document) or
-vectors, so a grid of settings costs matrix products, not new searches. Sections 5-7 bring
-them to rag_from_scratch.py's command line, for the demo corpus and for --docs:
-
-    python rag_from_scratch.py --hybrid rrf --question "How much time off do new fathers get?"
-    python rag_from_scratch.py --docs notes/ --hybrid 0.3 --rerank auto --question "..."
-    python rag_from_scratch.py --docs notes/ --source ops/ --tag database --question "..."
-    python rag_from_scratch.py --context --compare     # plain, hybrid, rerank, context: one table
+vectors, so a grid of settings costs matrix products, not new searches. Section 5 reranks with a
+cross-encoder; section 6 puts it all into one retrieve(question, k). The flags that ask for
+them are ragkit/better_retrieval.py's.
 
 Nothing here loads a model at import; scikit-learn, SciPy and the reranker are imported inside
 the functions that need them.
@@ -30,8 +27,7 @@ import time
 import numpy as np
 
 import rag_from_scratch as rag  # light: NumPy only at import
-from ragkit import chunking, documents, embeddings, readers
-from ragkit.plumbing import refuse_empty
+from ragkit import chunking, embeddings
 
 # == Defaults: the one place they live (the experiments' CLI reads them from here) =========
 BM25_K1 = 1.5            # how quickly repeats of a word stop adding score (rank_bm25's default)
@@ -194,6 +190,20 @@ def paired_bootstrap(before, after, resamples: int = RESAMPLES,
     return (float(diff.mean()), *bootstrap_ci(diff, resamples, seed))
 
 
+def per_question(metrics: dict, key: str) -> list[float]:
+    """One metric's value for each question ("hit", "ndcg", ...), in question order."""
+    return [m[key] for m in metrics["per_question"]]
+
+
+def evaluate_scores(scores: np.ndarray, chunks: list[dict], eval_set: list[dict], k: int) -> dict:
+    """The core's Step 6 metrics for rankings given as scores (row i: question i's score for
+    every chunk), so a grid of settings costs matrix products, not new searches."""
+    row_of = {id(item): row for item, row in zip(eval_set, scores)}
+    questions = [{**item, "question": id(item)} for item in eval_set]   # keyed by row, not text
+    return rag.evaluate_retrieval(questions, None, chunks, None, k=k, retrieve=lambda q, k: [
+        chunks[i] for i in rag.top_k(row_of[q], k)])
+
+
 # == 5. Re-ranking with a cross-encoder ====================================================
 RERANKER = "cross-encoder/ms-marco-MiniLM-L6-v2"
 RERANK_DEPTH = 4         # the reranker sees RERANK_DEPTH x k candidates and keeps k
@@ -217,23 +227,12 @@ def rerank(question: str, candidates: list[dict], texts: list[str], reranker, k:
     import torch
     torch.set_num_threads(1)             # one query: two threads on a busy machine wait on each other
     scores = np.asarray(reranker.predict([(question, t) for t in texts], show_progress_bar=False))
-    return [{**candidates[i], "score": float(scores[i])} for i in np.argsort(-scores, kind="stable")[:k]]
+    return [{**candidates[i], "score": float(scores[i]), "rerank": float(scores[i])}
+            for i in np.argsort(-scores, kind="stable")[:k]]
 
 
-# == 6. A retriever for the command line: filters, context, hybrid, rerank =================
-def hybrid_setting(value: str):
-    """--hybrid's value: "rrf", or the BM25 share of a weighted sum as a float in [0, 1]."""
-    if value.strip().lower() == "rrf":
-        return "rrf"
-    try:
-        if 0 <= float(value) <= 1:
-            return float(value)
-    except ValueError:
-        pass
-    raise ValueError(f"--hybrid takes rrf or a BM25 weight between 0 and 1 (e.g. 0.3), got {value!r}")
-
-
-def passes(doc: dict, source: str | None, tag: str | None) -> bool:
+# == 6. A retriever: filters, context, hybrid, rerank ========================================
+def in_filters(doc: dict, source: str | None, tag: str | None) -> bool:
     """True if a document (or chunk) is under --source PREFIX and carries --tag TAG."""
     prefix = (source or "").removeprefix("./")
     tags = {t.casefold() for t in doc.get("tags") or ()}
@@ -245,7 +244,7 @@ def check_filters(docs: list[dict], source: str | None, tag: str | None) -> None
     if tag is not None and not any(d.get("tags") for d in docs):
         raise ValueError(f"--tag {tag}: no file has tags; add `tags: [a, b]` to the front matter "
                          f"(a '---' block at the top of a .md file)")
-    if not any(passes(d, source, tag) for d in docs):
+    if not any(in_filters(d, source, tag) for d in docs):
         asked = " and ".join(f"--{f} {v}" for f, v in (("source", source), ("tag", tag)) if v is not None)
         tags = sorted({t for d in docs for t in d.get("tags") or ()})
         hint = f"tags in these files: {', '.join(tags[:8])}" if tag is not None else \
@@ -253,21 +252,35 @@ def check_filters(docs: list[dict], source: str | None, tag: str | None) -> None
         raise ValueError(f"{asked} matches no document ({hint})")
 
 
-def first_stage(question: str, index, embedder, bm25=None, hybrid=None) -> np.ndarray:
-    """Every chunk's score: the cosine of Step 3, or its fusion with BM25."""
+def first_stage(question: str, index, embedder, bm25=None, hybrid=None):
+    """(every chunk's score, its cosine, its BM25 or None): the cosine of Step 3, or its fusion
+    with BM25 (by rank, or a weighted sum of both rescaled to 0..1)."""
     dense = np.asarray(index @ embedder.encode([question])[0]).ravel()
     if hybrid is None:
-        return dense
+        return dense, dense, None
     keyword = bm25_scores([question], *bm25)[0]
     if hybrid == "rrf":
-        return reciprocal_rank_fusion([keyword, dense])
-    return hybrid_scores(minmax(keyword), minmax(dense), hybrid)
+        return reciprocal_rank_fusion([keyword, dense]), dense, keyword
+    return hybrid_scores(minmax(keyword), minmax(dense), hybrid), dense, keyword
+
+
+def ranking_name(hybrid=None, reranker=None) -> str:
+    """What orders a retriever's results, in words a learner can read."""
+    if reranker is not None:
+        return "ranked by a cross-encoder reading question and chunk together"
+    if hybrid == "rrf":
+        return "ranked by reciprocal rank fusion of BM25 and cosine (1/(60 + rank), summed)"
+    if hybrid is not None:
+        return (f"ranked by {hybrid:g} x BM25 + {1 - hybrid:g} x cosine, each rescaled to 0..1 "
+                f"over all chunks")
+    return "ranked by cosine similarity"
 
 
 def make_retriever(chunks: list[dict], index, embedder, hybrid=None, reranker=None,
                    context: bool = False, allowed=None, context_vectors=None):
-    """fn(question, k) -> the k best chunks with their "score": filter, fuse, then rerank;
-    fn.timing counts the seconds reranking took and the queries it served."""
+    """fn(question, k) -> the k best chunks with their "score" (what ranked them), "cosine" and,
+    with hybrid, "bm25": filter, fuse, then rerank. fn.ranking says what ranks them; fn.timing
+    counts the seconds reranking took and the queries it served."""
     texts = chunking.with_context(chunks) if context else [c["text"] for c in chunks]
     if context and context_vectors is not None:      # made already (--docs embeds titles)
         index = context_vectors
@@ -278,9 +291,11 @@ def make_retriever(chunks: list[dict], index, embedder, hybrid=None, reranker=No
     allowed = np.arange(len(chunks)) if allowed is None else np.asarray(allowed)
 
     def retrieve(question: str, k: int) -> list[dict]:
-        scores = first_stage(question, index, embedder, bm25, hybrid)[allowed]   # filter first
+        scores, dense, keyword = (v if v is None else v[allowed]          # filter first
+                                  for v in first_stage(question, index, embedder, bm25, hybrid))
         best = rag.top_k(scores, min(RERANK_DEPTH * k if reranker else k, len(allowed)))
-        found = [{**chunks[allowed[p]], "score": float(scores[p])} for p in best]
+        found = [{**chunks[allowed[p]], "score": float(scores[p]), "cosine": float(dense[p]),
+                  **({} if keyword is None else {"bm25": float(keyword[p])})} for p in best]
         if reranker is None:
             return found
         start = time.perf_counter()
@@ -293,147 +308,5 @@ def make_retriever(chunks: list[dict], index, embedder, hybrid=None, reranker=No
         return found
 
     retrieve.timing, retrieve.report = {"seconds": 0.0, "queries": 0}, False
-    return retrieve
-
-
-# == 7. Scoring the variants side by side; the retriever the command line asks for =========
-def variant_name(hybrid=None, reranker=None, context: bool = False) -> str:
-    """A row label: "plain", "hybrid rrf", "hybrid 0.3 + rerank + context", ..."""
-    parts = ([f"hybrid {hybrid}"] if hybrid is not None else []) + (["rerank"] if reranker else []) \
-        + (["context"] if context else [])
-    return " + ".join(parts) or "plain"
-
-
-def compare_variants(eval_set, chunks, index, embedder, k, hybrid="rrf", reranker=None, allowed=None,
-                     context_vectors=None):
-    """{name: metrics} for plain, hybrid, rerank (if a reranker is given), context, and all."""
-    settings = [{}, {"hybrid": hybrid}] + ([{"reranker": reranker}] if reranker else []) \
-        + [{"context": True}, {"hybrid": hybrid, "reranker": reranker, "context": True}]
-    rows = {}
-    for chosen in settings:
-        retrieve = make_retriever(chunks, index, embedder, allowed=allowed, **chosen,
-                                  context_vectors=context_vectors)
-        metrics = rag.evaluate_retrieval(eval_set, None, None, None, k=k, retrieve=retrieve)
-        rows[variant_name(**chosen)] = {**metrics, "timing": retrieve.timing}
-    return rows
-
-
-def per_question(metrics: dict, key: str) -> list[float]:
-    """One metric's value for each question ("hit", "ndcg", ...), in question order."""
-    return [m[key] for m in metrics["per_question"]]
-
-
-def evaluate_scores(scores: np.ndarray, chunks: list[dict], eval_set: list[dict], k: int) -> dict:
-    """The core's Step 6 metrics for rankings given as scores (row i: question i's score for
-    every chunk), so a grid of settings costs matrix products, not new searches."""
-    row_of = {id(item): row for item, row in zip(eval_set, scores)}
-    questions = [{**item, "question": id(item)} for item in eval_set]   # keyed by row, not text
-    return rag.evaluate_retrieval(questions, None, chunks, None, k=k, retrieve=lambda q, k: [
-        chunks[i] for i in rag.top_k(row_of[q], k)])
-
-
-def print_comparison(rows: dict, k: int) -> None:
-    """One line per variant: hit@1, hit/recall/MRR/nDCG at k, nDCG's interval and its gain over plain."""
-    width = max(len(name) for name in rows) + 2
-    print(f"{'variant':<{width}}hit@1  hit@{k}  recall@{k}  mrr@{k}  ndcg@{k}  "
-          f"ndcg 95% CI    ndcg - plain [95% CI]")
-    plain = per_question(rows["plain"], "ndcg")
-    for name, m in rows.items():
-        low, high = bootstrap_ci(per_question(m, "ndcg"))
-        line = (f"{name:<{width}}{m['hit1']:.2f}   {m['hit_rate']:.2f}   {m['recall']:.2f}      "
-                f"{m['mrr']:.2f}   {m['ndcg']:.2f}    [{low:.2f}, {high:.2f}]")
-        if name != "plain":
-            diff, low, high = paired_bootstrap(plain, per_question(m, "ndcg"))
-            line += f"   {diff:+.2f} [{low:+.2f}, {high:+.2f}]"
-        print(line)
-    timed = [m["timing"] for m in rows.values() if m["timing"]["queries"]]
-    if timed:
-        ms = 1000 * timed[0]["seconds"] / timed[0]["queries"]
-        print(f"reranking added {ms:.1f} ms per query ({RERANK_DEPTH * k} candidates, 1 thread, "
-              f"this machine and this reranker)")
-
-
-def print_variant(eval_set, retrieve, k: int, name: str) -> None:
-    """The Step 6 line for the chosen retrieval, so it reads beside the plain one."""
-    m = rag.evaluate_retrieval(eval_set, None, None, None, k=k, retrieve=retrieve)
-    plural = "s" if len(eval_set) != 1 else ""
-    print(f"\n== Retrieval evaluation with {name} ({len(eval_set)} question{plural}) ==")
-    print(f"k={k}: hit_rate={m['hit_rate']:.2f}  recall={m['recall']:.2f}  precision={m['precision']:.2f}  "
-          f"mrr={m['mrr']:.2f}  ndcg={m['ndcg']:.2f}  (hit@1 of this ranking: {m['hit1']:.2f})")
-    if retrieve.timing["queries"]:
-        ms = 1000 * retrieve.timing["seconds"] / retrieve.timing["queries"]
-        print(f"reranking added {ms:.1f} ms per query")
-
-
-def check_args(args) -> None:
-    """--hybrid, --rerank, --source, --tag, --context, --compare: the values, before slow work."""
-    refuse_empty(args, ("source", "tag", "rerank"))
-    if args.hybrid is not None:
-        hybrid_setting(args.hybrid)
-    if args.compare and args.docs and not args.eval:
-        raise ValueError("--compare with --docs needs --eval FILE: questions labelled with the files "
-                         "that answer them")
-    if args.source is not None or args.tag is not None:
-        docs = rag.CORPUS
-        if args.docs:
-            import contextlib
-            import io
-            with contextlib.redirect_stderr(io.StringIO()):   # its [skip] lines come later, once
-                docs = documents.load_documents(args.docs, args.exclude,
-                                                args.max_pages or readers.MAX_PAGES, args.notebook_outputs)
-        check_filters(docs, args.source, args.tag)
-    if args.rerank not in (None, "auto") and not embeddings.model_folder(args.rerank):
-        if embeddings.looks_like_folder(args.rerank):
-            raise FileNotFoundError(f"model folder not found: {args.rerank} (give a folder holding "
-                                    f"config.json)")
-        raise RuntimeError(f"no local copy of the reranker {args.rerank}: {GET_RERANKER}")
-
-
-def reranker_for(value: str, without: str = "--rerank auto: going on without reranking"):
-    """The reranker --rerank asks for; with auto, None (and one line) when none can be had."""
-    if value != "auto":
-        return load_reranker(value)
-    try:
-        return load_reranker(RERANKER)
-    except (RuntimeError, OSError) as exc:
-        why = str(exc).split(" (or --rerank auto")[0]
-        print(f"[info] {without} ({why})", file=sys.stderr)
-        return None
-
-
-def allowed_rows(chunks: list[dict], source: str | None, tag: str | None):
-    """Indices of the chunks the filters keep, or None without filters."""
-    if source is None and tag is None:
-        return None
-    check_filters(chunks, source, tag)
-    rows = [i for i, c in enumerate(chunks) if passes(c, source, tag)]
-    print(f"searching {len(rows)} of {len(chunks)} chunks (" + " ".join(
-        f"--{f} {v}" for f, v in (("source", source), ("tag", tag)) if v is not None) + ")")
-    return np.array(rows)
-
-
-def retriever_for(args, chunks: list[dict], index, embedder, eval_set, context_vectors=None):
-    """The retriever the flags ask for; scored on eval_set when there is one, and compared
-    with the other variants under --compare. context_vectors: --context's, if already made."""
-    fusion = hybrid_setting(args.hybrid) if args.hybrid is not None else None
-    reranker = reranker_for(args.rerank) if args.rerank else None
-    allowed = allowed_rows(chunks, args.source, args.tag)
-    chosen = {"hybrid": fusion, "reranker": reranker, "context": args.context}
-    k = min(args.k, len(chunks) if allowed is None else len(allowed))
-    retrieve = make_retriever(chunks, index, embedder, **chosen, allowed=allowed,
-                              context_vectors=context_vectors)
-    shown = "context" if context_vectors is not None else "plain"   # what Step 6's lines scored
-    if (variant_name(**chosen) != shown or allowed is not None) and eval_set and not args.question:
-        print_variant(eval_set, retrieve, k, variant_name(**chosen))
-    retrieve.report = True
-    if args.compare:
-        reranker = reranker or (None if args.rerank else reranker_for(
-            "auto", "--compare: no rerank rows without a reranker"))
-        print(f"\n== Retrieval variants side by side ({len(eval_set)} questions, k={k}, "
-              f"backend={embedder.backend}) ==")
-        plain = index if context_vectors is None else None   # --docs embedded titles: made anew
-        rows = compare_variants(eval_set, chunks, plain, embedder, k,
-                                fusion if fusion is not None else "rrf", reranker, allowed,
-                                context_vectors)
-        print_comparison(rows, k)
+    retrieve.ranking = ranking_name(hybrid, reranker)
     return retrieve

@@ -1,13 +1,14 @@
 """
-ragkit/saved_index.py: the index of your own files, saved (--index DIR) and reused.
+ragkit/saved_index.py: an index saved to disk (--index DIR) and read back, trusting nothing.
 
-    chunks, index, embedder = index_folder(args)      # --docs FOLDER [--index DIR] [--no-context]
+    save_index("my_index", index, chunks, meta)
+    index, chunks, saved, why = load_index("my_index", meta)   # why: None, or why to rebuild
 
-Each chunk is embedded once, as the variant in use reads it: with its title in front under
---context (the --docs default), else its text alone. A saved index is rebuilt, with the reason
-said, when its inputs change: the backend, the model (its name and weights), the chunk size,
---context or the reader; when only files changed, MiniLM re-embeds just the chunks of those
-files. A question on an unchanged index re-reads no file into chunks and embeds nothing.
+Three files: the vectors (vectors.npy, or vectors.npz for TF-IDF's sparse rows), chunks.json
+and meta.json (the settings the index was made with and a hash of every file). load_index says
+why an index must be rebuilt: a setting changed (the backend, the model, the chunk size,
+--context, the reader), or a file is missing or damaged. ragkit/folder_index.py decides what
+to build from that.
 
 Every file is written whole under the folder's lock (ragkit/storage.py), meta.json last, and
 read back only when it is a plain file of sane size whose checksum matches, with the shapes,
@@ -23,13 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-import rag_from_scratch as rag
-from ragkit import chunking, documents, readers
-from ragkit.embeddings import model_identity, question_embedder, use_threads
 from ragkit.plumbing import parse_json
 from ragkit.storage import (INDEX_FORMAT, claim_folder, folder_lock, read_plain_file, sha256_bytes,
                             write_atomic)
-from ragkit.text import shown
+from ragkit.text import printable
 
 CHUNKS, META = "chunks.json", "meta.json"
 VECTOR_FILES = ("vectors.npy", "vectors.npz")
@@ -42,21 +40,6 @@ SETTINGS = [("backend", "the backend changed"), ("model", "the model changed"),
             ("chunk_size", "the chunk size changed"), ("context", "--context changed"),
             ("reader", "the way files are read changed")]
 CHUNK_KEYS = ("chunk_id", "doc_id", "title", "text")
-
-
-def fingerprint(docs: list[dict]) -> str:
-    """A short hash of every document's id and text: it changes when any file changes."""
-    return sha256_bytes("".join(f"{d['doc_id']}\0{d['text']}\0" for d in docs).encode("utf-8"))[:16]
-
-
-def file_hashes(docs: list[dict]) -> dict:
-    """doc_id -> hash of its text, so an update can tell which files changed."""
-    return {d["doc_id"]: sha256_bytes(d["text"].encode("utf-8"))[:16] for d in docs}
-
-
-def embedded_texts(chunks: list[dict], context: bool) -> list[str]:
-    """What the model reads of each chunk: its title in front under --context."""
-    return chunking.with_context(chunks) if context else [c["text"] for c in chunks]
 
 
 # == Saving =================================================================================
@@ -183,78 +166,3 @@ def load_index(folder, meta: dict):
             return None, None, None, f"{what} ({saved.get(key)} -> {meta.get(key)})"
     changed = saved.get("fingerprint") != meta["fingerprint"]
     return index, chunks, saved, "the documents changed" if changed else None
-
-
-# == Building and updating ==================================================================
-def embed_reusing(texts: list[str], embedder, old_texts: list[str], old_vectors):
-    """(vectors, embedded, reused): MiniLM vectors of `texts`, reusing the rows of `old_vectors`
-    whose text is unchanged (a MiniLM vector depends on its own text: equal to a fresh build)."""
-    row_of = {t: i for i, t in enumerate(old_texts)}
-    rows = [row_of.get(t) for t in texts]
-    keep = [i for i, r in enumerate(rows) if r is not None]
-    todo = [i for i, r in enumerate(rows) if r is None]
-    vectors = np.empty((len(texts), old_vectors.shape[1]), dtype=np.float32, order="F")
-    vectors[keep] = old_vectors[[rows[i] for i in keep]]
-    if todo:
-        vectors[todo] = embedder.encode([texts[i] for i in todo])
-    return vectors, len(todo), len(keep)
-
-
-def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, context: bool):
-    """MiniLM vectors of `chunks`, embedding only the chunks of changed or new files."""
-    index, embedded, reused = embed_reusing(embedded_texts(chunks, context), embedder,
-                                            embedded_texts(saved_chunks, context), saved_index)
-    old_files, new_files = saved.get("files") or {}, meta["files"]
-    changed = len({documents.file_of(f) for f in set(old_files) | set(new_files)   # a PDF's pages: one file
-                   if old_files.get(f) != new_files.get(f)})
-    print(f"updated the index: {changed} file(s) changed or removed, {embedded} chunks embedded, "
-          f"{reused} reused")
-    return index
-
-
-def index_folder(args):
-    """(chunks, index, embedder) for a folder: the saved index when nothing changed, else the
-    chunks made again and only what changed embedded; the index embeds the variant in use."""
-    docs = documents.load_documents(args.docs, args.exclude, args.max_pages or readers.MAX_PAGES,
-                                    args.notebook_outputs)
-    backend = "tfidf" if args.backend == "tfidf" else "minilm"   # cli.py checked that MiniLM loads
-    minilm = backend == "minilm"
-    meta = {"backend": backend, "model": model_identity(backend, args.model),
-            "chunk_size": args.chunk_size, "context": bool(args.context), "reader": READER,
-            "fingerprint": fingerprint(docs), "files": file_hashes(docs)}
-    files = len({documents.file_of(d["doc_id"]) for d in docs})      # a PDF is one file of many pages
-    saved_index, saved_chunks, saved, why = (load_index(args.index, meta) if args.index
-                                             else (None, None, None, "no --index"))
-    if why is None:                       # nothing changed: only questions to embed from here
-        embedder = question_embedder(args.model) if minilm else rag.Embedder("tfidf")
-        embedder.fit(embedded_texts(saved_chunks, args.context))  # TF-IDF relearns its vocabulary
-        width = embedder.model.get_sentence_embedding_dimension() if minilm else len(embedder.model.vocabulary_)
-        if saved_index.shape[1] != width:                                 # not this model's vectors
-            why, saved_index = "the saved vectors do not fit the model", None
-    if why is None:
-        chunks, index = saved_chunks, saved_index
-        print(f"{files} files -> {len(chunks)} chunks: loaded the saved index from {shown(args.index, lines=False)} "
-              f"(not re-embedded)")
-    else:
-        embedder = rag.Embedder(backend, args.model)
-        chunks = chunking.document_chunks(docs, args.chunk_size, chunking.model_fits(embedder))
-        print(f"{files} files -> {len(chunks)} chunks (sections whole up to {args.chunk_size} "
-              f"words and what the model reads; code, lists and tables kept with their lead-in)")
-        documents.print_biggest_file(chunks)          # before the wait: a huge file shows here
-        if saved_index is not None and minilm:     # TF-IDF's words depend on every file: it refits
-            index = update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, args.context)
-        else:
-            print(f"building the index: {why}" if args.index else "building the index ...")
-            index = rag.build_index([{"text": t} for t in embedded_texts(chunks, args.context)], embedder)
-        if args.index:
-            save_index(args.index, index, chunks, meta)
-            print(f"saved the index to {shown(args.index, lines=False)}")
-    print(f"backend={embedder.backend}  index shape={index.shape}" + ("  (titles in front)" if args.context else ""))
-    if minilm and why is not None:  # a saved index said it when it was built
-        model = embedder.model
-        report = documents.truncation(embedded_texts(chunks, args.context), model.tokenizer,
-                                      model.max_seq_length)
-        print(documents.truncation_line(report), file=sys.stderr)
-    if minilm:
-        use_threads(1)              # questions from here: on a busy laptop a second thread waits
-    return chunks, index, embedder

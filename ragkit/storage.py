@@ -22,7 +22,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from ragkit.text import shown
+from ragkit.text import printable
 
 OWNER = "rag_from_scratch"            # the mark: metadata created_by=OWNER, or this file
 MARK_FILE = ".rag_from_scratch"       # in every folder the kit creates
@@ -85,20 +85,25 @@ def claim_folder(folder, flag: str) -> Path:
     return folder
 
 
-def write_atomic(path, data: bytes) -> str:
-    """Write `data` to `path` all or nothing (a unique temporary name, renamed); return its SHA-256."""
+def write_atomic(path, data, check=None) -> str | None:
+    """Write `data` to `path` all or nothing (a unique temporary name, renamed); return its
+    SHA-256. `data` may also be an iterable of byte blocks (a file too big to hold), and
+    check(), if given, runs before the rename: an error there leaves `path` as it was."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=PARTIAL)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for block in [data] if isinstance(data, bytes) else data:
+                f.write(block)
             f.flush()
             os.fsync(f.fileno())
+        if check is not None:
+            check()
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return sha256_bytes(data)
+    return sha256_bytes(data) if isinstance(data, bytes) else None
 
 
 @contextmanager
@@ -112,7 +117,7 @@ def folder_lock(folder):
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        print(f"waiting for another run to finish saving in {shown(str(folder), lines=False)} (up to {LOCK_WAIT_S} s) ...",
+        print(f"waiting for another run to finish saving in {printable(str(folder), lines=False)} (up to {LOCK_WAIT_S} s) ...",
               file=sys.stderr, flush=True)
         try:
             lock.acquire(timeout=LOCK_WAIT_S)

@@ -1,9 +1,11 @@
 """
 ragkit/text.py: text the kit prints, and text it cuts into sentences; the ground floor.
 
-  shown(text)             safe to print: control characters written out, so a file, a page or
+  printable(text)             safe to print: control characters written out, so a file, a page or
                           a model's reply cannot drive the terminal
   split_sentences(text)   "Install it. Then run it." -> ["Install it.", "Then run it."]
+  sentence_ends(text)     where those breaks are, for a reader that cuts a text in place
+  plural(n, "file")       "1 file", "2 files"
   in_prose(text, fn)      fn applied to the text outside code, so `pkg[extra]` and a TOML
                           [table] are never read as citations or changed
 
@@ -21,7 +23,7 @@ CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\r\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f
 CONTROL_OR_BREAK = re.compile(CONTROL.pattern[:-1] + r"\t\n]")
 
 
-def shown(text: str, lines: bool = True) -> str:
+def printable(text: str, lines: bool = True) -> str:
     """Text safe to print: control, bidirectional and zero-width characters written out
     (\\x1b, \\u202e), a Windows line end read as a line end; lines=False also writes out line
     breaks, so a name cannot forge a printed line."""
@@ -42,18 +44,32 @@ ABBREVIATIONS = {"e.g.", "i.e.", "etc.", "vs.", "cf.", "approx.", "incl.", "no."
                  "al.", "ca."}
 
 
+def sentence_ends(text: str) -> list[tuple[int, int]]:
+    """(end of a sentence, start of the next) for each break in `text`: after '.', '!' or '?'
+    and a space, but not after an abbreviation ("e.g.") or an initial ("J. Smith"), and never
+    inside a dotted name ("id.kestrelwood.example": no space follows its dots). The one
+    sentence splitter of the kit: chunks, the extractive answer and the reply guard use it."""
+    ends = []
+    for space in re.finditer(r"(?<=[.!?])\s+", text):
+        last = text[:space.start()].rsplit(None, 1)[-1].lstrip("([\"'").lower()
+        if last not in ABBREVIATIONS and not re.fullmatch(r"[a-z]\.", last):
+            ends.append((space.start(), space.end()))
+    return ends
+
+
 def split_sentences(text: str) -> list[str]:
-    """Cut after '.', '!' or '?' followed by a space, but not after an abbreviation or an
-    initial: split_sentences("Use a tool, e.g. pip. Done.") -> ["Use a tool, e.g. pip.", "Done."]
-    ("id.kestrelwood.example" stays whole: no space follows its dots)."""
-    sentences = []
-    for piece in re.split(r"(?<=[.!?])\s+", text.strip()):
-        last = sentences[-1].rsplit(None, 1)[-1].lstrip("([\"'").lower() if sentences else ""
-        if last in ABBREVIATIONS or re.fullmatch(r"[a-z]\.", last):
-            sentences[-1] += " " + piece                 # "e.g. pip": one sentence, not two
-        elif piece:
-            sentences.append(piece)
-    return sentences
+    """The sentences of a text: split_sentences("Use a tool, e.g. pip. Done.") ->
+    ["Use a tool, e.g. pip.", "Done."]."""
+    text, starts, sentences = text.strip(), [0], []
+    for end, start in sentence_ends(text):
+        sentences.append(text[starts[-1]:end])
+        starts.append(start)
+    return [s for s in sentences + [text[starts[-1]:]] if s]
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """A count and its noun: plural(1, "file") -> "1 file", plural(3, "file") -> "3 files"."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
 
 
 CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", flags=re.S)    # a fenced block or a `span`

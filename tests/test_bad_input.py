@@ -125,6 +125,9 @@ ROWS = [
     ("rageval.quantized", "--rescore abc", "invalid int value"),
     ("rageval.quantized", "--collection {missing}", "collection folder not found"),
     # rageval/generation.py
+    ("rageval.answer_tuning", "--sets nope", "unknown development set 'nope'"),
+    ("rageval.answer_tuning", "--collect --threads 0", "argument --threads: 0 is not between 1 and"),
+    ("rageval.answer_tuning", "--collect --local-model {missing}", "model file not found"),
     ("rageval.generation", "--bogus", "unrecognized arguments"),
     ("rageval.generation", "--generators nope", "unknown generator 'nope'"),
     ("rageval.generation", "--k 0 --generators extractive", "argument --k: 0 is not between 1 and 100"),

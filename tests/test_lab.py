@@ -336,10 +336,10 @@ def test_cheat_sheet_generation_figures_are_task5s_table():
     sheet = (LAB / "CHEATSHEET.md").read_text()
     table = (LAB / "TASK5_generation.md").read_text()
     extractive = re.search(r"^extractive +\S+ +(\S+) +\S+ +(\S+) +\S+ +(\S+)", table, flags=re.M)
-    local = re.search(r"^local +\S+ +(\S+) +\S+ +(\S+)", table, flags=re.M)
-    assert extractive.groups() == ("0.80", "1.00", "0.80") and local.groups() == ("0.20", "0.53")
+    local = re.search(r"^local +\S+ +(\S+) +\S+ +\S+ +\S+ +(\S+)", table, flags=re.M)
+    assert extractive.groups() == ("0.80", "1.00", "0.80") and local.groups() == ("0.00", "1.00")
     assert ("facts 0.80, faithful 1.00, refusal R 0.80" in sheet
-            and "facts 0.20, faithful 0.53" in sheet)
+            and "facts 0.00, refusal R 1.00" in sheet)
 
 
 def test_the_quiz_and_the_instructor_notes_give_one_plan():

@@ -13,21 +13,24 @@ ROOT = Path(__file__).resolve().parent.parent
 FLOORS = {
     # 0-1: the ground floor: the lesson itself, and the plumbing every script shares
     "rag_from_scratch": 0, "ragkit.text": 0, "ragkit.plumbing": 1,
-    # 1-2: storage, then the embedding models and their cached vectors
+    # 1-2: storage and files on disk: saved indexes, embedding models, model files, readers;
+    # the grounded prompt and its quote check
     "ragkit.storage": 1, "ragkit.markdown": 1,
-    "ragkit.embeddings": 2, "ragkit.readers": 2,
-    # 3-4: your own files as chunks; the shared flags
-    "ragkit.documents": 3, "ragkit.chunking": 3, "ragkit.arguments": 3,
-    "ragkit.saved_index": 4, "ragkit.retrieval": 4, "ragkit.extractive": 4, "ragkit.bedrock": 4,
-    "ragkit.chat_http": 4,
-    # 5-6: the generators, then the command line on top
-    "ragkit.llm": 5,
+    "ragkit.embeddings": 2, "ragkit.readers": 2, "ragkit.saved_index": 2, "ragkit.gguf": 2,
+    "ragkit.grounded": 2,
+    # 3-4: your own files as chunks; the shared flags; what the kit shows of an answer
+    "ragkit.documents": 3, "ragkit.chunking": 3, "ragkit.arguments": 3, "ragkit.guard": 3,
+    "ragkit.answering": 3,
+    "ragkit.eval_file": 4, "ragkit.folder_index": 4, "ragkit.retrieval": 4, "ragkit.extractive": 4,
+    "ragkit.bedrock": 4, "ragkit.chat_http": 4,
+    # 5-6: the generators and the retrieval flags, then the command line on top
+    "ragkit.llm": 5, "ragkit.better_retrieval": 5,
     "ragkit.cli": 6,
     # 7-: the scripts: evaluation, the design card's companions, benchmarks, the lab
     "rageval.ir_collection": 7, "rageval.downloads": 7, "rageval.devsets": 8,
     "rageval.ir_scores": 9, "rageval.generation": 9,
-    "rageval.devset": 10, "rageval.tuning": 11, "rageval.quantized": 10, "rag_experiments": 10, "rag_vector_db": 10,
-    "verify_bedrock_request": 10,
+    "rageval.devset": 10, "rageval.tuning": 11, "rageval.answer_tuning": 11, "rageval.quantized": 10,
+    "rag_experiments": 10, "rag_vector_db": 10, "verify_bedrock_request": 10,
     "ragbench.ann": 11, "ragbench.learner": 11, "ragbench.markdown": 11, "ragbench.readers": 11, "ragbench.search": 12,
     "lab.keeper": 12, "lab.graded_process": 12,
     "lab.lab_tasks": 13, "lab.check": 13, "lab.starter": 13,

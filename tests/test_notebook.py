@@ -69,7 +69,7 @@ def test_the_notebook_prints_the_demos_tfidf_figures(executed):
     assert "k=3: hit_rate=1.00  recall=1.00" in text
     assert "chunk_size= 12  overlap= 2  chunks= 58  hit@1=0.70" in text
     assert "chunk_size= 50  overlap=10  chunks= 17  hit@1=0.90" in text
-    assert "\n  0.000  " not in text and "more at score 0.000: they share no word" in text   # as the CLI
+    assert "\n  0.000  " not in text and "more at 0.000: they share no word" in text   # as the CLI
 
 
 def test_the_notebooks_legend_keeps_whole_words():

@@ -365,3 +365,13 @@ def test_a_qdrant_server_that_stalls_after_listing_collections_is_one_line(stall
     assert err.splitlines()[-1] == (f"error: the Qdrant server at http://127.0.0.1:{port} stopped "
                                     f"answering mid-run (timed out): check that it still runs "
                                     f"and is not overloaded")
+
+
+@pytest.mark.slow
+def test_qdrant_run_from_another_folder_stores_there_and_leaves_the_kits_tree_unchanged(tmp_path):
+    before = sorted(p.name for p in ROOT.iterdir())
+    done = subprocess.run([sys.executable, str(ROOT / "rag_vector_db.py"), "--backend", "tfidf", "--qdrant"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "qdrant_db").is_dir()
+    assert sorted(p.name for p in ROOT.iterdir()) == before

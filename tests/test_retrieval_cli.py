@@ -12,7 +12,7 @@ import pytest
 from conftest import CISI
 
 import rag_from_scratch as rag
-from ragkit import chunking, documents, embeddings, retrieval
+from ragkit import better_retrieval, chunking, documents, embeddings, retrieval
 
 FATHERS = "How much time off do new fathers get?"
 
@@ -96,7 +96,9 @@ def test_hybrid_answers_a_question_on_the_demo_corpus(capsys):
     assert status == 0, err
     # "new" (joiner) pulls the laptop policy up under BM25 and TF-IDF alike: fusing two
     # keyword views does not fix the tutorial's failure; MiniLM does (see --compare).
-    assert "  1.000  IT-02#0   Laptops and devices\n  0.869  HR-04#0   Parental leave" in out
+    assert ("ranked by 0.5 x BM25 + 0.5 x cosine, each rescaled to 0..1 over all chunks" in out
+            and "  cosine 0.087  BM25   2.27  IT-02#0   Laptops and devices\n"
+                "  cosine 0.070  BM25   2.11  HR-04#0   Parental leave" in out)
 
 
 # == --rerank ==============================================================================
@@ -153,7 +155,7 @@ def test_rerank_auto_goes_on_without_reranking(capsys):
     assert status == 0
     assert err[0].startswith("[info] --rerank auto: going on without reranking (no local copy of "
                              "the reranker cross-encoder/ms-marco-MiniLM-L6-v2")
-    assert "  0.087  IT-02#0   Laptops and devices\n  0.070  HR-04#0   Parental leave" in out   # plain TF-IDF
+    assert "  cosine 0.087  IT-02#0   Laptops and devices\n  cosine 0.070  HR-04#0   Parental leave" in out
 
 
 def test_rerank_in_the_cli_prints_the_time_it_adds(capsys, tiny_reranker):
@@ -161,7 +163,8 @@ def test_rerank_in_the_cli_prints_the_time_it_adds(capsys, tiny_reranker):
                                 "--question", FATHERS)
     assert status == 0, err
     assert any(line.startswith("reranked 12 candidates in ") and line.endswith(" ms") for line in err)
-    assert out.count("Q: " + FATHERS) == 1 and "== Your question (k=3) ==" in out
+    assert out.count("Q: " + FATHERS) == 1 and "== Your question (k=3; ranked by a cross-encoder" in out
+    assert "  cross-encoder " in out.split("== Your question")[1]
 
 
 # == --source and --tag ====================================================================
@@ -170,8 +173,8 @@ def test_filters_pick_chunks_before_the_cut(capsys, notes):
                               "--question", "How do I restart the database?")
     assert status == 0
     assert "searching 1 of 3 chunks (--source hr/)" in out
-    listed = [line.split()[1] for line in out.split("== Your question")[1].splitlines()
-              if line.startswith("  0.") or line.startswith("  1.")]
+    listed = [line.split()[4] for line in out.split("== Your question")[1].splitlines()
+              if line.startswith("  cosine ")]          # cosine 0.xxx  BM25 y.yy  file > heading
     assert listed == ["hr/leave.txt"]                         # the database note is left out
 
 
@@ -255,7 +258,7 @@ def test_compare_table_on_the_demo_corpus_with_tfidf(capsys):
 
 
 def test_compare_with_minilm_and_the_tiny_reranker(chunks, minilm, minilm_index, tiny_reranker, capsys):
-    rows = retrieval.compare_variants(rag.EVAL_SET, chunks, minilm_index, minilm, 3,
+    rows = better_retrieval.compare_variants(rag.EVAL_SET, chunks, minilm_index, minilm, 3,
                                reranker=retrieval.load_reranker(tiny_reranker))
     assert list(rows) == ["plain", "hybrid rrf", "rerank", "context", "hybrid rrf + rerank + context"]
     plain = rag.evaluate_retrieval(rag.EVAL_SET, minilm_index, chunks, minilm, k=3)
@@ -264,7 +267,7 @@ def test_compare_with_minilm_and_the_tiny_reranker(chunks, minilm, minilm_index,
     # The README's MiniLM table: the title costs the ChatGPT question its first place.
     assert rows["hybrid rrf"]["ndcg"] == rows["hybrid rrf"]["hit1"] == 1.0
     assert (rows["context"]["hit1"], round(rows["context"]["ndcg"], 2)) == (0.9, 0.96)
-    retrieval.print_comparison(rows, 3)
+    better_retrieval.print_comparison(rows, 3)
     out = capsys.readouterr().out
     assert out.splitlines()[-1].startswith("reranking added ")
     assert "ms per query (12 candidates, 1 thread, this machine and this reranker)" in out
@@ -273,24 +276,28 @@ def test_compare_with_minilm_and_the_tiny_reranker(chunks, minilm, minilm_index,
 def test_a_variant_is_scored_beside_step_6_in_the_demo(capsys):
     status, out, _ = run_main(capsys, "--backend", "tfidf", "--hybrid")
     assert status == 0
-    assert out.split("== Retrieval evaluation with hybrid rrf (10 questions) ==\n")[1].startswith(
-        "k=3: hit_rate=1.00  recall=1.00  precision=0.47  mrr=0.95  ndcg=0.96  (hit@1 of this ranking: 0.90)")
+    block = out.split("== Retrieval evaluation (the sample's questions, 10 questions): hybrid rrf, "
+                      "the retrieval --question uses ==\n")[1]
+    assert "k=1: hit_rate=0.90  recall=0.85  precision=0.90  mrr=0.90\n" \
+           "k=3: hit_rate=1.00  recall=1.00  precision=0.47  mrr=0.95" in block
 
 
 def test_hybrid_weight_0_is_a_variant_too(capsys):
     status, out, _ = run_main(capsys, "--backend", "tfidf", "--hybrid", "0")
-    assert status == 0 and "== Retrieval evaluation with hybrid 0.0 (10 questions) ==" in out
+    assert status == 0 and "10 questions): hybrid 0.0, the retrieval --question uses ==" in out
 
 
-def test_eval_with_docs_scores_the_variant_after_the_plain_search(capsys, notes, tmp_path):
+def test_eval_with_docs_scores_the_retrieval_the_question_uses_in_one_named_block(capsys, notes, tmp_path):
     qa = tmp_path / "qa.jsonl"
     qa.write_text('{"question": "Who approves restart requests?", "relevant": ["hr/leave.txt"]}\n',
                   encoding="utf-8")
     status, out, err = run_main(capsys, "--backend", "tfidf", "--docs", str(notes), "--eval", str(qa),
                                 "--hybrid", "--k", "1")
     assert status == 0, err
-    plain, variant = out.split("== Retrieval evaluation with hybrid rrf + context (1 question) ==\n")
-    assert "k=1: hit_rate=1.00" in plain and variant.startswith("k=1: hit_rate=1.00  recall=1.00")
+    block = out.split(f"== Retrieval evaluation ({qa}, 1 question): hybrid rrf + context, the retrieval "
+                      f"--question uses ==\n")[1]
+    assert block.startswith("  HIT  want=['hr/leave.txt']") and "k=1: hit_rate=1.00  recall=1.00" in block
+    assert out.count("== Retrieval evaluation") == 1                  # one block, named
 
 
 def test_compare_with_docs_needs_an_eval_file(capsys, notes):
@@ -312,11 +319,11 @@ def test_compare_on_docs_with_an_eval_file(capsys, notes, tmp_path):
 # == What MiniLM leaves unread =============================================================
 def test_truncation_counts_word_pieces_past_the_limit(minilm):
     tokenizer = minilm.model.tokenizer
-    report = documents.truncation(["word " * 300, "a short one"], tokenizer, 256)
+    report = chunking.truncation(["word " * 300, "a short one"], tokenizer, 256)
     # "word" is one piece; [CLS] and [SEP] make 302, so 46 are never read.
     assert report == {"texts": 2, "cut": 1, "limit": 256, "longest": 302, "mean_lost": 46.0,
                       "share_lost": pytest.approx(46 / (302 + 5))}
-    assert documents.truncation_line(report) == ("MiniLM reads 256 word pieces: 1 of 2 chunks are longer and "
+    assert chunking.truncation_line(report) == ("MiniLM reads 256 word pieces: 1 of 2 chunks are longer and "
                                           "lose their end: 46 pieces each on average, 15% of all pieces "
                                           "unread (longest 302)")
 
@@ -325,11 +332,11 @@ def test_truncation_on_the_demo_corpus_and_cisi(minilm, chunks):
     from rageval.ir_collection import load_collection
     tokenizer, limit = minilm.model.tokenizer, minilm.model.max_seq_length
     assert limit == 256
-    assert documents.truncation([c["text"] for c in chunks], tokenizer, limit)["cut"] == 0
+    assert chunking.truncation([c["text"] for c in chunks], tokenizer, limit)["cut"] == 0
     docs = load_collection(CISI)["docs"]
-    pieces = documents.truncation([c["text"] for c in rag.build_chunks(docs, 50, 10)], tokenizer, limit)
+    pieces = chunking.truncation([c["text"] for c in rag.build_chunks(docs, 50, 10)], tokenizer, limit)
     assert (pieces["texts"], pieces["cut"], pieces["longest"]) == (4966, 0, 112)
-    whole = documents.truncation([d["text"] for d in docs], tokenizer, limit)
+    whole = chunking.truncation([d["text"] for d in docs], tokenizer, limit)
     assert (whole["texts"], whole["cut"], whole["longest"]) == (1460, 131, 728)
     assert round(whole["mean_lost"], 1) == 65.4 and round(whole["share_lost"], 3) == 0.038
 

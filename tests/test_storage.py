@@ -152,8 +152,6 @@ def test_a_run_waiting_for_another_runs_lock_gives_up_at_its_deadline(tmp_path, 
     assert "waiting for another run to finish saving" in capsys.readouterr().err
 
 
-def test_progress_in_a_log_is_a_few_plain_lines_not_redrawn_frames(capsys):
+def test_progress_in_a_log_or_a_pipe_is_one_plain_line_not_redrawn_frames(capsys):
     assert list(plumbing.progress(range(1000), 1000, "scoring", " settings")) == list(range(1000))
-    lines = capsys.readouterr().err.splitlines()            # pytest's stderr is not a terminal
-    assert lines[0] == "scoring: 100 of 1,000 settings" and lines[-1] == "scoring: 1,000 of 1,000 settings"
-    assert len(lines) == 10 and "\r" not in "".join(lines)
+    assert capsys.readouterr().err == "scoring: 1,000 settings ...\n"   # pytest's stderr: no terminal

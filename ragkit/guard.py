@@ -1,0 +1,191 @@
+"""
+ragkit/guard.py: what a language model writes, cleaned before anyone reads it.
+
+    pieces = guard(model_pieces, sources_of(prompt))      # as they arrive, for --stream
+    text = guarded(llm_fn)(prompt, system_prompt)          # a whole answer, the same rules
+
+A model's reply is untrusted text, and a small model's is often broken. Before it reaches the
+screen:
+  - the prompt's own fence markers (<<BEGIN tag [1] source="...">>), or what is left of one,
+    are taken out: they are the kit's scaffolding, not an answer;
+  - a citation of a passage the prompt does not have ([7] of five) is taken out;
+  - a line that starts like one of the kit's own ("sources:", "error:") is marked "(reply)";
+  - at the first sentence said a second time, or a phrase repeated three times in a row
+    (a loop), the answer ends.
+Shown word by word, it holds back only what could still turn into one of these. Code blocks
+pass as they are. What it cannot do: tell a true sentence from a false one; the quote check
+(ragkit/grounded.py) does what can be done there.
+"""
+
+import itertools
+import re
+
+from ragkit.text import CODE, in_prose, sentence_ends
+
+# A marker whole ("<<BEGIN tag [2] source="a.md > Setup">>"; a source may hold '>'), one cut
+# short at either end ('<<BEGIN 3f2a', 'source="a.md', 'Guide">>'), or its source alone.
+FENCE_MARKER = re.compile(r"<<\s*(?:BEGIN|END)\b(?:[^\n]{0,300}?>>|[^<>\n]{0,40})"
+                          r"|\bsource=\"[^\"\n]{0,300}\"(?:\s*>>)?|[^\n<\"]{0,300}\"\s*>>")
+CITATION = re.compile(r"\[([^\[\]\n]{1,300})\](?!\()")
+LONGEST_LINE = 4000          # characters a line holding "<<" is held back for, at most
+KIT_LINES = ("sources:", "[stream]", "(unsupported", "(no answer", "(checked", "==", "--", "error:",
+             "q:", "[skip]")         # a reply line starting like these is marked "(reply)"
+OPENERS = {"[": "]", "<": None, '"': None, ">": None}    # what may still become a marker or citation
+
+
+def sentence_parts(line: str) -> list[str]:
+    """A line cut after each sentence, never inside a fence marker (its source may hold '. ')."""
+    markers = [m.span() for m in FENCE_MARKER.finditer(line)]
+    parts, last = [], 0
+    for end, start in sentence_ends(line):
+        if not any(a < end < b for a, b in markers):
+            parts.append(line[last:end])
+            last = start
+    return parts + [line[last:]]
+
+
+def segments(buffer: str) -> tuple[list[str], str]:
+    """(finished pieces, the unfinished rest): sentences, each line's last one with its "\\n".
+    An unfinished line holding "<<" waits for its end: a fence marker may still be arriving."""
+    *lines, rest = buffer.split("\n")
+    done = []
+    for line in lines:
+        parts = sentence_parts(line)
+        done += parts[:-1] + [parts[-1] + "\n"]
+    if "<<" in rest and len(rest) <= LONGEST_LINE:
+        return done, rest
+    *more, rest = sentence_parts(rest)
+    return done + more, rest
+
+
+def sources_of(prompt: str) -> set:
+    """What a prompt's passages may be cited as: their numbers and their source names."""
+    from ragkit.grounded import prompt_passages
+    return {name for number, (source, _) in prompt_passages(prompt).items() for name in (number, source)}
+
+
+def cleaned(segment: str, sources: set) -> str:
+    """A piece of an answer without the prompt's fence markers and without citations of
+    sources the prompt does not have (a model invents them)."""
+    segment = FENCE_MARKER.sub("", segment)
+    files = {s.split(" > ")[0] for s in sources}
+    real = lambda name: name in sources or name.split(" > ")[0] in files
+    return in_prose(segment, lambda prose: CITATION.sub(lambda m: m.group(0) if real(m.group(1).strip())
+                                                        else "", prose))
+
+
+def loop_key(text: str) -> str:
+    """A sentence as loops are compared: code spans blanked ("a subclass of `X`", "... of `Y`":
+    a small model's loop that only changes a name), lower case, one space between words."""
+    return " ".join(CODE.sub("`", text).lower().split())
+
+
+def held_back(rest: str) -> int:
+    """Where what could still become a marker or a citation starts in the unfinished rest of
+    a segment: an '[' not closed yet, or the first '<', '>' or '"' (a marker's end may still
+    come: 'Guide">>'); len(rest) if nothing is held."""
+    cut = len(rest)
+    for opener in re.finditer(r'[\[<>"]', rest):
+        closer = OPENERS[opener.group()]
+        if closer is None or closer not in rest[opener.end():]:
+            cut = min(cut, opener.start())
+    return cut
+
+
+def guard(pieces, sources: set):
+    """Yield an answer's text as it comes, cleaned (see cleaned()): word by word, but holding
+    back what could still turn into a fence marker or a citation until its sentence ends, and
+    a sentence while it could still be one said before; at the first sentence said again (a
+    loop) it stops. A line that starts like one of the kit's own is marked "(reply)". Code
+    blocks are passed on as they are, a line at a time."""
+    seen, code, line_start = set(), False, True
+    buffer, on_screen = "", ""     # on_screen: how much of the buffer's first segment is shown
+
+    def finish(segment: str):
+        """The rest of a finished segment as shown, or None for a repeat (the end)."""
+        nonlocal code, line_start
+        starts_code = segment.lstrip().startswith("```")
+        code = code != starts_code
+        if code or starts_code:
+            text = segment[len(on_screen):]
+        else:
+            whole = loop_key(cleaned(segment, sources))
+            if len(whole.split()) >= 2 and whole in seen:
+                return None
+            seen.add(whole)
+            text = cleaned(segment[len(on_screen):], sources)
+            if not on_screen and line_start and segment.lstrip().lower().startswith(KIT_LINES):
+                text = "(reply) " + text.lstrip()
+        line_start = segment.endswith("\n")
+        return text if text.endswith("\n") else text + " "
+
+    def ready(rest: str) -> int:
+        """How much of the unfinished segment can be on screen: whole words before anything
+        held back, and nothing new while the sentence could still be one said before."""
+        start = rest.lstrip().lower()
+        if code or start.startswith("`") or (line_start and not on_screen and any(k.startswith(start) for k in KIT_LINES)):
+            return len(on_screen)    # code, or a line that may yet turn into one of the kit's
+        cut = min(len(sentence_parts(rest)[0]), held_back(rest))
+        cut = max(rest.rfind(" ", 0, cut), rest.rfind("\t", 0, cut)) + 1
+        so_far = loop_key(cleaned(rest[:cut], sources))
+        if cut <= len(on_screen) or any(s == so_far or s.startswith(so_far + " ") for s in seen):
+            return len(on_screen)
+        return cut
+
+    for piece in itertools.chain(pieces, [None]):
+        # None: the answer ended, so what is left is finished too
+        done, buffer = segments(buffer + piece) if piece is not None else (sentence_parts(buffer) if buffer else [], "")
+        for i, segment in enumerate(done):
+            text = finish(segment)
+            if text is None:
+                return
+            on_screen = ""
+            yield text.rstrip(" ") if piece is None and i == len(done) - 1 else text
+        if buffer and (cut := ready(buffer)) > len(on_screen):
+            text = cleaned(buffer[len(on_screen):cut], sources)
+            if not on_screen and line_start and buffer.lstrip().lower().startswith(KIT_LINES):
+                text = "(reply) " + text.lstrip()
+            on_screen = buffer[:cut]
+            yield text
+
+
+def looping(words: list[str]) -> bool:
+    """Do the last words repeat one phrase, three times in a row (a word, six times)? A small
+    model's loop inside a sentence: "the output of the output of the output of"."""
+    for k in range(1, 13):
+        times = max(3, -(-6 // k))
+        tail = words[-k * times:]
+        if len(tail) == k * times and tail == tail[:k] * times:
+            return True
+    return False
+
+
+def without_phrase_loops(pieces):
+    """The pieces of an answer until a phrase loops (see looping()): cut before the word that
+    would complete the loop. Code and words with no letter or digit ("|", "---") are not counted."""
+    words, code = [], False
+    for piece in pieces:
+        kept = []
+        for token in re.split(r"(\s+)", piece):
+            if token.startswith("```"):
+                code, words = not code, []
+            elif not code and re.search(r"\w", token):
+                words.append(token.lower().strip(".,;:!?"))
+                if looping(words):
+                    yield "".join(kept).rstrip()
+                    return
+            kept.append(token)
+        yield "".join(kept)
+
+
+def guarded(llm_fn):
+    """llm_fn whose answer (a string, or pieces with stream=True) passes through guard()."""
+    def safe(prompt: str, system_prompt: str):
+        answer = llm_fn(prompt, system_prompt)
+        if not isinstance(answer, str):               # a stream: guarded as it comes
+            return without_phrase_loops(guard(answer, sources_of(prompt)))
+        safe.truncated = llm_fn.truncated
+        text = "".join(without_phrase_loops(guard([answer], sources_of(prompt))))
+        return in_prose(text, lambda prose: re.sub(r"[ \t]{2,}", " ", prose)).strip()
+    safe.runtime, safe.truncated, safe.bare, safe.streams = llm_fn.runtime, False, llm_fn, llm_fn.streams
+    return safe
