@@ -140,6 +140,14 @@ def good_chunks(chunks) -> bool:
         for c in chunks)
 
 
+def safe_chunk(chunk: dict) -> dict:
+    """A saved chunk as safe to print as one read from a file: control, bidi and zero-width
+    characters written out; no line break in its names. Written out again, nothing changes."""
+    names = {key: printable(chunk[key], lines=False) for key in ("chunk_id", "doc_id", "title")}
+    return {**chunk, **names, "text": printable(chunk["text"]),
+            "tags": [printable(t, lines=False) for t in chunk.get("tags", [])]}
+
+
 def load_index(folder, meta: dict):
     """(index, chunks, saved meta, why): why, the reason to rebuild, is None if `meta` matches;
     when only the documents changed, the saved parts come back for reuse."""
@@ -161,8 +169,10 @@ def load_index(folder, meta: dict):
         return None, None, None, "the saved vectors could not be read"
     if not (good_chunks(chunks) and len(chunks) == saved["n_chunks"]):
         return None, None, None, "the saved vectors and chunks do not match"
+    chunks = [safe_chunk(c) for c in chunks]         # a checksum proves no one edited them
     for key, what in SETTINGS:
         if saved.get(key) != meta.get(key):
-            return None, None, None, f"{what} ({saved.get(key)} -> {meta.get(key)})"
+            said = printable(f"{saved.get(key)} -> {meta.get(key)}", lines=False)
+            return None, None, None, f"{what} ({said})"
     changed = saved.get("fingerprint") != meta["fingerprint"]
     return index, chunks, saved, "the documents changed" if changed else None

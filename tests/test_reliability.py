@@ -278,3 +278,60 @@ def test_a_bom_is_accepted_and_deep_json_is_named_by_file_and_line(tmp_path):
     qa.write_text('{"question": "q?", "relevant": ["a.md"]}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
     with pytest.raises(ValueError, match=r"qa.jsonl line 2: not JSON"):
         eval_file.load_eval_file(qa)
+
+
+# --- 7. saved text cannot lie: a forged index prints nothing raw -------------------------------
+HOSTILE = "\x1b[2J\x1b]52;c;cHduZWQ=\x07\u202eevil\r\u200bx"     # clear, clipboard, RLO, CR, zero-width
+
+
+def forge(index_dir, edit) -> None:
+    """Edit a saved index's files with edit(chunks, meta), then write the checksums anew, as an
+    attacker who knows the format would: a checksum proves no one edited a file."""
+    import hashlib
+    chunks = json.loads((index_dir / "chunks.json").read_text())
+    meta = json.loads((index_dir / "meta.json").read_text())
+    edit(chunks, meta)
+    data = json.dumps(chunks).encode("utf-8")
+    (index_dir / "chunks.json").write_bytes(data)
+    meta["checksums"]["chunks.json"] = hashlib.sha256(data).hexdigest()
+    (index_dir / "meta.json").write_text(json.dumps(meta))
+
+
+def raw_controls(text: str) -> list[str]:
+    """The characters a terminal would act on, left in printed text (tab and newline aside)."""
+    from ragkit.text import CONTROL
+    return CONTROL.findall(text)
+
+
+@pytest.mark.slow
+def test_every_field_of_a_forged_saved_index_is_printed_escaped(notes, tmp_path):
+    """MiniLM: its vectors keep their width whatever the text (TF-IDF's would not fit: rebuilt)."""
+    index_dir = tmp_path / "ix"
+    assert cli("--docs", str(notes), "--backend", "minilm", "--index", str(index_dir)).returncode == 0
+
+    def hostile_chunks(chunks, meta):
+        for c in chunks:
+            c.update(title=c["title"] + HOSTILE, doc_id=c["doc_id"] + HOSTILE,
+                     chunk_id=c["chunk_id"] + HOSTILE, text=c["text"] + HOSTILE, tags=[HOSTILE])
+    forge(index_dir, hostile_chunks)
+    asked = cli("--docs", str(notes), "--backend", "minilm", "--index", str(index_dir),
+                "--question", "How long are backups kept?", "--generator", "extractive")
+    assert asked.returncode == 0, asked.stderr
+    assert "loaded the saved index" in asked.stdout
+    assert raw_controls(asked.stdout + asked.stderr) == [] and "\\x1b[2J" in asked.stdout
+
+    forge(index_dir, lambda chunks, meta: meta.update(backend="minilm" + HOSTILE))
+    rebuilt = cli("--docs", str(notes), "--backend", "minilm", "--index", str(index_dir))
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "building the index: the backend changed (minilm\\x1b[2J" in rebuilt.stdout
+    assert raw_controls(rebuilt.stdout + rebuilt.stderr) == []
+
+
+def test_ids_of_an_eval_file_that_name_no_file_are_printed_escaped(notes, tmp_path):
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps({"question": "How long are backups kept?", "relevant": ["note0.md"]}) + "\n"
+                  + json.dumps({"question": "q?", "relevant": ["gone" + HOSTILE]}) + "\n")
+    done = cli("--docs", str(notes), "--backend", "tfidf", "--eval", str(qa))
+    assert done.returncode == 0, done.stderr
+    assert "1 relevant id names no indexed file and is left out (gone\\x1b[2J" in done.stderr
+    assert raw_controls(done.stdout + done.stderr) == []
