@@ -34,7 +34,6 @@ from ragkit import grounded, plumbing
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
 
 KS = [8, 5, 3]                       # passages per prompt; the biggest first (see above)
-STRICTNESS = ["exact", "any-passage", "loose"]
 UNCHECKED = ["refuse", "flag"]
 MAX_TOKENS = 200                     # a quote and a short answer; a code block may be longer
 SEED = "devset"                      # the markers' tag, fixed so a rerun finds its answers
@@ -134,7 +133,7 @@ def kept_answers(names, model_path, embedder, cache, questions=None, folder=CACH
     return out
 
 
-SETTINGS = list(itertools.product(grounded.INSTRUCTIONS, KS, STRICTNESS, UNCHECKED))
+SETTINGS = list(itertools.product(grounded.INSTRUCTIONS, KS, grounded.STRICTNESS, UNCHECKED))
 
 
 def verdicts(answers: dict, setting) -> dict:

