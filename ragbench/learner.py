@@ -10,6 +10,7 @@ ragbench/learner.py: what a learner waits for, measured on their (busy) laptop.
     python -m ragbench.learner --part question  # a question on a saved index: CPU and wall seconds
     python -m ragbench.learner --part stream    # streamed SmolLM2 answers: first token, tokens/s
     python -m ragbench.learner --part stream --long     # and a long --docs prompt, k=8
+    python -m ragbench.learner --part answer    # Qwen and SmolLM2 answering development questions
 
 Each build and stream row is a fresh process (`openai`: a fresh `rageval.generation --serve`);
 "busy" is one other process spinning on one core, as a browser or an IDE would. Figures come
@@ -55,13 +56,14 @@ finally:
 RUN_STREAM = """import json, sys, time
 from ragkit import llm as generators
 prompt, system = json.load(sys.stdin)
-url, threads, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+url, threads, max_tokens, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 llm = (generators.openai_generator(url, "local", max_tokens=max_tokens, timeout=600, stream=True)
-       if url else generators.local_generator("smollm2", threads, max_tokens, stream=True))
+       if url else generators.local_generator(model, threads, max_tokens, stream=True))
 start = time.perf_counter()
 stamps = [time.perf_counter() for _ in llm(prompt, system)]
 tokens = llm.usage["completion_tokens"]
-print(stamps[0] - start, (tokens - 1) / (stamps[-1] - stamps[0]), llm.usage["prompt_tokens"])"""
+print(stamps[0] - start, (tokens - 1) / max(stamps[-1] - stamps[0], 1e-9), llm.usage["prompt_tokens"],
+      stamps[-1] - start)"""
 LONG_PROMPT = ["--docs", "data/devsets/mkdocs/docs", "--question", "how do i install mkdocs", "--k", "8"]
 
 
@@ -225,15 +227,51 @@ def bench_stream(repeats: int, long: bool, max_tokens: int) -> None:
             with busy(load == "busy"), (serving(threads) if generator == "openai"
                                         else contextlib.nullcontext("")) as url:
                 for _ in range(repeats):
-                    run = subprocess.run([sys.executable, "-c", RUN_STREAM, url, str(threads),
-                                          str(max_tokens)], cwd=ROOT, capture_output=True,
-                                         input=json.dumps([prompt, system]), text=True, timeout=900)
-                    if run.returncode != 0:
-                        raise RuntimeError(f"a streamed answer failed: {run.stderr.strip()[-200:]}")
-                    runs.append([float(x) for x in run.stdout.split()])
-            first, rate, tokens = (statistics.median(column) for column in zip(*runs))
+                    runs.append(streamed(prompt, system, url, threads, max_tokens, "smollm2"))
+            first, rate, tokens, _ = (statistics.median(column) for column in zip(*runs))
             print(f"  {generator:<9} {threads:>8}  {load:<4} {first:16.2f} {rate:9.1f} "
                   f"{int(tokens):14}")
+
+
+def streamed(prompt: str, system: str, url: str, threads: int, max_tokens: int, model: str) -> list:
+    """[first token s, tokens/s after it, prompt tokens, whole answer s] of one streamed answer,
+    in a fresh process (RUN_STREAM): llama.cpp in it, or the server at `url`."""
+    import json
+    run = subprocess.run([sys.executable, "-c", RUN_STREAM, url, str(threads), str(max_tokens), model],
+                         cwd=ROOT, capture_output=True, input=json.dumps([prompt, system]), text=True,
+                         timeout=1800)
+    if run.returncode != 0:
+        raise RuntimeError(f"a streamed answer failed: {run.stderr.strip()[-200:]}")
+    return [float(x) for x in run.stdout.split()]
+
+
+def bench_answer(questions: int, max_tokens: int, models=("qwen", "smollm2")) -> None:
+    """What a learner waits for an answer to a development question: the --docs prompt of the
+    first `questions` MkDocs questions (the kit's passages and grounded prompt), each model on
+    1 and 2 threads, idle and beside a busy process; the median over the questions."""
+    import itertools
+    import json
+
+    import rag_from_scratch as rag
+    from ragkit import gguf, grounded
+    from rageval.devsets import DEVSET
+    items = [json.loads(line) for line in (DEVSET / "questions.jsonl").read_text().splitlines()][:questions]
+    prompts = []
+    for item in items:
+        _, shown = quiet(rag.main, ["--docs", str(DEVSET / "docs"), "--question", item["question"]])
+        prompts.append(shown.split("-- the prompt a model would read --\n")[1].split("\n\n(no answer")[0])
+    print(f"== An answer to a development question (MkDocs, --docs defaults), {CORES} cores, "
+          f"median of {len(prompts)} questions ==")
+    print("  model    threads  load  first token (s)  answer (s)  tokens/s  prompt tokens")
+    for model, threads, load in itertools.product(models, (1, 2), ("idle", "busy")):
+        if threads > CORES:
+            continue
+        gguf.model_file(model)                # not installed: one line, now
+        print(f"{model}, {plural(threads, 'thread')}, {load} ...", file=sys.stderr, flush=True)
+        with busy(load == "busy"):
+            runs = [streamed(p, grounded.GROUNDED_SYSTEM_PROMPT, "", threads, max_tokens, model) for p in prompts]
+        first, rate, tokens, whole = (statistics.median(column) for column in zip(*runs))
+        print(f"  {model:<8} {threads:>7}  {load:<4} {first:16.1f} {whole:11.1f} {rate:9.1f} {int(tokens):14}")
 
 
 def write_notes(folder: Path, n: int) -> None:
@@ -295,7 +333,10 @@ def parse_args(argv=None):
     from ragkit.llm import MAX_TOKENS, MAX_TOKENS_LIMIT
     p = plumbing.OneLineParser(description="What a learner waits for: demo start-up, index "
                                           "updates and builds, questions, streamed answers.")
-    p.add_argument("--part", choices=["demo", "update", "build", "question", "stream", "all"], default="all")
+    p.add_argument("--part", choices=["demo", "update", "build", "question", "stream", "answer", "all"],
+                   default="all")
+    p.add_argument("--questions", type=plumbing.bounded(int, 1, 46), default=3,
+                   help="answer part: MkDocs questions to time (median; default: %(default)s)")
     whole = lambda low, high: plumbing.bounded(int, low, high)       # every one has a range
     p.add_argument("--files", type=whole(2, 100_000), default=2000, help="notes in the update benchmark")
     p.add_argument("--repeats", type=whole(1, 1000), default=3, help="runs per demo or stream row (median)")
@@ -320,6 +361,8 @@ def run(args) -> None:
         bench_question(args.repeats)
     if args.part in ("stream", "all"):
         bench_stream(args.repeats, args.long, args.max_tokens)
+    if args.part in ("answer", "all"):
+        bench_answer(args.questions, args.max_tokens)
 
 
 main = plumbing.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1

@@ -36,6 +36,7 @@ from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
 KS = [8, 5, 3]                       # passages per prompt; the biggest first (see above)
 UNCHECKED = ["refuse", "flag"]
 MAX_TOKENS = 200                     # a quote and a short answer; a code block may be longer
+CONTEXT = 8192                       # tokens: more than the longest prompt of 8 passages needs
 SEED = "devset"                      # the markers' tag, fixed so a rerun finds its answers
 SCORE = {"right": 1, "partial": 0, "refused (wrong)": 0, "wrong": -1,
          "refused (right)": 1, "answered (wrong)": -1}
@@ -83,7 +84,7 @@ def collect(names, model: str | None, threads: int, instructions, questions: int
     gguf.model_file(model)                        # a missing model file: one line, now
     embedder = CachedEmbedder("minilm")
     cache = EmbeddingCache(folder)                # marks the folder as the kit's first
-    llm_fn = llm.local_generator(model, threads, MAX_TOKENS, reuse_prefix=True)
+    llm_fn = llm.local_generator(model, threads, MAX_TOKENS, reuse_prefix=True, context=CONTEXT)
     path = kept_file(llm_fn.path, folder)
     kept = read_kept(path)
     for name in names:

@@ -175,18 +175,22 @@ def format_table(results: dict) -> str:
 
 
 def format_answers(results: dict, width: int = 110) -> str:
-    """Each question with every generator's answer (shortened) and its faithfulness."""
+    """Each question with every generator's answer as shown (shortened) and its faithfulness,
+    and under it the generator's own reply when the check set part of it aside."""
     names = list(results)
+    short = lambda text: text if len(text) <= width else text[:width - 3] + "..."
     lines = []
     for i, row in enumerate(results[names[0]]["rows"]):
         lines.append(f"Q: {row['question']}")
         for name in names:
             r = results[name]["rows"][i]
             faith = "  -  " if r["faithful"] is None else f"{r['faithful']:.2f}"
-            text = " ".join(r["answer"].split())
-            text = text if len(text) <= width else text[:width - 3] + "..."
             lines.append(f"  {name:<10} fact={'y' if r['fact'] else 'n'} cite={'y' if r['cited'] else 'n'} "
-                         f"faithful={faith}  {text}")
+                         f"faithful={faith}  {short(' '.join(r['answer'].split()))}")
+            set_aside = r["checked"] < r["quotes"] or (r["answer"] == grounded.REFUSAL
+                                                       and grounded.REFUSAL not in r["reply"])
+            if set_aside:                       # the check left something of the reply out
+                lines.append(f"  {'':<10} its reply, before the check: {short(' '.join(r['reply'].split()))}")
     return "\n".join(lines)
 
 

@@ -1,27 +1,27 @@
 """
-ragkit/extractive.py: an answer with no language model: the retrieved sentence that answers.
+ragkit/extractive.py: an answer with no language model: the retrieved sentences that answer,
+quoted.
 
     python rag_from_scratch.py --question "How much time off do new fathers get?" --generator extractive
 
-extractive_generator() returns an llm_fn(prompt, system_prompt) -> str, the shape rag_answer
-takes, so it stands where a language model would. It sees only what a model would see: the
-prompt. It reads the passages back out of it and, for each part of the question, picks one
-sentence (with the list or code it introduces), cites its source, or refuses with the system
-prompt's own sentence. How it picks:
-  - on your own pages (--docs) with MiniLM (the retrieval model, given as `encode`): by
-    meaning (the cosine of question and sentence) together with the question's rare words it
-    shares, more for a sentence that names an option, command or path, or holds code, less for
-    one that is a question itself or comes from a lower-ranked passage. The best sentence comes
-    first; the next best from the same file follow while the answer stays within 50 words. It
-    refuses when the best sentence's meaning and words fall below a score, a higher one when
-    the question uses a word the pages never do ("conda", "Sentry": often what they lack). The
-    weights and both scores were fitted on the development sets' pages (`python -m
-    rageval.tuning`);
-  - otherwise (the tutorial's ten policies, TF-IDF, or no model): by the (rare) words it shares
-    with the question, refusing when too little of the question is supported. On the ten
-    short policies this does better (9 of 10 facts against 7 of 10 by the weights fitted on
-    documentation pages). Deterministic, no NumPy.
-A heading alone, a lead-in with nothing after it, or a list of links is never an answer.
+extractive_generator() returns an llm_fn(prompt, system_prompt) -> str, so it stands where a
+language model would, and it sees only what a model sees: the grounded prompt
+(ragkit/grounded.py). It picks sentences of the passages and replies in the form a model is
+asked for, each sentence a Quote line with its passage's number, or with the refusal; the kit
+then checks and shows the reply like any model's. How it picks:
+  - with MiniLM (your own pages, --docs): by meaning (the cosine of question and sentence) and
+    the question's rare words the sentence shares, more for a sentence that names an option,
+    command or path or holds code, less for one that is a question itself or comes from a
+    lower-ranked passage. It refuses when the best sentence's meaning and words fall below a
+    threshold, a higher one when the question has a word no page uses ("conda", "Sentry":
+    often what the pages lack);
+  - otherwise (the tutorial's ten policies, TF-IDF, no model): by the rare words it shares
+    with the question, refusing when too little of the question is supported.
+The weights and thresholds are chosen on the development sets by leaving one project out,
+counting a wrong answer against a refusal (`python -m rageval.tuning`; the figures and the
+history are in docs/generation.md). A heading alone, a lead-in with nothing after it or a list
+of links is never an answer; a sentence that points back ("This ...", "Outside those hours")
+brings the one before it.
 """
 
 from __future__ import annotations
@@ -32,21 +32,10 @@ import re
 from ragkit import grounded
 from ragkit.text import in_prose, split_sentences
 
-MIN_SUPPORT = 0.25        # words alone: refuse below this share of the question supported.
-# Words alone answer the tutorial's pages (and --docs with TF-IDF). Leaving one set out over the
-# tutorial's gold file and the five development sets (`python -m rageval.generation
-# --tune-refusal`) picks 0.30 to 0.50; 0.35, the best over all of them, refuses more of the
-# pages' unanswerable questions but cuts the tutorial's facts from 0.90 to 0.60 (MiniLM). 0.25
-# keeps them, and refuses 22 of the 178 answerable questions there. A trade-off, stated.
-# With MiniLM: a sentence's score is the sum of these weights times its features (see scores()),
-# and the answer is refused when the best sentence's support (meaning and words alone) is below
-# REFUSE_BELOW, or below REFUSE_BELOW_NEW_WORD when the question has a word no page uses. The
-# weights are a logistic regression of "this sentence states every gold fact"; the thresholds
-# refuse the lowest 8% of the answerable questions; all fitted on the five development sets
-# (python -m rageval.tuning).
+MIN_SUPPORT = 0.25    # words alone: refuse below this share of the question supported
 WEIGHTS = {"meaning": 0.7, "words": 0.8, "names": 1.03, "code": 0.52, "asks": -0.05, "rank": -0.22}
-REFUSE_BELOW = -0.46             # below any support: only a question with a new word is refused
-REFUSE_BELOW_NEW_WORD = 0.41
+REFUSE_BELOW = -0.46             # with MiniLM: refuse below this support ...
+REFUSE_BELOW_NEW_WORD = 0.41     # ... or this one, when the question has a word no page uses
 ANSWER_WORDS = 50          # more sentences from the best one's file join it up to this many words
 
 

@@ -194,10 +194,11 @@ def streaming(pieces_fn):
 
 
 def local_generator(model: str | None = None, threads: int = THREADS, max_tokens: int = MAX_TOKENS,
-                    stream: bool = False, reuse_prefix: bool = False):
+                    stream: bool = False, reuse_prefix: bool = False, context: int | None = None):
     """llm_fn running a GGUF model in this process (ragkit/gguf.py: qwen, smollm2 or a path;
     None: qwen when installed), greedy, on `threads` CPU threads. The model is loaded at the
-    first question, with a context sized to that prompt (a longer prompt later: loaded anew)."""
+    first question, with a context sized to that prompt (a longer prompt later: loaded anew),
+    or of `context` tokens for every prompt (a run of many)."""
     from ragkit import gguf
     path, name = gguf.model_file(model)
     versions = runtime_versions()
@@ -205,7 +206,7 @@ def local_generator(model: str | None = None, threads: int = THREADS, max_tokens
     loaded = {}                                # n_ctx -> server: at most one
 
     def server_for(prompt: str, system_prompt: str):
-        n_ctx = context_for(len(prompt) + len(system_prompt), max_tokens)
+        n_ctx = context or context_for(len(prompt) + len(system_prompt), max_tokens)
         if loaded and max(loaded) >= n_ctx:
             return loaded[max(loaded)]
         start = time.perf_counter()

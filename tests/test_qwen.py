@@ -1,0 +1,44 @@
+"""The real model, Qwen2.5-Coder-1.5B-Instruct (the --generator local default once its parts are
+installed), on a few prompts: what a learner gets from `--generator local` on MkDocs' pages,
+streamed and not, and Ctrl-C in the middle of a stream. Slow (a prompt of 8 passages is about
+1,500 tokens: half a minute on 2 threads here); skipped where the parts are not installed."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import press_ctrl_c
+
+from ragkit import gguf
+
+ROOT = Path(__file__).resolve().parent.parent
+MKDOCS = str(ROOT / "data" / "devsets" / "mkdocs" / "docs")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(gguf.qwen_parts() is None,
+                                 reason=f"needs Qwen2.5-Coder-1.5B: `{gguf.INSTALL_QWEN}`")]
+ASK = ["rag_from_scratch.py", "--docs", MKDOCS, "--question", "how do i install mkdocs",
+       "--generator", "local", "--threads", "2"]
+
+
+def test_local_loads_qwen_by_default_and_shows_a_checked_quote_with_its_source():
+    done = subprocess.run([sys.executable, *ASK], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = done.stdout.split("== Step 7: the answer (local: Qwen2.5-Coder-1.5B-Instruct Q4_K_M, ")[1]
+    assert "pip install mkdocs" in answer
+    sources = [line for line in answer.splitlines() if line.startswith("sources: ")]
+    assert sources and all(s.split(": ", 1)[1].split(" > ")[0].endswith(".md") for s in sources)
+    assert "loaded Qwen2.5-Coder-1.5B-Instruct Q4_K_M, xllamacpp" in done.stderr
+
+
+def test_a_stream_ends_cleanly_and_is_checked_after_it():
+    done = subprocess.run([sys.executable, *ASK, "--stream"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "-- checked against the passages --" in done.stdout
+    assert "[stream] first piece after " in done.stderr
+
+
+@pytest.mark.parametrize("at", ["loaded Qwen", "Quote:"])      # reading the prompt; writing
+def test_ctrl_c_in_the_middle_of_a_stream_is_one_line_and_130(at):
+    status, output = press_ctrl_c([*ASK, "--stream"], at=at)
+    assert status == 130 and output.rstrip().endswith("interrupted")
