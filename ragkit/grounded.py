@@ -26,6 +26,8 @@ import hashlib
 import re
 import secrets
 
+from ragkit.text import split_sentences
+
 REFUSAL = "I don't know based on these documents."
 GROUNDED_SYSTEM_PROMPT = (
     "You answer questions from numbered passages of the user's documents. Each passage sits "
@@ -52,7 +54,8 @@ INSTRUCTIONS = {
         f"If no sentence in the passages answers the question, reply only: {REFUSAL}"),
 }
 INSTRUCTION = "quote-two"
-STRICTNESS = ("exact", "any-passage", "loose")   # how a quote is checked: see where()
+STRICTNESS = ("exact", "any-passage", "loose", "section")   # how a quote is checked: see where()
+SECTION_WORDS = 40         # a heading quoted stands for at most this many words under it
 MIN_QUOTE_WORDS = 3        # "yes" or "`x`" alone proves nothing about an answer
 SAFE_SOURCE = re.compile(r"[^\w .,/#()+>-]")   # no quotes, no '<', no line breaks
 
@@ -160,19 +163,50 @@ def headings(passage: tuple[str, str]) -> list[str]:
     return found
 
 
-def where(quote: str, number: str, passages: dict, strictness: str) -> tuple[str | None, str]:
-    """(the number of the passage the quote is in, or None; why not). exact: only the passage
-    the model named; any-passage: any passage (the model often names the wrong one), the one
-    it is really in shown; loose: any passage, a dropped word forgiven."""
-    if len(words_of(quote)) < MIN_QUOTE_WORDS:
-        return None, "too short to stand for a sentence"
-    if any(normalised(quote) == normalised(line) for n in passages for line in headings(passages[n])):
-        return None, "a heading, not a sentence"
+def section_under(heading: str, text: str) -> str | None:
+    """The heading's line of a passage and the whole sentences under it, up to SECTION_WORDS
+    words and never past the next heading; None if the heading is no line of it."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if normalised(line) == normalised(heading)), None)
+    if start is None:
+        return None
+    body = []                            # prose only: a code block or the next heading ends it
+    for line in lines[start + 1:]:
+        if line.lstrip().startswith("```") or line in headings(("", line)) \
+                or len(" ".join(body + [line]).split()) > 4 * SECTION_WORDS:
+            break
+        body.append(line)
+    kept = []
+    for sentence in split_sentences("\n".join(body)):
+        if kept and len(" ".join(kept + [sentence]).split()) > SECTION_WORDS:
+            break
+        kept.append(sentence)
+    while kept and kept[-1].rstrip().endswith(":"):          # a lead-in whose code is not shown
+        kept.pop()
+    return "\n".join([lines[start], *kept]) if kept else None
+
+
+def where(quote: str, number: str, passages: dict, strictness: str) -> tuple[str | None, str, str]:
+    """(the number of the passage the quote is in, or None; why not; what to show of it).
+    exact: only the passage the model named; any-passage: any passage (the model often names
+    the wrong one), the one it is really in shown; loose: any passage, a dropped word forgiven;
+    section: loose, and a heading the model quoted ("site_name") stands for the sentences under
+    it in its passage, which are shown in its place."""
     order = [number] + [n for n in passages if n != number] if strictness != "exact" else [number]
+    is_heading = any(normalised(quote) == normalised(line) for n in passages for line in headings(passages[n]))
+    if strictness == "section" and (is_heading or len(words_of(quote)) < MIN_QUOTE_WORDS):
+        for n in (n for n in order if n in passages):
+            section = section_under(quote, passages[n][1])
+            if section:
+                return n, "", section
+    if len(words_of(quote)) < MIN_QUOTE_WORDS:
+        return None, "too short to stand for a sentence", quote
+    if is_heading:
+        return None, "a heading, not a sentence", quote
     for n in order:
-        if n in passages and found_in(quote, passages[n][1], strictness == "loose"):
-            return n, ""
-    return None, f"not in passage [{number}]" if strictness == "exact" else "in no passage"
+        if n in passages and found_in(quote, passages[n][1], strictness in ("loose", "section")):
+            return n, "", quote
+    return None, f"not in passage [{number}]" if strictness == "exact" else "in no passage", quote
 
 
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*")
@@ -195,11 +229,11 @@ def check_reply(reply: str, prompt: str, strictness: str = "exact") -> dict:
     quotes, answer = read_reply(reply)
     checked, failed = [], []
     for quote, number in quotes:
-        found, why = where(quote, number, passages, strictness)
+        found, why, shown = where(quote, number, passages, strictness)
         if found is None:
             failed.append((quote, number, why))
-        elif all(q != quote for q, _, _ in checked):
-            checked.append((quote, found, passages[found][0]))
+        elif all(q != shown for q, _, _ in checked):
+            checked.append((shown, found, passages[found][0]))
     stray = unsupported_numbers(re.sub(r"\[\d+\]", "", answer), [q for q, _, _ in checked], question) if checked else []
     refused = normalised(REFUSAL)[:12] in normalised(reply) and not checked
     return {"answer": answer, "checked": checked if not stray else [], "failed": failed,

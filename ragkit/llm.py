@@ -34,7 +34,7 @@ from ragkit.text import plural, printable
 
 MAX_TOKENS = 128          # longest answer the local and OpenAI-compatible generators may write
 MAX_TOKENS_LIMIT = 32_768  # --max-tokens at most: far more than a RAG answer needs
-THREADS = 1               # llama.cpp threads: 2 on a busy 2-core machine wait on each other
+THREADS = 1               # llama.cpp threads where they cannot be counted: see free_cores()
 LLM_TIMEOUT_S = 60.0      # an OpenAI-compatible server silent this long (connecting, or any one
                           # read of its reply) has stopped
 REPLY_DEADLINE_S = 120.0  # its whole answer, streamed or not: 128 tokens take 3-6 s here, a long
@@ -52,6 +52,25 @@ def runtime_versions() -> dict:
     """Installed versions of the llama.cpp runtime and the model package."""
     from importlib.metadata import version
     return {name: version(name) for name in MEASURED_WITH}
+
+
+def free_cores(sample_s: float = 0.25) -> int:
+    """The cores no other process is using right now, at least 1: all of them on an idle
+    machine, one fewer for each that another process keeps busy. llama.cpp's threads wait on
+    each other when a core is taken (measured: docs/generation.md), so --generator local uses
+    this many unless --threads says otherwise. Linux only (/proc); elsewhere THREADS."""
+    def busy_ticks():       # (ticks of every core busy, ticks this process used)
+        cpu = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+        mine = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+        return sum(cpu) - cpu[3] - cpu[4], int(mine[11]) + int(mine[12])   # idle, iowait out
+    try:
+        (all0, mine0), _ = busy_ticks(), time.sleep(sample_s)
+        all1, mine1 = busy_ticks()
+    except (OSError, ValueError, IndexError):
+        return THREADS
+    others = max(0, (all1 - all0) - (mine1 - mine0)) / (os.sysconf("SC_CLK_TCK") * sample_s)
+    cores = os.cpu_count() or 1
+    return max(1, min(cores, round(cores - others)))
 
 
 SERVERS = []     # every llama.cpp server this process started; they end with the process

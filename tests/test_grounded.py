@@ -102,3 +102,14 @@ def test_no_shown_source_ever_fails_the_check_on_random_forgeries(prompt):
                 assert passages[number][0] == source
                 text = grounded.normalised(passages[number][1])
                 assert grounded.normalised(shown_quote) in text or strictness == "loose"
+
+
+def test_section_lets_a_quoted_heading_stand_for_the_sentences_under_it():
+    text = ("site_name\nThis is a required setting, used as the main title of the site. For example:\n"
+            "```yaml\nsite_name: Docs\n```\nsite_url\nThe canonical URL.")
+    prompt = grounded.grounded_prompt("Which setting is required?",
+                                      [{"doc_id": "c.md", "title": "c.md > Options", "text": text}])
+    reply = 'Quote: "site_name" [1]\nAnswer: site_name.'
+    assert shown_sources(reply, prompt, "loose")[0] == []                  # a heading proves nothing
+    assert shown_sources(reply, prompt, "section")[0] == [
+        ("site_name\nThis is a required setting, used as the main title of the site.", "c.md > Options")]
