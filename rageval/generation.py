@@ -27,7 +27,8 @@ from ragkit.arguments import add_backend, add_k
 from ragkit.eval_file import fact_text
 from ragkit.extractive import content_words, extract_answer, stop_words
 from ragkit.text import CODE
-from ragkit.llm import GENERATORS, INSTALL_LOCAL, add_model_arguments, check_generator, make_generator, serve
+from ragkit.llm import (GENERATORS, INSTALL_LOCAL, add_model_arguments, check_generator, free_cores,
+                        make_generator, serve)
 
 BEDROCK = rag.defaults(rag.generate_with_bedrock)   # the placeholder model id and the region
 TOP_K = rag.defaults(rag.search)["k"]
@@ -298,7 +299,7 @@ def corpus_chunks(args) -> list[dict]:
 def run(args) -> None:
     """Check the flags, build the generators, retrieve, answer, and print the table."""
     if args.serve:
-        return serve(args.port, args.threads, args.local_model)
+        return serve(args.port, args.threads or free_cores(), args.local_model)
     if args.port:
         raise ValueError("--port goes with --serve (the port the server listens on)")
     if args.docs and args.gold == str(GOLD_FILE):

@@ -319,7 +319,7 @@ def make_generator(name: str, args, stream: bool = False, embedder=None, chunks=
         from ragkit import extractive
         llm = extractive.extractive_generator(stream=stream, embedder=embedder, chunks=chunks)
     elif name == "local":
-        llm = local_generator(args.local_model, args.threads, args.max_tokens, stream)
+        llm = local_generator(args.local_model, args.threads or free_cores(), args.max_tokens, stream)
     elif name == "openai":
         llm = openai_generator(args.llm_url, args.llm_model, args.api_key_env, args.max_tokens,
                                stream=stream)
@@ -345,8 +345,9 @@ def add_model_arguments(p) -> None:
                         "(default: %(default)s)")
     p.add_argument("--max-tokens", type=bounded(int, 1, MAX_TOKENS_LIMIT), default=MAX_TOKENS,
                    help="answer length limit (default: %(default)s)")
-    p.add_argument("--threads", type=bounded(int, 1, os.cpu_count() or 1), default=THREADS,
-                   help="llama.cpp threads, at most one per core (default: %(default)s)")
+    p.add_argument("--threads", type=bounded(int, 1, os.cpu_count() or 1),
+                   help="llama.cpp threads, at most one per core (default: the cores no other "
+                        "process is using when the model starts)")
     p.add_argument("--local-model", metavar="qwen|smollm2|FILE.gguf",
                    help="the model --generator local loads: qwen (Qwen2.5-Coder-1.5B, the default "
                         "once its parts are installed), smollm2 (SmolLM2-135M: small and fast, not "
