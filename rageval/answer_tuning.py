@@ -6,8 +6,8 @@ checked, and what an answer with no checked quote becomes.
     python -m rageval.answer_tuning --collect              # ask the model every prompt (hours)
     python -m rageval.answer_tuning                        # choose, from the answers kept
 
---collect asks Qwen2.5-Coder-1.5B (or --local-model) every question of every set, with every
-instruction (ragkit/grounded.py) and every number of passages in KS, and keeps each reply in
+--collect asks Qwen2.5-Coder-1.5B (or --local-model) every question of every set, with the
+instructions (ragkit/grounded.py) and numbers of passages in PLAN, and keeps each reply in
 a JSON Lines file under .rag_cache keyed by the model and the exact request: a rerun asks only
 what is not there yet, so it can be stopped and started again. The prompts of one question
 begin alike (the passages come first, the biggest k first), so llama.cpp reuses what it
@@ -33,7 +33,11 @@ from rageval import generation as gen
 from ragkit import grounded, plumbing
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
 
-KS = [8, 5, 3]                       # passages per prompt; the biggest first (see above)
+# The prompts asked for each question, in this order: the biggest first, so the others reuse
+# its start (see above). Both instructions at 8 passages; the better one (on the first 30
+# MkDocs questions, where every pair was asked: docs/generation.md) at 5 and 3 too.
+PLAN = [(8, "quote-two"), (8, "quote-two-sentences"), (5, "quote-two"), (3, "quote-two")]
+KS = sorted({k for k, _ in PLAN}, reverse=True)
 UNCHECKED = ["refuse", "flag"]
 MAX_TOKENS = 200                     # a quote and a short answer; a code block may be longer
 CONTEXT = 8192                       # tokens: more than the longest prompt of 8 passages needs
@@ -62,22 +66,22 @@ def read_kept(path: Path) -> dict:
 
 
 # == Asking ==================================================================================
-def prompts_of(name: str, embedder, cache, instructions, questions: int | None = None) -> list[dict]:
+def prompts_of(name: str, embedder, cache, questions: int | None = None) -> list[dict]:
     """Every prompt of one set (its first `questions` only, if given): each question's 8
-    passages found as --docs finds them, then for each k in KS and each instruction, its
+    passages found as --docs finds them, then for each (k, instruction) of PLAN, its
     grounded prompt."""
     chunks, vectors = devset.build(devsets.pages(name), embedder, cache, True)
     retrieve = devset.retriever(chunks, vectors, embedder, True)
     out = []
     for i, item in enumerate(gen.load_gold(devsets.questions(name))[:questions]):
         found = retrieve(item["question"], max(KS))
-        for k, instruction in itertools.product(KS, instructions):
+        for k, instruction in PLAN:
             out.append({"set": name, "item": i, "k": k, "instruction": instruction,
                         "prompt": grounded.grounded_prompt(item["question"], found[:k], instruction, SEED)})
     return out
 
 
-def collect(names, model: str | None, threads: int, instructions, questions: int | None = None,
+def collect(names, model: str | None, threads: int, questions: int | None = None,
             folder=CACHE_DIR) -> None:
     """Ask every prompt not kept yet, keeping each reply as it comes (in `folder`)."""
     from ragkit import gguf, llm
@@ -88,7 +92,7 @@ def collect(names, model: str | None, threads: int, instructions, questions: int
     path = kept_file(llm_fn.path, folder)
     kept = read_kept(path)
     for name in names:
-        todo = [p for p in prompts_of(name, embedder, cache, instructions, questions)
+        todo = [p for p in prompts_of(name, embedder, cache, questions)
                 if request_key(str(llm_fn.path), grounded.GROUNDED_SYSTEM_PROMPT, p["prompt"], MAX_TOKENS) not in kept]
         print(f"{name}: {len(todo)} prompts to ask", file=sys.stderr, flush=True)
         with open(path, "a", encoding="utf-8") as out:
@@ -123,18 +127,19 @@ def kept_answers(names, model_path, embedder, cache, questions=None, folder=CACH
     for name in names:
         gold = gen.load_gold(devsets.questions(name))[:questions]
         asked = {}
-        for p in prompts_of(name, embedder, cache, list(grounded.INSTRUCTIONS), questions):
+        for p in prompts_of(name, embedder, cache, questions):
             record = kept.get(request_key(str(model_path), grounded.GROUNDED_SYSTEM_PROMPT, p["prompt"], MAX_TOKENS))
             if record is not None:
                 asked.setdefault(p["item"], {})[p["k"], p["instruction"]] = (p["prompt"], record["reply"])
-        whole = [i for i, replies in asked.items() if len(replies) == len(KS) * len(grounded.INSTRUCTIONS)]
+        whole = [i for i, replies in asked.items() if len(replies) == len(PLAN)]
         out[name] = [(gold[i], asked[i]) for i in sorted(whole)]
         if len(whole) < len(gold):
             print(f"{name}: {len(whole)} of {len(gold)} questions have every reply kept", file=sys.stderr)
     return out
 
 
-SETTINGS = list(itertools.product(grounded.INSTRUCTIONS, KS, grounded.STRICTNESS, UNCHECKED))
+SETTINGS = [(instruction, k, strictness, unchecked) for k, instruction in PLAN
+            for strictness, unchecked in itertools.product(grounded.STRICTNESS, UNCHECKED)]
 
 
 def verdicts(answers: dict, setting) -> dict:
@@ -232,8 +237,7 @@ def run(args) -> None:
     for name in names:
         devsets.pages(name)                 # an unknown or missing set: one line now
     if args.collect:
-        return collect(names, args.local_model, args.threads, list(grounded.INSTRUCTIONS),
-                       args.questions, args.cache)
+        return collect(names, args.local_model, args.threads, args.questions, args.cache)
     choose(names, args.local_model, args.questions, args.cache)
 
 

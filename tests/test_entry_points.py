@@ -11,7 +11,7 @@ import pytest
 from conftest import CISI
 
 from rageval import answer_tuning, devsets
-from ragkit import gguf, grounded
+from ragkit import gguf
 
 ROOT = Path(__file__).resolve().parent.parent
 MKDOCS = ROOT / "data" / "devsets" / "mkdocs"
@@ -98,7 +98,7 @@ def test_rageval_answer_tuning_collects_one_question_then_chooses(tmp_path):
     flags = ["--sets", "mkdocs", "--questions", "1", "--local-model", "smollm2", "--cache", tmp_path]
     run("rageval.answer_tuning", "--collect", *flags)
     kept = (tmp_path / "answers-SmolLM2-135M-Instruct.Q4_1.jsonl").read_text().splitlines()
-    assert len(kept) == len(answer_tuning.KS) * len(grounded.INSTRUCTIONS)
+    assert len(kept) == len(answer_tuning.PLAN)
     assert "the kit's setting" in run("rageval.answer_tuning", *flags)
 
 
