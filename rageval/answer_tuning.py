@@ -21,7 +21,6 @@ pages cannot answer, refused +1, answered -1. A wrong answer costs more than a r
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import sys
@@ -30,6 +29,8 @@ from pathlib import Path
 
 from rageval import devset, devsets
 from rageval import generation as gen
+from ragkit.llm import KEPT_SEED as SEED
+from ragkit.llm import kept_file, read_kept, request_key
 from ragkit import grounded, plumbing
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
 
@@ -41,28 +42,8 @@ KS = sorted({k for k, _ in PLAN}, reverse=True)
 UNCHECKED = ["refuse", "flag"]
 MAX_TOKENS = 200                     # a quote and a short answer; a code block may be longer
 CONTEXT = 8192                       # tokens: more than the longest prompt of 8 passages needs
-SEED = "devset"                      # the markers' tag, fixed so a rerun finds its answers
 SCORE = {"right": 1, "partial": 0, "refused (wrong)": 0, "wrong": -1,
          "refused (right)": 1, "answered (wrong)": -1}
-
-
-# == The kept replies =======================================================================
-def request_key(model: str, system: str, prompt: str, max_tokens: int) -> str:
-    """The SHA-256 that names one request to one model."""
-    return hashlib.sha256(json.dumps([model, system, prompt, max_tokens]).encode()).hexdigest()
-
-
-def read_kept(path: Path) -> dict:
-    """key -> record, from the JSON Lines file (a line cut short by a kill is skipped)."""
-    kept = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-                kept[record["key"]] = record
-            except (ValueError, KeyError, TypeError):
-                continue
-    return kept
 
 
 # == Asking ==================================================================================
@@ -113,11 +94,6 @@ def collect(names, model: str | None, threads: int, questions: int | None = None
                     print(f"{name}: {n} of {len(todo)}", file=sys.stderr, flush=True)
 
 
-def kept_file(model_path, folder=CACHE_DIR) -> Path:
-    """The JSON Lines file of one model's replies: .rag_cache/answers-<file name>.jsonl."""
-    return Path(folder) / f"answers-{Path(model_path).stem}.jsonl"
-
-
 # == Choosing =================================================================================
 def kept_answers(names, model_path, embedder, cache, questions=None, folder=CACHE_DIR) -> dict:
     """{set: [(gold item, {(k, instruction): (prompt, reply)})]} for every question whose
@@ -146,13 +122,14 @@ def verdicts(answers: dict, setting) -> dict:
     """{set: [verdict of each question]} under one setting (instruction, k, strictness, unchecked),
     and the share of the model's quotes that were found in the passages."""
     from ragkit.answering import checked_answer
+    from ragkit.guard import guarded_reply
     instruction, k, strictness, unchecked = setting
     out, quotes, found = {}, 0, 0
     for name, questions in answers.items():
         out[name] = []
         for item, replies in questions:
-            prompt, reply = replies[k, instruction]
-            checked, shown = checked_answer(reply, prompt, strictness, unchecked)
+            prompt, reply = replies[k, instruction]          # as the kit shows it: guarded first
+            checked, shown = checked_answer(guarded_reply(reply, prompt), prompt, strictness, unchecked)
             out[name].append(devset.verdict(shown, item, grounded.REFUSAL))
             quotes += len(checked["checked"]) + len(checked["failed"])
             found += len(checked["checked"])

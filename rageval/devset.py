@@ -28,7 +28,8 @@ from rageval import devsets
 from rageval import generation as gen
 from ragkit import chunking, documents, eval_file, grounded, plumbing, retrieval
 from ragkit.arguments import add_backend
-from ragkit.embeddings import CachedEmbedder, EmbeddingCache
+from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
+from ragkit.llm import KEPT_SEED
 from ragkit.text import CODE
 
 K = 5                       # hit@5 and MRR@5 by file
@@ -105,7 +106,7 @@ def score(gold: list[dict], chunks, vectors, embedder, generators: dict, context
     answerable = [g for g in gold if g["answerable"]]
     m = rag.evaluate_retrieval(answerable, None, None, None, k=K, retrieve=retrieve)
     in_context = [eval_file.holds_every_fact(retrieve(g["question"], PROMPT_K), g) for g in answerable]
-    results = gen.evaluate_generation(gold, generators, retrieve, k=PROMPT_K)
+    results = gen.evaluate_generation(gold, generators, retrieve, k=PROMPT_K, seed=KEPT_SEED)
     answers = {name: [{**row, "verdict": verdict(row["answer"], item, grounded.REFUSAL)}
                       for row, item in zip(r["rows"], gold)] for name, r in results.items()}
     return {"hit1": m["hit1"], "hit5": m["hit_rate"], "mrr": m["mrr"], "answerable": len(answerable),
@@ -134,11 +135,24 @@ def print_scores(name: str, s: dict, show: int) -> None:
     print(f"answer in context (every gold fact in the {PROMPT_K} passages): {s['in_context']:.2f}")
     for generator, rows in s["answers"].items():
         c = counts(rows)
+        quotes, found = sum(r["quotes"] for r in rows), sum(r["checked"] for r in rows)
         print(f"{generator}: right {c['right']}, partial {c['partial']}, wrong {c['wrong']}, "
               f"refused {c['refused (wrong)']} of {n} answerable; refused {c['refused (right)']} "
-              f"of {s['unanswerable']} unanswerable")
+              f"of {s['unanswerable']} unanswerable; {found} of {quotes} quotes found in the "
+              f"passages")
         for row in sorted(rows, key=lambda r: WORST_FIRST.index(r["verdict"]))[:show]:
             print(f"  [{row['verdict']}] {row['question']}\n    {' '.join(row['answer'].split())[:400]}")
+
+
+def generator(spec: str, args):
+    """A generator named as --generators names it: "local" (the default model), "local:MODEL"
+    (qwen, smollm2 or a .gguf file), or any other generator's name. A local model's replies
+    are kept in --cache (a rerun, or the same request in rageval/answer_tuning.py, is not
+    asked again)."""
+    import argparse
+    name, _, model = spec.partition(":")
+    flags = argparse.Namespace(**{**vars(args), "local_model": model or args.local_model})
+    return gen.make_generator(name, flags, keep_in=args.cache or CACHE_DIR)
 
 
 def run(args) -> None:
@@ -153,7 +167,7 @@ def run(args) -> None:
     embedder = CachedEmbedder(args.backend)
     cache = EmbeddingCache(args.cache) if embedder.backend == "minilm" else None
     names = args.generators.split(",")
-    models = {name: gen.make_generator(name, args) for name in names if name != "extractive"}
+    models = {name: generator(name, args) for name in names if name != "extractive"}
     for name, (folder, questions) in sets.items():
         gold = gen.load_gold(questions)
         chunks, vectors = build(folder, embedder, cache, args.context)
@@ -172,7 +186,9 @@ def parse_args(argv=None):
     p.add_argument("--docs", metavar="FOLDER", help="your own folder instead (give --questions too)")
     p.add_argument("--questions", help="with --docs: JSON Lines of questions, files and facts")
     add_backend(p, "minilm", auto=False)
-    p.add_argument("--generators", default="extractive", help="comma-separated (default: %(default)s)")
+    p.add_argument("--generators", default="extractive",
+                   help="comma-separated: extractive, local (the default model), local:qwen, "
+                        "local:smollm2, local:FILE.gguf, openai, bedrock (default: %(default)s)")
     p.add_argument("--context", action=argparse.BooleanOptionalAction, default=True,
                    help="embed each chunk with its title in front (default: on, as --docs)")
     p.add_argument("--show-answers", type=plumbing.bounded(int, 0, 1000), default=0, metavar="N",

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import rag_from_scratch as rag
 from ragkit import answering, chunking, grounded, plumbing, retrieval
+from ragkit.llm import KEPT_SEED
 from ragkit.arguments import add_backend, add_k
 from ragkit.eval_file import fact_text
 from ragkit.extractive import content_words, extract_answer, stop_words
@@ -116,15 +117,17 @@ def score_answer(answer: str, item: dict, retrieved_text: str, refusal: str, sto
             "faithful": None if refused else faithfulness(answer, retrieved_text, stop)}
 
 
-def evaluate_generation(gold: list[dict], generators: dict, retrieve, k: int = TOP_K) -> dict:
+def evaluate_generation(gold: list[dict], generators: dict, retrieve, k: int = TOP_K,
+                        seed: str | None = None) -> dict:
     """Retrieve once per question with retrieve(question, k) (the kit's retriever), write the
-    grounded prompt, then answer with every generator; each reply's quotes are checked and
-    the answer a user would read is scored (ragkit/answering.py)."""
+    grounded prompt (its markers' tag from `seed` when given: replies can then be kept), then
+    answer with every generator; each reply's quotes are checked and the answer a user would
+    read is scored (ragkit/answering.py)."""
     stop, prompts = stop_words(), []
     for item in gold:
         _, passages = answering.passages_for(item["question"], retrieve, k)
         text = "\n".join(f"{r['doc_id']} {r['title']} {r['text']}" for r in passages)
-        prompts.append((grounded.grounded_prompt(item["question"], passages), text))
+        prompts.append((grounded.grounded_prompt(item["question"], passages, seed=seed), text))
     results = {}
     for name, llm_fn in generators.items():
         rows = []

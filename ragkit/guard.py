@@ -178,6 +178,12 @@ def without_phrase_loops(pieces):
         yield "".join(kept)
 
 
+def guarded_reply(reply: str, prompt: str) -> str:
+    """A whole reply as guard() leaves it (spaces it left doubled in prose made single)."""
+    text = "".join(without_phrase_loops(guard([reply], sources_of(prompt))))
+    return in_prose(text, lambda prose: re.sub(r"[ \t]{2,}", " ", prose)).strip()
+
+
 def guarded(llm_fn):
     """llm_fn whose answer (a string, or pieces with stream=True) passes through guard()."""
     def safe(prompt: str, system_prompt: str):
@@ -185,7 +191,6 @@ def guarded(llm_fn):
         if not isinstance(answer, str):               # a stream: guarded as it comes
             return without_phrase_loops(guard(answer, sources_of(prompt)))
         safe.truncated = llm_fn.truncated
-        text = "".join(without_phrase_loops(guard([answer], sources_of(prompt))))
-        return in_prose(text, lambda prose: re.sub(r"[ \t]{2,}", " ", prose)).strip()
+        return guarded_reply(answer, prompt)
     safe.runtime, safe.truncated, safe.bare, safe.streams = llm_fn.runtime, False, llm_fn, llm_fn.streams
     return safe

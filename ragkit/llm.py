@@ -18,7 +18,7 @@ with stream=True, the bare generators return an iterator of text pieces instead;
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 import json
 import os
 import re
@@ -291,6 +291,56 @@ def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
     return llm_fn
 
 
+# == Replies kept on disk ====================================================================
+# A local model's reply to a request can be kept in a JSON Lines file, one a model, under the
+# request's SHA-256: the development sets' runs (rageval/answer_tuning.py, rageval/devset.py)
+# take hours, and a rerun asks only what is not there yet. Their prompts' markers get a fixed
+# tag (KEPT_SEED), so the same question and passages give the same request.
+KEPT_SEED = "devset"
+
+
+def request_key(model: str, system: str, prompt: str, max_tokens: int) -> str:
+    """The SHA-256 that names one request to one model."""
+    return hashlib.sha256(json.dumps([model, system, prompt, max_tokens]).encode()).hexdigest()
+
+
+def read_kept(path: Path) -> dict:
+    """key -> record, from the JSON Lines file (a line cut short by a kill is skipped)."""
+    kept = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+                kept[record["key"]] = record
+            except (ValueError, KeyError, TypeError):
+                continue
+    return kept
+
+
+def kept_file(model_path, folder) -> Path:
+    """The JSON Lines file of one model's replies: .rag_cache/answers-<file name>.jsonl."""
+    return Path(folder) / f"answers-{Path(model_path).stem}.jsonl"
+
+
+
+
+def keeping(llm_fn, folder, max_tokens: int):
+    """llm_fn that answers a request from the kept file when it is there, else asks llm_fn
+    (a local model: it has .path) and keeps the reply."""
+    path = kept_file(llm_fn.path, folder)
+    kept = read_kept(path)
+
+    def kept_fn(prompt: str, system_prompt: str) -> str:
+        key = request_key(str(llm_fn.path), system_prompt, prompt, max_tokens)
+        if key not in kept:
+            kept[key] = {"key": key, "reply": llm_fn(prompt, system_prompt)}
+            with open(path, "a", encoding="utf-8") as out:
+                out.write(json.dumps(kept[key]) + "\n")
+        return kept[key]["reply"]
+    kept_fn.runtime, kept_fn.truncated, kept_fn.streams = llm_fn.runtime, False, False
+    return kept_fn
+
+
 GENERATORS = ("extractive", "local", "openai", "bedrock")
 
 
@@ -310,16 +360,18 @@ def check_generator(args) -> None:
         bedrock.check_setup(args.model_id, args.region)
 
 
-def make_generator(name: str, args, stream: bool = False, embedder=None, chunks=None):
+def make_generator(name: str, args, stream: bool = False, embedder=None, chunks=None, keep_in=None):
     """The one place a generator is built, from the flags its name needs: an llm_fn with .name,
     .runtime, .streams and .truncated. stream: print the answer as it is written (--stream);
     embedder and chunks: the index's, which the extractive answer scores sentences with and
-    learns the pages' words from."""
+    learns the pages' words from; keep_in: a folder where a local model's replies are kept
+    (keeping())."""
     if name == "extractive":
         from ragkit import extractive
         llm = extractive.extractive_generator(stream=stream, embedder=embedder, chunks=chunks)
     elif name == "local":
         llm = local_generator(args.local_model, args.threads or free_cores(), args.max_tokens, stream)
+        llm = keeping(llm, keep_in, args.max_tokens) if keep_in else llm
     elif name == "openai":
         llm = openai_generator(args.llm_url, args.llm_model, args.api_key_env, args.max_tokens,
                                stream=stream)

@@ -54,7 +54,7 @@ def test_mkdocs_figures_as_devset_prints_them(capsys):
             "retrieval by file: hit@1 0.68  hit@5 1.00  mrr@5 0.83\n"
             "answer in context (every gold fact in the 8 passages): 0.95\n"
             "extractive: right 17, partial 8, wrong 13, refused 0 of 38 answerable; "
-            "refused 3 of 8 unanswerable\n") in out
+            "refused 3 of 8 unanswerable; ") in out
 
 
 def test_artefacts_are_counted_in_prose_not_in_code():
