@@ -1,7 +1,7 @@
 """
 ragkit/guard.py: what a language model writes, cleaned before anyone reads it.
 
-    pieces = guard(model_pieces, sources_of(prompt))      # as they arrive, for --stream
+    pieces = guard(model_pieces, sources_of(prompt), prompt_tag(prompt))   # for --stream
     text = guarded(llm_fn)(prompt, system_prompt)          # a whole answer, the same rules
 
 A model's reply is untrusted text, and a small model's is often broken. Before it reaches the
@@ -64,10 +64,18 @@ def sources_of(prompt: str) -> set:
     return {name for number, (source, _) in prompt_passages(prompt).items() for name in (number, source)}
 
 
-def cleaned(segment: str, sources: set) -> str:
-    """A piece of an answer without the prompt's fence markers and without citations of
-    sources the prompt does not have (a model invents them)."""
+def prompt_tag(prompt: str) -> str:
+    """The random tag of a prompt's markers ("" if it has none)."""
+    found = re.search(r"^<<BEGIN (\w+) ", prompt, flags=re.M)
+    return found.group(1) if found else ""
+
+
+def cleaned(segment: str, sources: set, tag: str = "") -> str:
+    """A piece of an answer without the prompt's fence markers (or its tag, echoed alone) and
+    without citations of sources the prompt does not have (a model invents them)."""
     segment = FENCE_MARKER.sub("", segment)
+    if tag:
+        segment = re.sub(rf"(?:<<\s*)?(?:BEGIN|END)?\s*{tag}(?:\s*\[\d+\])?(?:\s*>>)?", "", segment)
     files = {s.split(" > ")[0] for s in sources}
     real = lambda name: name in sources or name.split(" > ")[0] in files
     return in_prose(segment, lambda prose: CITATION.sub(lambda m: m.group(0) if real(m.group(1).strip())
@@ -92,7 +100,7 @@ def held_back(rest: str) -> int:
     return cut
 
 
-def guard(pieces, sources: set):
+def guard(pieces, sources: set, tag: str = ""):
     """Yield an answer's text as it comes, cleaned (see cleaned()): word by word, but holding
     back what could still turn into a fence marker or a citation until its sentence ends, and
     a sentence while it could still be one said before; at the first sentence said again (a
@@ -109,11 +117,11 @@ def guard(pieces, sources: set):
         if code or starts_code:
             text = segment[len(on_screen):]
         else:
-            whole = loop_key(cleaned(segment, sources))
+            whole = loop_key(cleaned(segment, sources, tag))
             if len(whole.split()) >= 2 and whole in seen:
                 return None
             seen.add(whole)
-            text = cleaned(segment[len(on_screen):], sources)
+            text = cleaned(segment[len(on_screen):], sources, tag)
             if not on_screen and line_start and segment.lstrip().lower().startswith(KIT_LINES):
                 text = "(reply) " + text.lstrip()
         line_start = segment.endswith("\n")
@@ -127,7 +135,7 @@ def guard(pieces, sources: set):
             return len(on_screen)    # code, or a line that may yet turn into one of the kit's
         cut = min(len(sentence_parts(rest)[0]), held_back(rest))
         cut = max(rest.rfind(" ", 0, cut), rest.rfind("\t", 0, cut)) + 1
-        so_far = loop_key(cleaned(rest[:cut], sources))
+        so_far = loop_key(cleaned(rest[:cut], sources, tag))
         if cut <= len(on_screen) or any(s == so_far or s.startswith(so_far + " ") for s in seen):
             return len(on_screen)
         return cut
@@ -142,7 +150,7 @@ def guard(pieces, sources: set):
             on_screen = ""
             yield text.rstrip(" ") if piece is None and i == len(done) - 1 else text
         if buffer and (cut := ready(buffer)) > len(on_screen):
-            text = cleaned(buffer[len(on_screen):cut], sources)
+            text = cleaned(buffer[len(on_screen):cut], sources, tag)
             if not on_screen and line_start and buffer.lstrip().lower().startswith(KIT_LINES):
                 text = "(reply) " + text.lstrip()
             on_screen = buffer[:cut]
@@ -180,7 +188,7 @@ def without_phrase_loops(pieces):
 
 def guarded_reply(reply: str, prompt: str) -> str:
     """A whole reply as guard() leaves it (spaces it left doubled in prose made single)."""
-    text = "".join(without_phrase_loops(guard([reply], sources_of(prompt))))
+    text = "".join(without_phrase_loops(guard([reply], sources_of(prompt), prompt_tag(prompt))))
     return in_prose(text, lambda prose: re.sub(r"[ \t]{2,}", " ", prose)).strip()
 
 
@@ -189,7 +197,7 @@ def guarded(llm_fn):
     def safe(prompt: str, system_prompt: str):
         answer = llm_fn(prompt, system_prompt)
         if not isinstance(answer, str):               # a stream: guarded as it comes
-            return without_phrase_loops(guard(answer, sources_of(prompt)))
+            return without_phrase_loops(guard(answer, sources_of(prompt), prompt_tag(prompt)))
         safe.truncated = llm_fn.truncated
         return guarded_reply(answer, prompt)
     safe.runtime, safe.truncated, safe.bare, safe.streams = llm_fn.runtime, False, llm_fn, llm_fn.streams

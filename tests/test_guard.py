@@ -111,6 +111,14 @@ def test_smollm2_on_development_questions_shows_no_marker_no_invented_source_no_
         assert harms(answer, prompt) == [], answer
 
 
+def test_the_prompts_tag_echoed_alone_never_reaches_the_screen():
+    prompt = grounded.grounded_prompt("What is the hotel limit?", [
+        {"doc_id": "FIN-02", "title": "Travel", "text": "The hotel limit is INR 6,000 a night."}])
+    tag = guard.prompt_tag(prompt)
+    for reply in (f"The limit is {tag}. The answer is: {tag}", f'Copy: "BEGIN {tag} [1] The hotel limit'):
+        assert tag not in shown_answer(reply, prompt)
+
+
 def test_pieces_of_a_marker_at_either_end_never_reach_the_screen():
     """A small model echoes markers cut short: the end of a source and the marker's end."""
     prompt = grounded.grounded_prompt("how do I compost?", [
