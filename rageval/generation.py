@@ -320,7 +320,8 @@ def run(args) -> None:
     generators = {name: make_generator(name, args, args.stream, *((embedder, chunks) if args.docs else ()))
                   for name in names}
     retrieve = retrieval.make_retriever(chunks, index, embedder)
-    results = evaluate_generation(gold, generators, retrieve, k=min(args.k, len(chunks)))
+    results = evaluate_generation(gold, generators, retrieve, k=min(args.k, len(chunks)),
+                                  seed=KEPT_SEED)          # the same prompts every run
     n_ok = sum(g["answerable"] for g in gold)
     print(f"generation on {len(gold)} questions ({n_ok} answerable, {len(gold) - n_ok} not), "
           f"backend={embedder.backend}, k={min(args.k, len(chunks))}")

@@ -74,8 +74,9 @@ def cleaned(segment: str, sources: set, tag: str = "") -> str:
     """A piece of an answer without the prompt's fence markers (or its tag, echoed alone) and
     without citations of sources the prompt does not have (a model invents them)."""
     segment = FENCE_MARKER.sub("", segment)
-    if tag:
-        segment = re.sub(rf"(?:<<\s*)?(?:BEGIN|END)?\s*{tag}(?:\s*\[\d+\])?(?:\s*>>)?", "", segment)
+    if tag:                  # the tag, or its start where the answer was cut off
+        segment = re.sub(r"(?:<<\s*)?(?:BEGIN|END)?\s*\b([0-9a-f]{6,16})\b(?:\s*\[\d+\])?(?:\s*>>)?",
+                         lambda m: "" if tag.startswith(m.group(1)) else m.group(0), segment)
     files = {s.split(" > ")[0] for s in sources}
     real = lambda name: name in sources or name.split(" > ")[0] in files
     return in_prose(segment, lambda prose: CITATION.sub(lambda m: m.group(0) if real(m.group(1).strip())

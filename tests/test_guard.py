@@ -115,8 +115,9 @@ def test_the_prompts_tag_echoed_alone_never_reaches_the_screen():
     prompt = grounded.grounded_prompt("What is the hotel limit?", [
         {"doc_id": "FIN-02", "title": "Travel", "text": "The hotel limit is INR 6,000 a night."}])
     tag = guard.prompt_tag(prompt)
-    for reply in (f"The limit is {tag}. The answer is: {tag}", f'Copy: "BEGIN {tag} [1] The hotel limit'):
-        assert tag not in shown_answer(reply, prompt)
+    for reply in (f"The limit is {tag}. The answer is: {tag}", f'Copy: "BEGIN {tag} [1] The hotel limit',
+                  f"Passage: BEGIN {tag[:11]}"):                # cut off by the token limit
+        assert tag[:6] not in shown_answer(reply, prompt)
 
 
 def test_pieces_of_a_marker_at_either_end_never_reach_the_screen():
