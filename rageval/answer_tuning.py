@@ -40,6 +40,7 @@ from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
 PLAN = [(8, "quote-two"), (8, "quote-two-sentences"), (5, "quote-two"), (3, "quote-two")]
 KS = sorted({k for k, _ in PLAN}, reverse=True)
 UNCHECKED = ["refuse", "flag"]
+MIN_TOPICS = [0.0, 0.2, 0.3, 0.4, 0.5]        # the share of the question the quotes must speak to
 MAX_TOKENS = 200                     # a quote and a short answer; a code block may be longer
 CONTEXT = 8192                       # tokens: more than the longest prompt of 8 passages needs
 SCORE = {"right": 1, "partial": 0, "refused (wrong)": 0, "wrong": -1,
@@ -114,8 +115,8 @@ def kept_answers(names, model_path, embedder, cache, questions=None, folder=CACH
     return out
 
 
-SETTINGS = [(instruction, k, strictness, unchecked) for k, instruction in PLAN
-            for strictness, unchecked in itertools.product(grounded.STRICTNESS, UNCHECKED)]
+SETTINGS = [(instruction, k, strictness, unchecked, topic) for k, instruction in PLAN
+            for strictness, unchecked, topic in itertools.product(grounded.STRICTNESS, UNCHECKED, MIN_TOPICS)]
 
 
 def verdicts(answers: dict, setting) -> dict:
@@ -123,13 +124,13 @@ def verdicts(answers: dict, setting) -> dict:
     and the share of the model's quotes that were found in the passages."""
     from ragkit.answering import checked_answer
     from ragkit.guard import guarded_reply
-    instruction, k, strictness, unchecked = setting
+    instruction, k, strictness, unchecked, topic = setting
     out, quotes, found = {}, 0, 0
     for name, questions in answers.items():
         out[name] = []
         for item, replies in questions:
             prompt, reply = replies[k, instruction]          # as the kit shows it: guarded first
-            checked, shown = checked_answer(guarded_reply(reply, prompt), prompt, strictness, unchecked)
+            checked, shown = checked_answer(guarded_reply(reply, prompt), prompt, strictness, unchecked, topic)
             out[name].append(devset.verdict(shown, item, grounded.REFUSAL))
             quotes += len(checked["checked"]) + len(checked["failed"])
             found += len(checked["checked"])
@@ -163,11 +164,11 @@ def summary(verdict_list: list[str]) -> str:
 
 def label(setting) -> str:
     """A setting in words."""
-    instruction, k, strictness, unchecked = setting
-    return f"{instruction}, k={k}, {strictness}, {'refuse' if unchecked == 'refuse' else 'flag'} unchecked"
+    instruction, k, strictness, unchecked, topic = setting
+    return f"{instruction}, k={k}, {strictness}, topic {topic:.1f}, {unchecked} unchecked"
 
 
-def choose(names, model: str | None, questions=None, folder=CACHE_DIR) -> None:
+def choose(names, model: str | None, questions=None, folder=CACHE_DIR, worst: int = 0) -> None:
     """Every setting's verdicts from the kept replies; each project scored with the setting
     chosen on the others; then the setting chosen on all of them."""
     from ragkit import gguf
@@ -190,6 +191,25 @@ def choose(names, model: str | None, questions=None, folder=CACHE_DIR) -> None:
     print(f"  {'all':<10} {label(best):<42} {summary(everything)}: the kit's setting")
     found = table[best]["quotes_found"]
     print(f"  quotes found in the passages under it: {'-' if found is None else format(found, '.0%')}")
+    if worst:
+        print_worst(answers, table[best]["verdicts"], best, worst)
+
+
+def print_worst(answers: dict, verdicts_of: dict, setting, n: int) -> None:
+    """The first n answers the kit would show wrongly under the setting, verbatim: an answer
+    to a question the pages cannot answer, then one stating none of the facts."""
+    from ragkit.answering import checked_answer
+    from ragkit.guard import guarded_reply
+    instruction, k, strictness, unchecked, topic = setting
+    rows = [(name, item, replies[k, instruction], v) for name, questions in answers.items()
+            for (item, replies), v in zip(questions, verdicts_of[name]) if v in ("answered (wrong)", "wrong")]
+    rows.sort(key=lambda row: row[3] != "answered (wrong)")
+    print(f"\n== The worst answers under it, verbatim ({min(n, len(rows))} of {len(rows)}) ==")
+    for name, item, (prompt, reply), v in rows[:n]:
+        shown = checked_answer(guarded_reply(reply, prompt), prompt, strictness, unchecked, topic)[1]
+        facts = ", ".join(p.pattern for p in item["answer"]) or "none: the pages cannot answer it"
+        print(f"[{name}, {v}] {item['question']}\n  facts wanted: {facts}\n  shown: "
+              + shown.replace("\n", "\n         "))
 
 
 # == Command line ============================================================================
@@ -203,6 +223,8 @@ def parse_args(argv=None):
                    help="llama.cpp threads (default: %(default)s)")
     p.add_argument("--questions", type=plumbing.bounded(int, 1, 1000), metavar="N",
                    help="only each set's first N questions (a quick look; default: all)")
+    p.add_argument("--worst", type=plumbing.bounded(int, 0, 1000), default=0, metavar="N",
+                   help="also print the N worst answers under the kit's setting, verbatim")
     p.add_argument("--cache", default=str(CACHE_DIR),
                    help="the folder of kept replies and chunk vectors (default: %(default)s)")
     return p.parse_args(argv)
@@ -215,7 +237,7 @@ def run(args) -> None:
         devsets.pages(name)                 # an unknown or missing set: one line now
     if args.collect:
         return collect(names, args.local_model, args.threads, args.questions, args.cache)
-    choose(names, args.local_model, args.questions, args.cache)
+    choose(names, args.local_model, args.questions, args.cache, args.worst)
 
 
 main = plumbing.main_for(run, parse_args)

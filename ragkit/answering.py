@@ -18,6 +18,7 @@ from ragkit.text import plural, printable
 # How strictly a quote is checked, and what an answer whose quotes all fail becomes: chosen on
 # the development sets by leaving one project out (rageval/answer_tuning.py, docs/generation.md).
 STRICTNESS = "any-passage"
+MIN_TOPIC = 0.0
 UNCHECKED = "refuse"
 
 
@@ -55,9 +56,9 @@ def passages_for(question: str, retrieve, k: int) -> tuple[list[dict], list[dict
 
 
 def checked_answer(reply: str, prompt: str, strictness: str = STRICTNESS,
-                   unchecked: str = UNCHECKED) -> tuple[dict, str]:
+                   unchecked: str = UNCHECKED, min_topic: float = MIN_TOPIC) -> tuple[dict, str]:
     """(the check of a reply's quotes, the answer a user reads): ragkit/grounded.py's two steps."""
-    checked = grounded.check_reply(reply, prompt, strictness)
+    checked = grounded.check_reply(reply, prompt, strictness, min_topic)
     return checked, grounded.shown_answer(checked, unchecked)
 
 
@@ -94,6 +95,9 @@ def print_check(checked: dict) -> None:
     if failed:
         print(f"(checked: {plural(failed, 'quote')} the model gave {'is' if failed == 1 else 'are'} "
               f"not in the passages {'it names' if failed == 1 else 'they name'}; not shown)")
+    if checked["off_topic"]:
+        print(f"(checked: its quotes speak to {checked['topic']:.0%} of the question's words, "
+              f"weighed by rarity, under the {MIN_TOPIC:.0%} an answer needs; not shown)")
     if checked["stray_numbers"]:
         print(f"(checked: the answer states {', '.join(checked['stray_numbers'])}, which no quote "
               f"holds; not shown)")

@@ -26,11 +26,11 @@ brings the one before it.
 
 from __future__ import annotations
 
-import math
 import re
 
 from ragkit import grounded
 from ragkit.text import in_prose, split_sentences
+from ragkit.words import content_words, idf_weights, stop_words, supported_share
 
 MIN_SUPPORT = 0.25    # words alone: refuse below this share of the question supported
 WEIGHTS = {"meaning": 0.7, "words": 0.8, "names": 1.03, "code": 0.52, "asks": -0.05, "rank": -0.22}
@@ -50,47 +50,6 @@ def read_prompt(prompt: str) -> tuple[str, list[tuple[str, str, str]]]:
         raise ValueError("the prompt has no passages or no 'Question:' line: build it with "
                          "ragkit.grounded.grounded_prompt")
     return question, [(n, source, text) for n, (source, text) in passages.items()]
-
-
-# ---------------------------------------------------------------------------
-# Words: stop words out, plurals folded, rare words weigh more
-# ---------------------------------------------------------------------------
-def stop_words() -> frozenset:
-    """scikit-learn's English stop words, the list the TF-IDF backend drops too."""
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-    return ENGLISH_STOP_WORDS
-
-
-def fold(word: str) -> str:
-    """Fold plurals and -ed/-ing so "booked" meets "book": fold("policies") -> "policy".
-
-    Lighter than the Porter2 stemmer BM25 uses (ragkit.retrieval.word_analyzer): with Porter2 the
-    refusal rule lets more unanswerable questions through (held-out 20/30 right, not 22/30).
-    """
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-    for suffix in ("ing", "ed", "e"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
-            return word[:-len(suffix)]
-    return word
-
-
-def content_words(text: str, stop: frozenset) -> list[str]:
-    """Lower-cased, plural-folded words and numbers that are not stop words."""
-    words = re.findall(r"[a-z0-9]+", re.sub(r"'s\b", "", text.lower()))
-    return [fold(w) for w in words if w not in stop]
-
-
-def idf_weights(sentences: list[set]) -> dict:
-    """idf(t) = ln((1 + N) / (1 + df)) + 1 over the prompt's sentences; unseen words weigh most."""
-    df = {}
-    for words in sentences:
-        for w in words:
-            df[w] = df.get(w, 0) + 1
-    n = len(sentences)
-    return {w: math.log((1 + n) / (1 + d)) + 1 for w, d in df.items()} | {None: math.log(1 + n) + 1}
 
 
 # ---------------------------------------------------------------------------
@@ -122,11 +81,7 @@ def best_sentence(part_words: set, candidates: list[dict], idf: dict, skip: set)
 
 def support(question_words: set, chosen: list[dict], idf: dict) -> float:
     """IDF-weighted share of the question's content words found in the chosen sentences."""
-    if not question_words:
-        return 0.0
-    found = set().union(*(c["words"] for c in chosen)) if chosen else set()
-    weight = lambda words: sum(idf.get(w, idf[None]) for w in words)
-    return weight(question_words & found) / weight(question_words)
+    return supported_share(question_words, set().union(*(c["words"] for c in chosen)) if chosen else set(), idf)
 
 
 LIST_OR_TABLE = re.compile(r"(?:[-*+]|\d+[.)])\s|\|")     # "- item", "1. step", "| a | b |"

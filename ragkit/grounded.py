@@ -27,6 +27,7 @@ import re
 import secrets
 
 from ragkit.text import split_sentences
+from ragkit.words import content_words, idf_weights, stop_words, supported_share
 
 REFUSAL = "I don't know based on these documents."
 GROUNDED_SYSTEM_PROMPT = (
@@ -219,11 +220,22 @@ def unsupported_numbers(answer: str, quotes: list[str], question: str) -> list[s
     return [n for n in NUMBER.findall(answer) if n not in known]
 
 
-def check_reply(reply: str, prompt: str, strictness: str = "exact") -> dict:
-    """Every quote of a reply looked for in the passages (see where()), and the answer's
-    numbers in the quotes found. Returns the answer, the checked quotes (quote, number of the
-    passage it is in, its source), the ones that failed (with why), the numbers no quote
-    holds, and whether the reply is the refusal."""
+def on_topic(question: str, words_found: str, passages: dict) -> float:
+    """How much of the question the checked quotes and the answer speak to: the share of the
+    question's content words among theirs, each weighted by its rarity in the passages'
+    sentences (a quote about another matter shares only the common words)."""
+    stop = stop_words()
+    sentences = [set(content_words(s, stop)) for _, text in passages.values() for s in split_sentences(text)]
+    return supported_share(set(content_words(question, stop)), set(content_words(words_found, stop)),
+                           idf_weights(sentences))
+
+
+def check_reply(reply: str, prompt: str, strictness: str = "exact", min_topic: float = 0.0) -> dict:
+    """Every quote of a reply looked for in the passages (see where()), the answer's numbers in
+    the quotes found, and how much of the question they speak to (on_topic(): below
+    `min_topic`, no quote counts). Returns the answer, the checked quotes (quote, number of the
+    passage it is in, its source), the ones that failed (with why), the numbers no quote holds,
+    the topic share, and whether the reply is the refusal."""
     passages = prompt_passages(prompt)
     question = prompt.rpartition("\nQuestion: ")[2].split("\n", 1)[0]
     quotes, answer = read_reply(reply)
@@ -235,9 +247,12 @@ def check_reply(reply: str, prompt: str, strictness: str = "exact") -> dict:
         elif all(q != shown for q, _, _ in checked):
             checked.append((shown, found, passages[found][0]))
     stray = unsupported_numbers(re.sub(r"\[\d+\]", "", answer), [q for q, _, _ in checked], question) if checked else []
+    topic = on_topic(question, " ".join([answer, *(q for q, _, _ in checked)]), passages) if checked else 0.0
     refused = normalised(REFUSAL)[:12] in normalised(reply) and not checked
-    return {"answer": answer, "checked": checked if not stray else [], "failed": failed,
-            "stray_numbers": stray, "refused": refused, "reply": reply}
+    kept = checked if not stray and topic >= min_topic else []
+    return {"answer": answer, "checked": kept, "failed": failed, "stray_numbers": stray,
+            "topic": topic, "off_topic": bool(checked) and topic < min_topic, "refused": refused,
+            "reply": reply}
 
 
 def shown_answer(checked: dict, unchecked: str = "refuse") -> str:

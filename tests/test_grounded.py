@@ -113,3 +113,14 @@ def test_section_lets_a_quoted_heading_stand_for_the_sentences_under_it():
     assert shown_sources(reply, prompt, "loose")[0] == []                  # a heading proves nothing
     assert shown_sources(reply, prompt, "section")[0] == [
         ("site_name\nThis is a required setting, used as the main title of the site.", "c.md > Options")]
+
+
+def test_a_true_quote_about_another_matter_is_set_aside_by_the_topic_share(prompt):
+    question = "How do I connect to a MySQL database?"
+    mysql = grounded.grounded_prompt(question, PASSAGES)
+    reply = 'Quote: "Every employee gets 24 days of paid leave a year." [2]\nAnswer: ask HR.'
+    checked = grounded.check_reply(reply, mysql, "exact", min_topic=0.3)
+    assert checked["off_topic"] and checked["checked"] == [] and checked["topic"] < 0.3
+    on = grounded.check_reply('Quote: "Nightly backups are kept for 35 days in the cold-storage bucket." [1]',
+                              prompt, "exact", min_topic=0.3)
+    assert not on["off_topic"] and on["topic"] > 0.5 and on["checked"]

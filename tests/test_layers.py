@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The floors, lowest first. A module may import only modules on lower floors.
 FLOORS = {
     # 0-1: the ground floor: the lesson itself, and the plumbing every script shares
-    "rag_from_scratch": 0, "ragkit.text": 0, "ragkit.plumbing": 1,
+    "rag_from_scratch": 0, "ragkit.text": 0, "ragkit.words": 0, "ragkit.plumbing": 1,
     # 1-2: storage and files on disk: saved indexes, embedding models, model files, readers;
     # the grounded prompt and its quote check
     "ragkit.storage": 1, "ragkit.markdown": 1,
