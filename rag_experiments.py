@@ -244,7 +244,8 @@ def experiment_c(minilm=None) -> dict:
 
 def experiment_d(minilm) -> dict:
     """D: more chunks in the prompt: precision falls and the prompt grows."""
-    print(f"== Experiment D: stuffing more chunks into the prompt (MiniLM, size={SIZE}, overlap={OVERLAP}) ==")
+    print(f"== Experiment D: stuffing more chunks into the prompt (MiniLM, size={SIZE}, "
+          f"overlap={OVERLAP}) ==")
     embedder, index = setup("minilm", CHUNKS, minilm)
     first = rag.EVAL_SET[0]["question"]
     rows = {}
@@ -396,7 +397,8 @@ def best_threshold(answerable: list[float], unanswerable: list[float]) -> dict:
 
 def experiment_h(minilm=None) -> dict:
     """H: can a threshold on the top score tell answerable from unanswerable questions?"""
-    print(f"== Experiment H: refusing questions the documents cannot answer (size={SIZE}, overlap={OVERLAP}) ==")
+    print(f"== Experiment H: refusing questions the documents cannot answer (size={SIZE}, "
+          f"overlap={OVERLAP}) ==")
     answerable = [item["question"] for item in rag.EVAL_SET]
     all_scores = method_scores(answerable + UNANSWERABLE, CHUNKS, minilm)
     result = {}

@@ -54,7 +54,8 @@ def index_fingerprint(corpus: list[dict], embedder: rag.Embedder, chunk_size: in
                       overlap: int) -> dict:
     """What a stored index was built from; a stored copy is usable only if all of it matches."""
     return {"backend": embedder.backend,
-            "model": embeddings.model_identity(embedder.backend, embedder.model_name),   # name and weights, as --index checks
+            # the model's name and weights, as --index checks them
+            "model": embeddings.model_identity(embedder.backend, embedder.model_name),
             "chunk_size": chunk_size, "overlap": overlap,
             "corpus": folder_index.fingerprint(corpus),       # changes when any id or text does
             "space": "cosine"}
@@ -563,7 +564,8 @@ def parse_args(argv=None):
     where = p.add_mutually_exclusive_group()
     where.add_argument("--persist", metavar="DIR", help="keep the Chroma collection in this folder")
     where.add_argument("--host", help="query a Chroma server (`chroma run`) on this host")
-    p.add_argument("--port", type=bounded(int, 1, 65_535), default=PORT, help="Chroma server port (with --host)")
+    p.add_argument("--port", type=bounded(int, 1, 65_535), default=PORT,
+                   help="Chroma server port (with --host)")
     p.add_argument("--pgvector", nargs="?", const="", metavar="URL",
                    help="also search Postgres with pgvector: the embedded one (no URL) or "
                         "the one at this postgresql:// URL")

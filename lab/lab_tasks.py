@@ -117,10 +117,12 @@ def task3(embedder: rag.Embedder, reveal: bool = False) -> dict:
     eval_set, chunks = EXTENDED_EVAL_SET, rag.build_chunks(EXTENDED_CORPUS)
     rows = {"Task 2 as it is": evaluate(eval_set, chunks, embedder, 1)}
     changes = {"(a) k=2": (chunks, 2),
-               **{f"(b) {label}": (with_titles(chunks, separator), 1) for label, separator in TITLE_SEPARATORS.items()},
+               **{f"(b) {label}": (with_titles(chunks, separator), 1)
+                  for label, separator in TITLE_SEPARATORS.items()},
                '(c) HR-01 "(vacation)"': (rag.build_chunks(with_vacation_synonym(EXTENDED_CORPUS)), 1)}
     for n, (label, (changed, k)) in enumerate(changes.items(), 1):
-        print(f"  measuring change {n} of {len(changes)}: {label} (a new index) ...", file=sys.stderr, flush=True)
+        print(f"  measuring change {n} of {len(changes)}: {label} (a new index) ...",
+              file=sys.stderr, flush=True)
         rows[label] = evaluate(eval_set, changed, embedder, k)
 
     # the vacation question (the first) is the one Task 2 breaks; the festival one is HR-05's

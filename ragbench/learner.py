@@ -195,8 +195,9 @@ def bench_build(abstracts: int = 1460) -> None:
 @contextlib.contextmanager
 def serving(threads: int):
     """llama.cpp's OpenAI-compatible server (rageval.generation --serve) for the block: its URL."""
-    server = subprocess.Popen([sys.executable, "-m", "rageval.generation", "--serve", "--local-model", "smollm2", "--threads",
-                               str(threads)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    command = [sys.executable, "-m", "rageval.generation", "--serve", "--local-model", "smollm2",
+               "--threads", str(threads)]
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         url = re.search(r" at (http://127\.0\.0\.1:\d+/v1) ", server.stdout.readline())
         if not url:
@@ -269,9 +270,11 @@ def bench_answer(questions: int, max_tokens: int, models=("qwen", "smollm2")) ->
         gguf.model_file(model)                # not installed: one line, now
         print(f"{model}, {plural(threads, 'thread')}, {load} ...", file=sys.stderr, flush=True)
         with busy(load == "busy"):
-            runs = [streamed(p, grounded.GROUNDED_SYSTEM_PROMPT, "", threads, max_tokens, model) for p in prompts]
+            runs = [streamed(p, grounded.GROUNDED_SYSTEM_PROMPT, "", threads, max_tokens, model)
+                    for p in prompts]
         first, rate, tokens, whole = (statistics.median(column) for column in zip(*runs))
-        print(f"  {model:<8} {threads:>7}  {load:<4} {first:16.1f} {whole:11.1f} {rate:9.1f} {int(tokens):14}")
+        print(f"  {model:<8} {threads:>7}  {load:<4} {first:16.1f} {whole:11.1f} {rate:9.1f} "
+              f"{int(tokens):14}")
 
 
 def write_notes(folder: Path, n: int) -> None:

@@ -31,42 +31,44 @@ from rageval import devset, devsets
 from rageval import generation as gen
 from ragkit.llm import KEPT_SEED as SEED
 from ragkit.llm import kept_file, read_kept, request_key
-from ragkit import grounded, plumbing
+from ragkit import grounded, llm, plumbing
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
 
 # The prompts asked for each question, in this order: the biggest first, so the others reuse
 # its start (see above). Both instructions at 8 passages; the better one (on the first 30
 # MkDocs questions, where every pair was asked: docs/generation.md) at 5 and 3 too.
 PLAN = [(8, "quote-two"), (8, "quote-two-sentences"), (5, "quote-two"), (3, "quote-two")]
-KS = sorted({k for k, _ in PLAN}, reverse=True)
+# The kit's own prompt alone (--plan kit): the quote check's settings need no other, and it
+# costs a quarter of the model's time; the prompts were compared on MkDocs with the whole PLAN.
+PLANS = {"all": PLAN, "kit": PLAN[:1]}
 UNCHECKED = ["refuse", "flag"]
 MIN_TOPICS = [0.0, 0.2, 0.3, 0.4, 0.5]        # the share of the question the quotes must speak to
-MAX_TOKENS = 200                     # a quote and a short answer; a code block may be longer
+MAX_TOKENS = llm.MAX_TOKENS          # as the kit asks: kept replies are then the kit's own
 CONTEXT = 8192                       # tokens: more than the longest prompt of 8 passages needs
 SCORE = {"right": 1, "partial": 0, "refused (wrong)": 0, "wrong": -1,
          "refused (right)": 1, "answered (wrong)": -1}
 
 
 # == Asking ==================================================================================
-def prompts_of(name: str, embedder, cache, questions: int | None = None) -> list[dict]:
-    """Every prompt of one set (its first `questions` only, if given): each question's 8
-    passages found as --docs finds them, then for each (k, instruction) of PLAN, its
+def prompts_of(name: str, embedder, cache, questions: int | None = None, plan=PLAN) -> list[dict]:
+    """Every prompt of one set (or of `questions` spread over it): each question's 8
+    passages found as --docs finds them, then for each (k, instruction) of the plan, its
     grounded prompt."""
     chunks, vectors = devset.build(devsets.pages(name), embedder, cache, True)
     retrieve = devset.retriever(chunks, vectors, embedder, True)
     out = []
-    for i, item in enumerate(gen.load_gold(devsets.questions(name))[:questions]):
-        found = retrieve(item["question"], max(KS))
-        for k, instruction in PLAN:
+    for i, item in devset.spread(gen.load_gold(devsets.questions(name)), questions):
+        found = retrieve(item["question"], max(k for k, _ in plan))
+        for k, instruction in plan:
             out.append({"set": name, "item": i, "k": k, "instruction": instruction,
                         "prompt": grounded.grounded_prompt(item["question"], found[:k], instruction, SEED)})
     return out
 
 
 def collect(names, model: str | None, threads: int, questions: int | None = None,
-            folder=CACHE_DIR) -> None:
+            folder=CACHE_DIR, plan=PLAN) -> None:
     """Ask every prompt not kept yet, keeping each reply as it comes (in `folder`)."""
-    from ragkit import gguf, llm
+    from ragkit import gguf
     gguf.model_file(model)                        # a missing model file: one line, now
     embedder = CachedEmbedder("minilm")
     cache = EmbeddingCache(folder)                # marks the folder as the kit's first
@@ -74,8 +76,9 @@ def collect(names, model: str | None, threads: int, questions: int | None = None
     path = kept_file(llm_fn.path, folder)
     kept = read_kept(path)
     for name in names:
-        todo = [p for p in prompts_of(name, embedder, cache, questions)
-                if request_key(str(llm_fn.path), grounded.GROUNDED_SYSTEM_PROMPT, p["prompt"], MAX_TOKENS) not in kept]
+        todo = [p for p in prompts_of(name, embedder, cache, questions, plan)
+                if request_key(str(llm_fn.path), grounded.GROUNDED_SYSTEM_PROMPT, p["prompt"],
+                               MAX_TOKENS) not in kept]
         print(f"{name}: {len(todo)} prompts to ask", file=sys.stderr, flush=True)
         with open(path, "a", encoding="utf-8") as out:
             for n, p in enumerate(todo, 1):
@@ -87,7 +90,8 @@ def collect(names, model: str | None, threads: int, questions: int | None = None
                                       "instruction": p["instruction"], "reply": reply,
                                       "seconds": round(time.perf_counter() - start, 2),
                                       "prompt_tokens": usage.get("prompt_tokens"),
-                                      "reused_tokens": usage.get("prompt_tokens_details", {}).get("cached_tokens"),
+                                      "reused_tokens":
+                                          usage.get("prompt_tokens_details", {}).get("cached_tokens"),
                                       "tokens": usage.get("completion_tokens"),
                                       "threads": threads}) + "\n")
                 out.flush()
@@ -96,27 +100,32 @@ def collect(names, model: str | None, threads: int, questions: int | None = None
 
 
 # == Choosing =================================================================================
-def kept_answers(names, model_path, embedder, cache, questions=None, folder=CACHE_DIR) -> dict:
+def kept_answers(names, model_path, embedder, cache, questions=None, folder=CACHE_DIR,
+                 plan=PLAN) -> dict:
     """{set: [(gold item, {(k, instruction): (prompt, reply)})]} for every question whose
     replies are all kept; questions not asked yet are left out (and counted on stderr)."""
     kept = read_kept(kept_file(model_path, folder))
     out = {}
     for name in names:
-        gold = gen.load_gold(devsets.questions(name))[:questions]
+        gold = dict(devset.spread(gen.load_gold(devsets.questions(name)), questions))
         asked = {}
-        for p in prompts_of(name, embedder, cache, questions):
-            record = kept.get(request_key(str(model_path), grounded.GROUNDED_SYSTEM_PROMPT, p["prompt"], MAX_TOKENS))
+        for p in prompts_of(name, embedder, cache, questions, plan):
+            record = kept.get(request_key(str(model_path), grounded.GROUNDED_SYSTEM_PROMPT, p["prompt"],
+                                          MAX_TOKENS))
             if record is not None:
                 asked.setdefault(p["item"], {})[p["k"], p["instruction"]] = (p["prompt"], record["reply"])
-        whole = [i for i, replies in asked.items() if len(replies) == len(PLAN)]
+        whole = [i for i, replies in asked.items() if len(replies) == len(plan)]
         out[name] = [(gold[i], asked[i]) for i in sorted(whole)]
         if len(whole) < len(gold):
             print(f"{name}: {len(whole)} of {len(gold)} questions have every reply kept", file=sys.stderr)
     return out
 
 
-SETTINGS = [(instruction, k, strictness, unchecked, topic) for k, instruction in PLAN
-            for strictness, unchecked, topic in itertools.product(grounded.STRICTNESS, UNCHECKED, MIN_TOPICS)]
+def settings(plan=PLAN) -> list[tuple]:
+    """Every (instruction, k, strictness, unchecked, topic) to score, in the order ties go."""
+    return [(instruction, k, strictness, unchecked, topic) for k, instruction in plan
+            for strictness, unchecked, topic
+            in itertools.product(grounded.STRICTNESS, UNCHECKED, MIN_TOPICS)]
 
 
 def verdicts(answers: dict, setting) -> dict:
@@ -130,7 +139,8 @@ def verdicts(answers: dict, setting) -> dict:
         out[name] = []
         for item, replies in questions:
             prompt, reply = replies[k, instruction]          # as the kit shows it: guarded first
-            checked, shown = checked_answer(guarded_reply(reply, prompt), prompt, strictness, unchecked, topic)
+            checked, shown = checked_answer(guarded_reply(reply, prompt), prompt, strictness, unchecked,
+                                            topic)
             out[name].append(devset.verdict(shown, item, grounded.REFUSAL))
             quotes += len(checked["checked"]) + len(checked["failed"])
             found += len(checked["checked"])
@@ -145,8 +155,8 @@ def score(verdict_list: list[str]) -> int:
 
 def leave_one_project_out(table: dict, names) -> dict:
     """{held-out set: the setting with the best score on the other sets} (ties: the first in
-    SETTINGS: the first instruction, more passages, stricter, refusing)."""
-    return {held: max(SETTINGS, key=lambda s: sum(score(table[s]["verdicts"][n]) for n in names if n != held))
+    settings(): the first instruction, more passages, stricter, refusing)."""
+    return {held: max(table, key=lambda s: sum(score(table[s]["verdicts"][n]) for n in names if n != held))
             for held in names}
 
 
@@ -168,25 +178,26 @@ def label(setting) -> str:
     return f"{instruction}, k={k}, {strictness}, topic {topic:.1f}, {unchecked} unchecked"
 
 
-def choose(names, model: str | None, questions=None, folder=CACHE_DIR, worst: int = 0) -> None:
+def choose(names, model: str | None, questions=None, folder=CACHE_DIR, worst: int = 0,
+           plan=PLAN) -> None:
     """Every setting's verdicts from the kept replies; each project scored with the setting
     chosen on the others; then the setting chosen on all of them."""
     from ragkit import gguf
     path, model_name = gguf.model_file(model)
     embedder, cache = CachedEmbedder("minilm"), EmbeddingCache(folder)
-    answers = kept_answers(names, path, embedder, cache, questions, folder)
+    answers = kept_answers(names, path, embedder, cache, questions, folder, plan)
     if not any(answers.values()):
         raise RuntimeError(f"no question has every reply of {model_name} kept in {folder}: run "
                            f"`python -m rageval.answer_tuning --collect` first (hours)")
-    table = {setting: verdicts(answers, setting) for setting in SETTINGS}
+    table = {setting: verdicts(answers, setting) for setting in settings(plan)}
     print(f"== {model_name}: every setting on every project together ==")
-    for setting in sorted(SETTINGS, key=lambda s: -sum(score(table[s]["verdicts"][n]) for n in names)):
+    for setting in sorted(table, key=lambda s: -sum(score(table[s]["verdicts"][n]) for n in names)):
         everything = [v for n in names for v in table[setting]["verdicts"][n]]
         print(f"  score {score(everything):4}  {label(setting):<42} {summary(everything)}")
     print(f"\n== {model_name}: each project held out, the setting chosen on the others ==")
     for held, setting in leave_one_project_out(table, names).items():
         print(f"  {held:<10} {label(setting):<42} {summary(table[setting]['verdicts'][held])}")
-    best = max(SETTINGS, key=lambda s: sum(score(table[s]["verdicts"][n]) for n in names))
+    best = max(table, key=lambda s: sum(score(table[s]["verdicts"][n]) for n in names))
     everything = [v for n in names for v in table[best]["verdicts"][n]]
     print(f"  {'all':<10} {label(best):<42} {summary(everything)}: the kit's setting")
     found = table[best]["quotes_found"]
@@ -217,12 +228,15 @@ def parse_args(argv=None):
     """--collect (ask the model) or not (choose); which sets, model and threads."""
     p = plumbing.OneLineParser(description="Choose the grounded answer's settings on the development sets.")
     p.add_argument("--collect", action="store_true", help="ask the model every prompt not kept yet (hours)")
-    p.add_argument("--sets", help=f"comma-separated, from {', '.join(devsets.SETS)} (default: every one here)")
+    p.add_argument("--sets",
+                   help=f"comma-separated, from {', '.join(devsets.SETS)} (default: every one here)")
     p.add_argument("--local-model", help="qwen (default), smollm2 or a .gguf file")
     p.add_argument("--threads", type=plumbing.bounded(int, 1, 64), default=1,
                    help="llama.cpp threads (default: %(default)s)")
+    p.add_argument("--plan", choices=sorted(PLANS), default="all",
+                   help="all: every prompt of PLAN; kit: the kit's prompt only (default: %(default)s)")
     p.add_argument("--questions", type=plumbing.bounded(int, 1, 1000), metavar="N",
-                   help="only each set's first N questions (a quick look; default: all)")
+                   help="N questions of each set, spread over it (default: all)")
     p.add_argument("--worst", type=plumbing.bounded(int, 0, 1000), default=0, metavar="N",
                    help="also print the N worst answers under the kit's setting, verbatim")
     p.add_argument("--cache", default=str(CACHE_DIR),
@@ -236,8 +250,9 @@ def run(args) -> None:
     for name in names:
         devsets.pages(name)                 # an unknown or missing set: one line now
     if args.collect:
-        return collect(names, args.local_model, args.threads, args.questions, args.cache)
-    choose(names, args.local_model, args.questions, args.cache, args.worst)
+        return collect(names, args.local_model, args.threads, args.questions, args.cache,
+                       PLANS[args.plan])
+    choose(names, args.local_model, args.questions, args.cache, args.worst, PLANS[args.plan])
 
 
 main = plumbing.main_for(run, parse_args)

@@ -49,6 +49,14 @@ ARTEFACTS = {
 
 
 # == Indexing a set as --docs does ===========================================================
+def spread(gold: list, questions: int | None) -> list[tuple[int, dict]]:
+    """(number, item) of `questions` items spread evenly over the set, so the ones the pages
+    cannot answer (each set's last) come in their share; None: every one."""
+    if questions is None or questions >= len(gold):
+        return list(enumerate(gold))
+    return [(i * len(gold) // questions, gold[i * len(gold) // questions]) for i in range(questions)]
+
+
 def build(folder, embedder, cache=None, context: bool = True):
     """(chunks, vectors of the variant in use): the folder read and chunked as --docs does it,
     each chunk embedded once (through the disk cache when one is given)."""
@@ -169,7 +177,7 @@ def run(args) -> None:
     names = args.generators.split(",")
     models = {name: generator(name, args) for name in names if name != "extractive"}
     for name, (folder, questions) in sets.items():
-        gold = gen.load_gold(questions)
+        gold = [item for _, item in spread(gen.load_gold(questions), args.sample)]
         chunks, vectors = build(folder, embedder, cache, args.context)
         generators = {g: models.get(g) or gen.make_generator(g, args, embedder=embedder, chunks=chunks)
                       for g in names}        # the extractive one learns each set's words
@@ -182,7 +190,8 @@ def parse_args(argv=None):
     """Which sets, which generators, how many answers to show."""
     from ragkit.llm import add_model_arguments
     p = plumbing.OneLineParser(description="Score the --docs path on the development sets.")
-    p.add_argument("--sets", help=f"comma-separated, from {', '.join(devsets.SETS)} (default: every one here)")
+    p.add_argument("--sets",
+                   help=f"comma-separated, from {', '.join(devsets.SETS)} (default: every one here)")
     p.add_argument("--docs", metavar="FOLDER", help="your own folder instead (give --questions too)")
     p.add_argument("--questions", help="with --docs: JSON Lines of questions, files and facts")
     add_backend(p, "minilm", auto=False)
@@ -191,6 +200,8 @@ def parse_args(argv=None):
                         "local:smollm2, local:FILE.gguf, openai, bedrock (default: %(default)s)")
     p.add_argument("--context", action=argparse.BooleanOptionalAction, default=True,
                    help="embed each chunk with its title in front (default: on, as --docs)")
+    p.add_argument("--sample", type=plumbing.bounded(int, 1, 1000), metavar="N",
+                   help="N questions of each set, spread over it (default: all)")
     p.add_argument("--show-answers", type=plumbing.bounded(int, 0, 1000), default=0, metavar="N",
                    help="each set's N worst answers")
     p.add_argument("--cache", help="where encoded chunk vectors are kept (default: .rag_cache)")

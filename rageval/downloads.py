@@ -51,7 +51,8 @@ PACKAGES = {
                    ("/pasa.pdf", "/paper.pdf", "/flag_day.html", "/dummy.pptx"), "readers/paper-qa")]),
     "grobid-client-python": ("grobid-client-python==0.2.1", "sdist",
                              "2178f4b559837cc2cdaa98e5a5aa94f66db5f3ca39b3409d165c0255a5976537",
-                             [("grobid_client_python-0.2.1/resources/test_pdf/", (".pdf",), "readers/grobid")]),
+                             [("grobid_client_python-0.2.1/resources/test_pdf/", (".pdf",),
+                               "readers/grobid")]),
 }
 
 

@@ -252,7 +252,8 @@ def tuning_cases(gold: list[dict], chunks: list[dict], embedder, k: int, name: s
     index = rag.build_index(chunks, embedder)
     retrieve = retrieval.make_retriever(chunks, index, embedder, context=context)
     return [{"item": g, "question": (name, g["question"]),
-             "prompt": grounded.grounded_prompt(g["question"], answering.passages_for(g["question"], retrieve, k)[1])}
+             "prompt": grounded.grounded_prompt(g["question"],
+                                                answering.passages_for(g["question"], retrieve, k)[1])}
             for g in gold]
 
 
@@ -310,7 +311,8 @@ def run(args) -> None:
     gold = load_gold(args.gold)
     if args.tune_refusal:
         return print_tuning(gold, args)
-    names = [n.strip() for n in (args.generators.split(",") if args.generators else available_generators(args))]
+    listed = args.generators.split(",") if args.generators else available_generators(args)
+    names = [n.strip() for n in listed]
     for name in names:                 # a missing model or key fails now, before any slow work
         check_generator(argparse.Namespace(**vars(args), generator=name))
     chunks = corpus_chunks(args)

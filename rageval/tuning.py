@@ -86,7 +86,8 @@ def k_table(names, setting, embedder, cache) -> dict:
     table, store = {}, {}
     for name in names:
         gold = gen.load_gold(devsets.questions(name))
-        retrieve = retriever(*indexed(name, words, context, embedder, cache, store), embedder, context, hybrid)
+        retrieve = retriever(*indexed(name, words, context, embedder, cache, store), embedder, context,
+                             hybrid)
         for k in KS:
             table.setdefault(k, {})[name] = in_context(gold, retrieve, k)
     return table
@@ -150,8 +151,10 @@ def fit_answer(cases: list[dict], strength: float = 1.0):
         if case["item"]["answerable"]:
             for candidate, features in zip(case["candidates"], case["features"][0]):
                 rows.append([features[f] for f in FEATURES])
-                labels.append(all(p.search(eval_file.fact_text(candidate["text"])) for p in case["item"]["answer"]))
-    model = LogisticRegression(class_weight="balanced", max_iter=5000, C=strength).fit(np.array(rows), np.array(labels))
+                text = eval_file.fact_text(candidate["text"])
+                labels.append(all(p.search(text) for p in case["item"]["answer"]))
+    model = LogisticRegression(class_weight="balanced", max_iter=5000, C=strength)
+    model.fit(np.array(rows), np.array(labels))
     weights = {f: round(float(w), 2) for f, w in zip(FEATURES, model.coef_[0])}
     answered = [(best_support(c, weights), c["new_word"], answered_verdict(c, weights)) for c in cases]
     return weights, tuple(best_threshold([(s, v) for s, new, v in answered if new == group])
@@ -176,7 +179,8 @@ def best_threshold(cases: list[tuple[float, str]]) -> float:
     candidates = sorted({-math.inf} | {math.floor(s * 100) / 100 for s, _ in cases} |
                         {math.floor(s * 100) / 100 + 0.01 for s, _ in cases})
     def total(t):
-        return sum(REFUSED_SCORE[v != "answered (wrong)"] if s < t else GATE_SCORE.get(v, 0) for s, v in cases)
+        return sum(REFUSED_SCORE[v != "answered (wrong)"] if s < t else GATE_SCORE.get(v, 0)
+                   for s, v in cases)
     return max(candidates, key=lambda t: (total(t), -t))
 
 
@@ -195,7 +199,8 @@ def verdicts(cases: list[dict], weights: dict, refuse_below: tuple, each: bool =
     from rageval.devset import counts, verdict
     rows = []
     for case in cases:
-        chosen = extractive.pick(case["candidates"], case["features"], weights, refuse_below[case["new_word"]])
+        chosen = extractive.pick(case["candidates"], case["features"], weights,
+                                 refuse_below[case["new_word"]])
         answer = "\n".join(f'"{p}" [{c["source"]}]' for c in chosen for p in c["quote"]) or grounded.REFUSAL
         rows.append({"verdict": verdict(answer, case["item"], grounded.REFUSAL)})
     return [r["verdict"] for r in rows] if each else counts(rows)
@@ -218,15 +223,17 @@ def print_answers(names: list[str], table: dict, embedder, cache) -> None:
         strength = choose_strength({n: cases[setting, k][n] for n in others})
         weights, refuse = fit_answer([c for n in others for c in cases[setting, k][n]], strength)
         if held is None:
+            in_context = np.mean([k_tables[setting][k][n] for n in names])
             print(f"  all five: {setting[0]} words, context {setting[1]}, BM25 share {setting[2]}, "
-                  f"k={k} (answer in context {np.mean([k_tables[setting][k][n] for n in names]):.2f}), C={strength}\n"
+                  f"k={k} (answer in context {in_context:.2f}), C={strength}\n"
                   f"  WEIGHTS = {weights}\n  REFUSE_BELOW, REFUSE_BELOW_NEW_WORD = {refuse[0]}, {refuse[1]}: "
                   f"the kit's (ragkit/extractive.py)")
             continue
         c = verdicts(cases[setting, k][held], weights, refuse)
         answerable = c["right"] + c["partial"] + c["wrong"] + c["refused (wrong)"]
-        print(f"  {held:<10} k={k}, C={strength}, in context {k_tables[setting][k][held]:.2f}; right {c['right']:2}, "
-              f"partial {c['partial']:2}, wrong {c['wrong']:2}, refused {c['refused (wrong)']:2} of "
+        print(f"  {held:<10} k={k}, C={strength}, in context {k_tables[setting][k][held]:.2f}; "
+              f"right {c['right']:2}, partial {c['partial']:2}, wrong {c['wrong']:2}, "
+              f"refused {c['refused (wrong)']:2} of "
               f"{answerable} answerable; refused {c['refused (right)']} of "
               f"{c['refused (right)'] + c['answered (wrong)']} unanswerable")
 

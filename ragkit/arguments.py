@@ -27,7 +27,8 @@ def add_k(p, default: int, help: str = "results per query", most: int = 100) -> 
     p.add_argument("--k", type=bounded(int, 1, most), default=default, help=f"{help} (default: %(default)s)")
 
 
-def add_rescore(p, default: list, help: str = "quantized rows: rescore the best R x 10, one row per R") -> None:
+def add_rescore(p, default: list,
+                help: str = "quantized rows: rescore the best R x 10, one row per R") -> None:
     """--rescore R [R ...]: how deep the quantized search rescores, each from 1 to 10,000."""
     p.add_argument("--rescore", type=bounded(int, 1, 10_000), nargs="+", default=default,
                    help=f"{help} (default: %(default)s)")

@@ -97,7 +97,8 @@ def parts(kind: str, text: str, words: int, fits) -> list[str]:
                 for small in ([row] if fitting(row) else cut(row, fitting, 10 ** 9))]
     pieces = text.split("\n") if kind == "list" else split_sentences(text)
     return [small for piece in pieces if piece
-            for small in ([piece] if fits(piece) and len(piece.split()) <= words else cut(piece, fits, words))]
+            for small in ([piece] if fits(piece) and len(piece.split()) <= words
+                          else cut(piece, fits, words))]
 
 
 # == Blocks into chunks =====================================================================
@@ -126,7 +127,8 @@ def groups(blocks: list[tuple[str, str]]) -> list[list[tuple[str, str, int]]]:
     while i < len(blocks):
         kind, text = blocks[i]
         nxt = blocks[i + 1][0] if i + 1 < len(blocks) else None
-        if kind == "heading" and nxt or (kind == "text" and text.endswith(":") and nxt in ("list", "code", "table")):
+        introduces = kind == "text" and text.endswith(":") and nxt in ("list", "code", "table")
+        if kind == "heading" and nxt or introduces:
             out.append([(kind, text, i), (*blocks[i + 1], i + 1)])
             i += 2
             continue
@@ -232,7 +234,8 @@ def document_chunks(docs: list[dict], words: int = WORDS, fits=lambda text: True
 
 def chunk_title(doc_id: str, heading: str, limit: int = 120) -> str:
     """'file > heading path'; past `limit` characters '...' replaces the middle, then a word."""
-    names = [printable(doc_id, lines=False)] + (printable(heading, lines=False).split(" > ") if heading else [])
+    headings = printable(heading, lines=False).split(" > ") if heading else []
+    names = [printable(doc_id, lines=False)] + headings
     title = " > ".join(names)
     if len(title) > limit and len(names) > 2:
         title = " > ".join([names[0], "...", names[-1]])

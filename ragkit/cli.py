@@ -171,7 +171,9 @@ def run(args) -> None:
         better_retrieval.print_compare(eval_set, chunks, index, embedder, k, chosen, context)
     if args.question or args.generator:
         retrieve.report = True            # the reranker's time, said on stderr
-        llm = generators.make_generator(args.generator, args, args.stream, embedder, chunks) if args.generator else None
+        llm = None
+        if args.generator:
+            llm = generators.make_generator(args.generator, args, args.stream, embedder, chunks)
         answering.ask(args.question or rag.VACATION_Q, retrieve, k, llm)
 
 

@@ -156,7 +156,8 @@ def reader_document(doc_id: str, sections: list) -> dict:
     return {"doc_id": doc_id, "title": doc_id, "text": text, "tags": [], "sections": sections}
 
 
-def load_documents(folder, exclude=(), max_pages: int = readers.MAX_PAGES, outputs: bool = False) -> list[dict]:
+def load_documents(folder, exclude=(), max_pages: int = readers.MAX_PAGES,
+                   outputs: bool = False) -> list[dict]:
     """Every file under `folder` that a reader takes, as {doc_id, title, text, tags} (and the
     sections a reader made); doc_id is the path inside the folder, which `exclude`'s glob
     patterns match ("reference/*"). What was read and what was skipped is said on stderr."""
@@ -184,7 +185,8 @@ def load_documents(folder, exclude=(), max_pages: int = readers.MAX_PAGES, outpu
             try:
                 found = read_file(path, rel, root, max_pages, outputs)
             except Exception as exc:    # a damaged file can fail anywhere inside a parsing library
-                why = str(exc) if isinstance(exc, Unreadable) else f"could not be read ({type(exc).__name__}: {one_line(exc)[:200]})"
+                why = str(exc) if isinstance(exc, Unreadable) else \
+                    f"could not be read ({type(exc).__name__}: {one_line(exc)[:200]})"
                 skip(rel, why)
                 skipped.append((rel, why))
                 continue
@@ -194,7 +196,8 @@ def load_documents(folder, exclude=(), max_pages: int = readers.MAX_PAGES, outpu
             docs += found
             read[suffix] += 1
     if not docs:                          # one line: each skipped file was named as it was met
-        installs = "".join(f"; {plural(len(names), 'file')} need{'s' if len(names) == 1 else ''} {packages} (pip install {packages})"
+        installs = "".join(f"; {plural(len(names), 'file')} need{'s' if len(names) == 1 else ''} "
+                           f"{packages} (pip install {packages})"
                            for packages, names in needed.items())
         raise ValueError(f"no readable .md or .txt files (nor {', '.join(sorted(readers.EXTRAS))}) "
                          f"in {folder}{installs}")
@@ -218,7 +221,8 @@ def print_read_and_skipped(read: Counter, docs: list, skipped: list, needed: dic
     if skipped:
         named = ", ".join(f"{printable(name, lines=False)} ({why})" for name, why in skipped[:SKIPS_NAMED])
         more = Counter(why for _, why in skipped[SKIPS_NAMED:])
-        rest = f" and {sum(more.values())} more (" + ", ".join(f"{why}: {n}" for why, n in more.most_common()) + ")"
+        counted = ", ".join(f"{why}: {n}" for why, n in more.most_common())
+        rest = f" and {sum(more.values())} more ({counted})"
         print(f"skipped {len(skipped)}: {named}" + (rest if more else ""), file=sys.stderr)
 
 

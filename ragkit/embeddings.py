@@ -243,7 +243,8 @@ class BertMeanPooled:
         from tokenizers import Tokenizer
         config = read_json(folder / "config.json")
         self.max_seq_length = read_json(folder / "sentence_bert_config.json")["max_seq_length"]
-        self.heads, self.eps, self.layers = config["num_attention_heads"], config["layer_norm_eps"], config["num_hidden_layers"]
+        self.heads, self.eps = config["num_attention_heads"], config["layer_norm_eps"]
+        self.layers = config["num_hidden_layers"]
         self.w = {k.removeprefix("bert."): v for k, v in load_file(str(folder / "model.safetensors")).items()}
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tokenizer.enable_truncation(self.max_seq_length)   # [CLS] and [SEP] count, as in transformers
@@ -275,8 +276,8 @@ class BertMeanPooled:
             q, k, v = (self.linear(x, f"{layer}.attention.self.{n}").view(batch, length, self.heads, -1)
                        .transpose(1, 2) for n in ("query", "key", "value"))
             attended = F.scaled_dot_product_attention(q, k, v, attn_mask=keep).transpose(1, 2)
-            x = self.norm(x + self.linear(attended.reshape(batch, length, -1), f"{layer}.attention.output.dense"),
-                          f"{layer}.attention.output.LayerNorm")
+            attended = self.linear(attended.reshape(batch, length, -1), f"{layer}.attention.output.dense")
+            x = self.norm(x + attended, f"{layer}.attention.output.LayerNorm")
             hidden = F.gelu(self.linear(x, f"{layer}.intermediate.dense"))
             x = self.norm(x + self.linear(hidden, f"{layer}.output.dense"), f"{layer}.output.LayerNorm")
         return x
@@ -296,7 +297,8 @@ class BertMeanPooled:
             with torch.inference_mode():
                 tokens = self.forward(ids, mask)
             weights = mask.unsqueeze(-1).to(tokens.dtype)
-            out[order[start:start + batch_size]] = ((tokens * weights).sum(1) / weights.sum(1).clamp(min=1e-9)).numpy()
+            mean = (tokens * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+            out[order[start:start + batch_size]] = mean.numpy()
         return out
 
 
@@ -350,7 +352,8 @@ class EmbeddingCache:
     def path_for(self, embedder) -> Path:
         """The cache file of this embedder's model."""
         readable = re.sub(r"[^A-Za-z0-9]+", "-", embedder.model_name).strip("-")[-60:]
-        return self.folder / f"{readable}-{text_key(model_identity(embedder.backend, embedder.model_name))[:8]}.npz"
+        identity = text_key(model_identity(embedder.backend, embedder.model_name))
+        return self.folder / f"{readable}-{identity[:8]}.npz"
 
     def encode(self, embedder, texts: list[str], what: str = "texts") -> np.ndarray:
         """Vectors of `texts` in order, encoding with `embedder` only those not on disk."""

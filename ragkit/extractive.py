@@ -81,7 +81,8 @@ def best_sentence(part_words: set, candidates: list[dict], idf: dict, skip: set)
 
 def support(question_words: set, chosen: list[dict], idf: dict) -> float:
     """IDF-weighted share of the question's content words found in the chosen sentences."""
-    return supported_share(question_words, set().union(*(c["words"] for c in chosen)) if chosen else set(), idf)
+    answer_words = set().union(*(c["words"] for c in chosen)) if chosen else set()
+    return supported_share(question_words, answer_words, idf)
 
 
 LIST_OR_TABLE = re.compile(r"(?:[-*+]|\d+[.)])\s|\|")     # "- item", "1. step", "| a | b |"
@@ -140,15 +141,18 @@ def passage_units(text: str) -> list[dict]:
     return units
 
 
-NAMES = re.compile(r"`[^`\n]+`|(?<![\w-])--?[a-z][\w-]+|\b\w+/\w+|\b[a-z]+_[a-z_]+\b")   # `x`, --flag, a/b, a_b
-LINKISH = re.compile(r"#\d+|\bv?\d+(?:\.\d+)+\b|https?://\S+|\b[0-9a-f]{7,40}\b")   # #123, 1.2.0, URLs, hashes
+# `x`, --flag, a/b, a_b
+NAMES = re.compile(r"`[^`\n]+`|(?<![\w-])--?[a-z][\w-]+|\b\w+/\w+|\b[a-z]+_[a-z_]+\b")
+# #123, 1.2.0, URLs, hashes
+LINKISH = re.compile(r"#\d+|\bv?\d+(?:\.\d+)+\b|https?://\S+|\b[0-9a-f]{7,40}\b")
 
 
 def answers_nothing(sentence: str) -> bool:
     """A heading alone, a lead-in with nothing after it, or a line of links and version numbers
     (a changelog's): never an answer."""
     words = sentence.split()
-    if sentence.rstrip().endswith(":") or (len(words) <= 6 and not sentence.rstrip().endswith((".", "!", "?", "```"))):
+    ends = sentence.rstrip()
+    if ends.endswith(":") or (len(words) <= 6 and not ends.endswith((".", "!", "?", "```"))):
         return True
     return len(LINKISH.findall(sentence)) * 2 >= len(words)
 
@@ -227,7 +231,8 @@ def support_of(features: dict, weights: dict) -> float:
     return weights["meaning"] * features["meaning"] + weights["words"] * features["words"]
 
 
-def pick(candidates: list[dict], features: list[list[dict]], weights: dict, refuse_below: float) -> list[dict]:
+def pick(candidates: list[dict], features: list[list[dict]], weights: dict,
+         refuse_below: float) -> list[dict]:
     """For each part's features, the candidate with the highest weighted sum (ties: the earlier
     one), each candidate once, then the next best of the first part's from the same file while
     the answer stays within ANSWER_WORDS; nothing if the best supported is below `refuse_below`."""

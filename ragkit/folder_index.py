@@ -59,7 +59,8 @@ def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, conte
     old_files, new_files = saved.get("files") or {}, meta["files"]
     changed = len({documents.file_of(f) for f in set(old_files) | set(new_files)   # a PDF's pages: one file
                    if old_files.get(f) != new_files.get(f)})
-    print(f"updated the index: {plural(changed, 'file')} changed or removed, {plural(embedded, 'chunk')} embedded, "
+    print(f"updated the index: {plural(changed, 'file')} changed or removed, "
+          f"{plural(embedded, 'chunk')} embedded, "
           f"{reused} reused")
     return index
 
@@ -80,12 +81,14 @@ def index_folder(args):
     if why is None:                       # nothing changed: only questions to embed from here
         embedder = question_embedder(args.model) if minilm else rag.Embedder("tfidf")
         embedder.fit(embedded_texts(saved_chunks, args.context))  # TF-IDF relearns its vocabulary
-        width = embedder.model.get_sentence_embedding_dimension() if minilm else len(embedder.model.vocabulary_)
+        width = (embedder.model.get_sentence_embedding_dimension() if minilm
+                 else len(embedder.model.vocabulary_))
         if saved_index.shape[1] != width:                                 # not this model's vectors
             why, saved_index = "the saved vectors do not fit the model", None
     if why is None:
         chunks, index = saved_chunks, saved_index
-        print(f"{files} files -> {len(chunks)} chunks: loaded the saved index from {printable(args.index, lines=False)} "
+        print(f"{files} files -> {len(chunks)} chunks: loaded the saved index from "
+              f"{printable(args.index, lines=False)} "
               f"(not re-embedded)")
     else:
         embedder = rag.Embedder(backend, args.model)
@@ -101,7 +104,8 @@ def index_folder(args):
         if args.index:
             save_index(args.index, index, chunks, meta)
             print(f"saved the index to {printable(args.index, lines=False)}")
-    print(f"backend={embedder.backend}  index shape={index.shape}" + ("  (titles in front)" if args.context else ""))
+    print(f"backend={embedder.backend}  index shape={index.shape}"
+          + ("  (titles in front)" if args.context else ""))
     if minilm and why is not None:  # a saved index said it when it was built
         model = embedder.model
         report = chunking.truncation(embedded_texts(chunks, args.context), model.tokenizer,

@@ -72,7 +72,8 @@ def fence_tag(question: str, seed: str | None) -> str:
 def source_name(chunk: dict) -> str:
     """What a passage is cited as: its title when that names the file ("notes.md > Setup"),
     else its doc id and title ("HR-04 > Parental leave"); never a quote, '<' or line break."""
-    name = chunk["title"] if chunk["title"].startswith(chunk["doc_id"]) else f"{chunk['doc_id']} > {chunk['title']}"
+    titled = chunk["title"].startswith(chunk["doc_id"])
+    name = chunk["title"] if titled else f"{chunk['doc_id']} > {chunk['title']}"
     return SAFE_SOURCE.sub("_", name)[:200]
 
 
@@ -105,7 +106,8 @@ def prompt_passages(prompt: str) -> dict[str, tuple[str, str]]:
 # A quote opens a line or follows "Quote:"; it may run over lines (a list, a code block) and
 # ends at the quote mark before its [n]. The other order, [n] "...", is read too.
 QUOTE = re.compile(r'(?:^|quote:)\s*["“](.{2,2000}?)["”]\s*\[(\d+)\]'
-                   r'|(?:^|quote:)\s*\[(\d+)\]:?\s*["“]([^"“”\n]{2,2000})["”]', flags=re.S | re.I | re.M)
+                   r'|(?:^|quote:)\s*\[(\d+)\]:?\s*["“]([^"“”\n]{2,2000})["”]',
+                   flags=re.S | re.I | re.M)
 ANSWER = re.compile(r"^\s*\**answer\**\s*:\s*", flags=re.I | re.M)
 NEXT_PART = re.compile(r"^\s*\**(?:quote|answer)s?\**\s*:", flags=re.I | re.M)   # the next Quote:/Answer:
 
@@ -194,7 +196,8 @@ def where(quote: str, number: str, passages: dict, strictness: str) -> tuple[str
     section: loose, and a heading the model quoted ("site_name") stands for the sentences under
     it in its passage, which are shown in its place."""
     order = [number] + [n for n in passages if n != number] if strictness != "exact" else [number]
-    is_heading = any(normalised(quote) == normalised(line) for n in passages for line in headings(passages[n]))
+    is_heading = any(normalised(quote) == normalised(line)
+                     for n in passages for line in headings(passages[n]))
     if strictness == "section" and (is_heading or len(words_of(quote)) < MIN_QUOTE_WORDS):
         for n in (n for n in order if n in passages):
             section = section_under(quote, passages[n][1])
@@ -246,7 +249,8 @@ def check_reply(reply: str, prompt: str, strictness: str = "exact", min_topic: f
             failed.append((quote, number, why))
         elif all(q != shown for q, _, _ in checked):
             checked.append((shown, found, passages[found][0]))
-    stray = unsupported_numbers(re.sub(r"\[\d+\]", "", answer), [q for q, _, _ in checked], question) if checked else []
+    numbers = re.sub(r"\[\d+\]", "", answer)                 # not the [n] of a citation
+    stray = unsupported_numbers(numbers, [q for q, _, _ in checked], question) if checked else []
     topic = on_topic(question, " ".join([answer, *(q for q, _, _ in checked)]), passages) if checked else 0.0
     refused = normalised(REFUSAL)[:12] in normalised(reply) and not checked
     kept = checked if not stray and topic >= min_topic else []

@@ -132,7 +132,8 @@ def guard(pieces, sources: set, tag: str = ""):
         """How much of the unfinished segment can be on screen: whole words before anything
         held back, and nothing new while the sentence could still be one said before."""
         start = rest.lstrip().lower()
-        if code or start.startswith("`") or (line_start and not on_screen and any(k.startswith(start) for k in KIT_LINES)):
+        kit_like = line_start and not on_screen and any(k.startswith(start) for k in KIT_LINES)
+        if code or start.startswith("`") or kit_like:
             return len(on_screen)    # code, or a line that may yet turn into one of the kit's
         cut = min(len(sentence_parts(rest)[0]), held_back(rest))
         cut = max(rest.rfind(" ", 0, cut), rest.rfind("\t", 0, cut)) + 1
@@ -143,7 +144,10 @@ def guard(pieces, sources: set, tag: str = ""):
 
     for piece in itertools.chain(pieces, [None]):
         # None: the answer ended, so what is left is finished too
-        done, buffer = segments(buffer + piece) if piece is not None else (sentence_parts(buffer) if buffer else [], "")
+        if piece is not None:
+            done, buffer = segments(buffer + piece)
+        else:
+            done, buffer = (sentence_parts(buffer) if buffer else []), ""
         for i, segment in enumerate(done):
             text = finish(segment)
             if text is None:

@@ -24,7 +24,8 @@ DIRECTIVE_NAME = re.compile(r"\{([\w:-]+)\}[ \t]*(.*)")                # {note} 
 LABEL = re.compile(r"[ \t]*\([\w.:-]+\)=[ \t]*")                       # MyST's (target)= line
 OPTION = re.compile(r"[ \t]*:[\w-]+:.*")                               # a directive's ":maxdepth: 2"
 TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>")
-LINK = re.compile(r"!?\[((?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]\((?:[^()\s]|\([^()\s]*\))*(?:\s[^()]*)?\)")  # [text](url)
+# [text](url)
+LINK = re.compile(r"!?\[((?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]\((?:[^()\s]|\([^()\s]*\))*(?:\s[^()]*)?\)")
 ATTRIBUTES = re.compile(r"\{:?[ \t]*(?:[#.]|[\w-]+=)[^{}\n]*\}")   # { #id }, {: .class }, { loading=lazy }
 REFERENCE = re.compile(r" {0,3}\[[^\]\n]+\]:[ \t]*\S+.*")             # [name]: https://... (a target)
 REF_LINK = re.compile(r"\[([^\[\]\n]+)\]\[[^\[\]\n]*\]")              # [text][name] -> text
@@ -305,7 +306,8 @@ def read_markdown(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
       -> [("A", [("text", "Some text."), ("code", "```py\nx = 1\n```")])]
     Code blocks keep their line breaks and note their language; a '#' line inside one is code.
     """
-    lines = joined_targets(unwrap(without_comments(text.replace("\r\n", "\n").replace("\r", "\n")).split("\n")))
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = joined_targets(unwrap(without_comments(text).split("\n")))
     targets = {line.strip()[1:].split("]:")[0].lower() for line in lines if REFERENCE.fullmatch(line)}
     reader = Blocks(targets)
     for line in lines:

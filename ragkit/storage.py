@@ -117,7 +117,8 @@ def folder_lock(folder):
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        print(f"waiting for another run to finish saving in {printable(str(folder), lines=False)} (up to {LOCK_WAIT_S} s) ...",
+        print(f"waiting for another run to finish saving in {printable(str(folder), lines=False)} "
+              f"(up to {LOCK_WAIT_S} s) ...",
               file=sys.stderr, flush=True)
         try:
             lock.acquire(timeout=LOCK_WAIT_S)

@@ -119,3 +119,11 @@ def test_the_gate_threshold_counts_a_wrong_answer_against_a_refusal():
     assert 0.3 < t <= 0.8        # refuses 0.5 and below: +2 right, 0 for the refused right one,
                                  # 0 + 0 for the two wrong ones refused, +1 for the unanswerable
     assert tuning.best_threshold([]) == float("-inf")
+
+def test_a_sample_of_ten_spreads_over_a_set_and_takes_its_unanswerable_share():
+    from rageval import generation as gen
+    gold = gen.load_gold(devsets.questions("pip"))
+    picked = devset.spread(gold, 10)
+    assert [n for n, _ in picked] == [0, 3, 7, 11, 15, 19, 22, 26, 30, 34]
+    assert sum(not item["answerable"] for _, item in picked) == 2       # 8 of 38 in the set
+    assert devset.spread(gold, None) == devset.spread(gold, 100) == list(enumerate(gold))

@@ -95,10 +95,11 @@ def test_rageval_tuning_smallest_retrieval_grid():
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_SMOLLM, reason=f"needs SmolLM2: {gguf.INSTALL_SMOLLM}")
 def test_rageval_answer_tuning_collects_one_question_then_chooses(tmp_path):
-    flags = ["--sets", "mkdocs", "--questions", "1", "--local-model", "smollm2", "--cache", tmp_path]
+    flags = ["--sets", "mkdocs", "--questions", "1", "--plan", "kit", "--local-model", "smollm2",
+             "--cache", tmp_path]
     run("rageval.answer_tuning", "--collect", *flags)
     kept = (tmp_path / "answers-SmolLM2-135M-Instruct.Q4_1.jsonl").read_text().splitlines()
-    assert len(kept) == len(answer_tuning.PLAN)
+    assert len(kept) == len(answer_tuning.PLANS["kit"]) == 1
     assert "the kit's setting" in run("rageval.answer_tuning", *flags)
 
 

@@ -120,3 +120,14 @@ def test_files_and_functions_stay_within_their_budgets():
                     over.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
     print("\nlines per file\n" + "\n".join(rows))
     assert over == []
+
+
+LINE_CHARACTERS = 110     # a line reads whole beside the tutorial, in a notebook cell or a split pane
+
+
+def test_no_line_of_the_kit_or_the_lab_is_wider_than_the_budget():
+    wide = [f"{path.relative_to(ROOT)}:{n}"
+            for path in sorted({*kit_files().values(), *ROOT.glob("lab/*.py")})
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if len(line) > LINE_CHARACTERS]
+    assert wide == []
