@@ -249,6 +249,11 @@ def make_long_line_notebook(path, megabytes: float = 10) -> Path:
     return Path(path)
 
 
+def make_under_caps_docx(path) -> Path:
+    """A .docx just under readers.MAX_DOCX_TAGS: 2,800 paragraphs of ten runs (about 118,000 tags)."""
+    return make_docx(path, [b"<w:p>" + b"<w:r><w:t>pump </w:t></w:r>" * 10 + b"</w:p>"] * 2_800)
+
+
 BAD_FILES = {                 # name -> how it is made, full size
     "locked.pdf": lambda path: make_pdf(path, ["The locked page."], password="secret"),
     "damaged.pdf": make_damaged_pdf,
@@ -265,6 +270,7 @@ BAD_FILES = {                 # name -> how it is made, full size
     "tiny-tags.html": lambda path: make_html(path, "<i>a</i>" * 625_000),
     "tiny-tags-50.html": lambda path: make_html(path, "<i>a</i>" * 6_250_000),
     "random.html": make_random_html,
+    "under-caps.html": lambda path: make_html(path, "<p>The pump is primed.</p>" * 49_000),   # 98,000 tags
     "comment.html": lambda path: make_html(path, "<p>The pump.</p><!--" + "pump " * 12_600_000),
     "url.html": lambda path: Path(path).write_text("https://example.com/pump-manual") and Path(path),
     "bomb.docx": make_zip_bomb_docx,
@@ -273,10 +279,12 @@ BAD_FILES = {                 # name -> how it is made, full size
     "empty-paragraphs.docx": lambda path: make_paragraphs_docx(path, 20, ""),
     "paragraphs.docx": make_paragraphs_docx,
     "paragraphs-240.docx": lambda path: make_paragraphs_docx(path, 240),
+    "under-caps.docx": make_under_caps_docx,
     "outputs.ipynb": make_outputs_notebook,
     "broken.ipynb": lambda path: Path(path).write_text('{"cells": [', encoding="utf-8") and Path(path),
     "cells.ipynb": make_cells_notebook,
     "long-line.ipynb": make_long_line_notebook,
+    "under-caps.ipynb": lambda path: make_cells_notebook(path, 9_999),
 }
 
 

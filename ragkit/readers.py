@@ -545,10 +545,12 @@ STYLE_MAP = "\n".join(f"p[style-name='{style}'] => {html}" for style, html in [
 
 # mammoth builds a DOM of all the XML it reads (minidom) and takes about 100 us of CPU a
 # paragraph, empty or not, and 30 us a tag: 20 MB of empty paragraphs (a 30 KB file) ran for
-# minutes in 2.3 GB. So its XML is counted first, inflated a piece at a time, and refused past:
+# minutes in 2.3 GB. So its XML is counted first, inflated a piece at a time, and refused past
+# these. Just under them a .docx still costs about 4 s of CPU (mammoth, then the HTML reader):
+# the caps bound the cost, they do not make a long report cheap; a longer one must be split.
 MAX_DOCX_XML = 32_000_000       # bytes of XML (the document, its styles and notes)
-MAX_DOCX_TAGS = 250_000         # '<' in it; a 100-page report written by Word holds about 80,000
-MAX_DOCX_PARAGRAPHS = 20_000    # about 500 pages
+MAX_DOCX_TAGS = 120_000         # '<' in it; a 100-page report written by Word holds about 80,000
+MAX_DOCX_PARAGRAPHS = 10_000    # about 250 pages (at 250,000 tags or 20,000, 7.5 s of CPU)
 PARAGRAPH = re.compile(rb"<(?:[\w.-]+:)?p[\s/>]")      # <w:p>, <w:p w:rsidR="...">, <w:p/>
 
 

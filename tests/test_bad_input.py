@@ -451,8 +451,8 @@ FILE_ROWS = [
     ("url.html", lambda path: path.write_text("https://example.com/pump-manual"), None, {}),
     ("entities.docx", shapes.make_entity_docx, "its XML declares a DOCTYPE", {}),
     ("empty-paragraphs.docx", lambda path: shapes.make_paragraphs_docx(path, 20, ""),
-     "over 20,000 paragraphs", {}),
-    ("paragraphs.docx", lambda path: shapes.make_paragraphs_docx(path, 2), "over 20,000 paragraphs", {}),
+     "over 10,000 paragraphs", {}),
+    ("paragraphs.docx", lambda path: shapes.make_paragraphs_docx(path, 2), "over 10,000 paragraphs", {}),
     ("cells.ipynb", lambda path: shapes.make_cells_notebook(path, 20_000), "over 10,000 cells", {}),
     ("long-line.ipynb", lambda path: shapes.make_long_line_notebook(path, 1), None, {}),
 ]

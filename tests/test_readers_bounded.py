@@ -159,19 +159,19 @@ def test_a_docx_that_declares_entities_is_refused_before_mammoth_reads_it(tmp_pa
 def test_a_docx_over_its_paragraph_or_tag_budget_is_refused_and_its_neighbours_read(tmp_path, capsys):
     bad.make_paragraphs_docx(tmp_path / "empty.docx", 0.2, "")                # 33,333 paragraphs
     runs = b"<w:p>" + b"<w:r><w:t>a</w:t></w:r>" * 30 + b"</w:p>"
-    bad.make_docx(tmp_path / "runs.docx", [runs * 2_100])                    # 254,000 tags
+    bad.make_docx(tmp_path / "runs.docx", [runs * 1_000])                    # 122,000 tags
     folder = folder_with(tmp_path, "ok.docx", bad.make_paragraphs_docx, 0.05)
     docs = documents.load_documents(folder)
     assert [d["doc_id"] for d in docs] == ["note.md", "ok.docx"]
-    assert skipped(capsys) == ["[skip] empty.docx: over 20,000 paragraphs, more than a .docx may hold",
-                               "[skip] runs.docx: over 250,000 XML tags, more than a .docx may hold"]
+    assert skipped(capsys) == ["[skip] empty.docx: over 10,000 paragraphs, more than a .docx may hold",
+                               "[skip] runs.docx: over 120,000 XML tags, more than a .docx may hold"]
 
 
 @pytest.mark.slow
 def test_a_docx_of_240_mb_of_paragraphs_is_refused_and_the_note_beside_it_reads(tmp_path, capsys):
     folder = folder_with(tmp_path, "big.docx", bad.make_paragraphs_docx, 240)   # the old way: MemoryError,
     assert [d["doc_id"] for d in documents.load_documents(folder)] == ["note.md"]   # and the note too
-    assert skipped(capsys) == ["[skip] big.docx: over 20,000 paragraphs, more than a .docx may hold"]
+    assert skipped(capsys) == ["[skip] big.docx: over 10,000 paragraphs, more than a .docx may hold"]
 
 
 # --- Notebooks ----------------------------------------------------------------------------
