@@ -270,7 +270,7 @@ BAD_FILES = {                 # name -> how it is made, full size
     "tiny-tags.html": lambda path: make_html(path, "<i>a</i>" * 625_000),
     "tiny-tags-50.html": lambda path: make_html(path, "<i>a</i>" * 6_250_000),
     "random.html": make_random_html,
-    "under-caps.html": lambda path: make_html(path, "<p>The pump is primed.</p>" * 49_000),   # 98,000 tags
+    "under-caps.html": lambda path: make_html(path, "<p>The pump is primed.</p>" * 24_900),   # 49,800 tags
     "comment.html": lambda path: make_html(path, "<p>The pump.</p><!--" + "pump " * 12_600_000),
     "url.html": lambda path: Path(path).write_text("https://example.com/pump-manual") and Path(path),
     "bomb.docx": make_zip_bomb_docx,
@@ -325,7 +325,7 @@ def run(args) -> None:
         (alone / "note.md").write_text(NOTE, encoding="utf-8")
         _, base, _, _ = measure(alone)
         print(f"note alone: peak {base:.0f} MB; limits: {LIMIT_S} s and {LIMIT_MB} MB over it")
-        print(f"{'file':<16} {'size':>9} {'seconds':>8} {'MB over':>8} {'docs':>5}  what the run said")
+        print(f"{'file':<22} {'size':>9} {'seconds':>8} {'MB over':>8} {'docs':>5}  what the run said")
         for name, make in BAD_FILES.items():
             folder = Path(tmp, name.replace(".", "-"))
             folder.mkdir()
@@ -335,7 +335,7 @@ def run(args) -> None:
             line = next((s for s in said if name in s and s.startswith(("[skip]", "[info]", "reading"))),
                         next((s for s in said if s.startswith("read ")), ""))
             flag = "" if seconds < LIMIT_S and peak - base < LIMIT_MB else "  OVER THE LIMIT"
-            print(f"{name:<16} {size / 1e6:>7.1f}MB {seconds:>8.2f} {peak - base:>8.0f} {docs:>5}  {line}{flag}")
+            print(f"{name:<22} {size / 1e6:>7.1f}MB {seconds:>8.2f} {peak - base:>8.0f} {docs:>5}  {line}{flag}")
 
 
 def parse_args(argv=None):

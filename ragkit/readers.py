@@ -47,7 +47,8 @@ MAX_UNPACKED = 250_000_000  # bytes a .docx may unpack to: more is a zip bomb, n
 MAX_OUTPUT_CHARS = 2000  # of one notebook output, with --notebook-outputs
 MAX_CELLS = 10_000       # of one notebook, counted before it is parsed (1,000,000 empty cells took 1.5 GB)
 MAX_JSON_ITEMS = 1_000_000  # of its lists and objects (',' outside strings), counted before it is
-                         # parsed: each costs a few hundred bytes parsed
+                         # parsed: each costs a few hundred bytes parsed. Nesting without commas
+                         # is left to json's recursion limit (a RecursionError: one [skip] line)
 MAX_LINE_CHARS = 5_000   # of a line of a cell: longer is data (a literal, base64), not code or prose
 JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')    # scanned ahead, never back
 
@@ -74,12 +75,15 @@ def missing(suffix: str) -> list[str]:
 # PDF_MEMORY more memory than it started with and PDF_SECONDS of CPU time, plus PAGE_SECONDS
 # for each page it has read; past either it dies, and the file is one [skip] line. PDFium's
 # and pypdfium2's own messages go nowhere. Without fork (Windows) PDFium runs here, unguarded.
-PDF_MEMORY = 512 << 20   # bytes; the papers in the tests take under 40 MB
+PDF_MEMORY = 384 << 20   # bytes of address space; the papers in the tests take under 40 MB
 PDF_SECONDS = 5          # of CPU: to open the file and read its first page; a page takes about 7 ms
 PAGE_SECONDS = 0.05      # of CPU, added for each page read
 PDF_SILENCE_S = 60       # wall-clock seconds the child may send nothing (a file on a stalled disk)
-MAX_PAGE_CHARS = 50_000  # of one page's text; a dense page holds 5,000; the rest is cut, saying so
-MAX_BOOKMARKS = 10_000   # of the outline, in reading order (20,000 take PDFium 3 s)
+MAX_PAGE_CHARS = 50_000  # of one page's text; a dense page holds 5,000; the rest is cut, saying so.
+                         # It bounds what Python does with a page, not what PDFium spends building
+                         # the page's text first: PDF_MEMORY and PAGE_SECONDS bound that
+MAX_BOOKMARKS = 10_000   # of the outline, in reading order (20,000 take PDFium 3 s); pypdfium2
+                         # reads 15 levels deep, and a deeper bookmark is left out without a word
 LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi",
                            "\ufb04": "ffl", "\ufb05": "st", "\ufb06": "st"})
 EDGE = 3                 # lines at the top and the bottom of a page where headers and footers sit
@@ -227,7 +231,8 @@ def without_margins(pages: list[list[str]]) -> list[list[str]]:
     """Pages without their running headers and footers: a line among the first or last EDGE
     of a page that recurs there (numbers aside) on at least half the pages, and on 2 or more
     (a two-page leaflet's header is on both)."""
-    counts = Counter(key for lines in pages for key in {margin_key(line) for line in lines[:EDGE] + lines[-EDGE:]})
+    edges = (lines[:EDGE] + lines[-EDGE:] for lines in pages)
+    counts = Counter(key for lines in edges for key in {margin_key(line) for line in lines})
     repeated = {key for key, n in counts.items() if n >= max(2, len(pages) / 2)}
     out = []
     for lines in pages:
@@ -395,7 +400,9 @@ RAW = re.compile(r"<!--[^-]*(?:-(?!->)[^-]*)*(?:-->|\Z)"
 # 1.5 GB), and markdownify walks up the tree from every tag; so a page is refused before it is
 # parsed when it holds more than this:
 MAX_HTML_CHARS = 4_000_000   # once RAW is out; a long Wikipedia article holds 1 MB
-MAX_HTML_TAGS = 100_000      # '<', counted as the tags' upper bound; the same article holds 20,000
+MAX_HTML_TAGS = 50_000       # '<', counted as the tags' upper bound; a saved Wikipedia page holds
+                             # 1,500 outside its scripts. Just under it a page costs about 2 s of CPU
+                             # (at 100,000, 4.3 s, and 9.7 s on a busy 2-core machine): bounded, not cheap
 MAX_HTML_DEPTH = 100         # tags inside tags, found as it is parsed; a documentation page has 30
 SPACES = re.compile(r"[ \t]{2,}")
 # An empty element written without its slash (<br>, <img ...>) is written with it (<br/>), as it

@@ -444,7 +444,7 @@ FILE_ROWS = [
     ("space-tabs.html", lambda path: shapes.make_html(path, "<p>pump" + " \t" * 200_000 + "primed</p>"),
      None, {}),
     ("tiny-tags.html", lambda path: shapes.make_html(path, "<i>a</i>" * 400_000),
-     "tags, over the 100,000 a page may hold", {}),
+     "tags, over the 50,000 a page may hold", {}),
     ("random.html", lambda path: shapes.make_random_html(path, 4.5), "MB of markup, over the 4 MB", {}),
     ("comment.html", lambda path: shapes.make_html(path, "<p>The pump.</p><!--" + "pump " * 2_000_000),
      None, {}),

@@ -67,7 +67,7 @@ def test_a_numbered_heading_line_meets_its_bookmark_as_before():
 
 
 def test_a_flate_bomb_is_one_skip_line_and_the_note_beside_it_reads(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(readers, "PDF_MEMORY", 64 << 20)      # the benchmark meets 512 MB
+    monkeypatch.setattr(readers, "PDF_MEMORY", 64 << 20)      # the benchmark meets 384 MB
     folder = folder_with(tmp_path, "bomb.pdf", bad.make_flate_bomb_pdf, 6)
     assert [d["doc_id"] for d in documents.load_documents(folder)] == ["note.md"]
     assert skipped(capsys) == ["[skip] bomb.pdf: PDFium stopped on page 1: it needs more than the 64 MB "
@@ -103,7 +103,7 @@ def test_a_run_of_spaces_costs_no_square_time(run):
 
 def test_a_page_over_its_tag_or_text_budget_is_one_skip_line_before_it_is_parsed(tmp_path, monkeypatch,
                                                                                   capsys):
-    monkeypatch.setattr(readers, "MAX_HTML_TAGS", 10_000)     # the benchmark meets 100,000
+    monkeypatch.setattr(readers, "MAX_HTML_TAGS", 10_000)     # the benchmark meets 50,000
     monkeypatch.setattr(readers, "MAX_HTML_CHARS", 1_000_000)     # and 4 MB
     (tmp_path / "tags.html").write_text("<i>a</i>" * 6_000, encoding="utf-8")
     (tmp_path / "text.html").write_text("<p>" + "pump " * 300_000 + "</p>", encoding="utf-8")
