@@ -20,10 +20,13 @@ A file that cannot be read raises Unreadable; its message is the reason, printed
 """
 
 import importlib
+import math
+import os
 import re
 import sys
 import warnings
 from collections import Counter
+from pathlib import Path
 
 from ragkit.markdown import read_markdown
 from ragkit.plumbing import one_line, progress
@@ -42,6 +45,12 @@ MAX_PAGES = 1000         # pages read of one PDF (--max-pages): 500 pages take a
 PROGRESS_PAGES = 100     # a PDF this long shows a progress line while it is read
 MAX_UNPACKED = 250_000_000  # bytes a .docx may unpack to: more is a zip bomb, not a document
 MAX_OUTPUT_CHARS = 2000  # of one notebook output, with --notebook-outputs
+MAX_CELLS = 10_000       # of one notebook, counted before it is parsed (1,000,000 empty cells took 1.5 GB)
+MAX_JSON_ITEMS = 1_000_000  # of its lists and objects (',' outside strings), counted before it is
+                         # parsed: each costs a few hundred bytes parsed. Nesting without commas
+                         # is left to json's recursion limit (a RecursionError: one [skip] line)
+MAX_LINE_CHARS = 5_000   # of a line of a cell: longer is data (a literal, base64), not code or prose
+JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')    # scanned ahead, never back
 
 
 class Unreadable(ValueError):
@@ -60,9 +69,23 @@ def missing(suffix: str) -> list[str]:
 
 
 # == PDF ====================================================================================
+# PDFium runs in a child process (a fork): a page can make it abort (a Flate bomb whose page
+# inflates to 60 MB of text objects wants 6.6 GB, then PDFium aborts the whole process) or
+# spin, and neither can be caught in the process it runs in. The child gets at most
+# PDF_MEMORY more memory than it started with and PDF_SECONDS of CPU time, plus PAGE_SECONDS
+# for each page it has read; past either it dies, and the file is one [skip] line. PDFium's
+# and pypdfium2's own messages go nowhere. Without fork (Windows) PDFium runs here, unguarded.
+PDF_MEMORY = 384 << 20   # bytes of address space; the papers in the tests take under 40 MB
+PDF_SECONDS = 5          # of CPU: to open the file and read its first page; a page takes about 7 ms
+PAGE_SECONDS = 0.05      # of CPU, added for each page read
+PDF_SILENCE_S = 60       # wall-clock seconds the child may send nothing (a file on a stalled disk)
+MAX_PAGE_CHARS = 50_000  # of one page's text; a dense page holds 5,000; the rest is cut, saying so.
+                         # It bounds what Python does with a page, not what PDFium spends building
+                         # the page's text first: PDF_MEMORY and PAGE_SECONDS bound that
+MAX_BOOKMARKS = 10_000   # of the outline, in reading order (20,000 take PDFium 3 s); pypdfium2
+                         # reads 15 levels deep, and a deeper bookmark is left out without a word
 LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi",
                            "\ufb04": "ffl", "\ufb05": "st", "\ufb06": "st"})
-SOFT_HYPHEN = re.compile(r"(\w+)\ufffe\s*(\w+)")   # PDFium marks a hyphen that ended a line
 EDGE = 3                 # lines at the top and the bottom of a page where headers and footers sit
 
 
@@ -80,16 +103,123 @@ def open_pdf(path):
 
 
 def page_lines(pdf, n: int) -> list[str]:
-    """The non-empty lines of page n, ligatures written out (the 'ﬁ' glyph becomes 'fi')."""
+    """The non-empty lines of page n, ligatures written out (the 'ﬁ' glyph becomes 'fi'); a
+    page of more than MAX_PAGE_CHARS characters is cut there, and its last line says so."""
     page = pdf[n]
     textpage = page.get_textpage()
     try:
-        text = textpage.get_text_range()
+        count = textpage.count_chars()
+        text = textpage.get_text_range(0, min(count, MAX_PAGE_CHARS))
     finally:
         textpage.close()
         page.close()
     text = text.translate(LIGATURES).replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
-    return [line.strip() for line in text.split("\n") if line.strip()]
+    cut = [f"[... {count - MAX_PAGE_CHARS:,} more characters on this page]"] if count > MAX_PAGE_CHARS else []
+    return [line.strip() for line in text.split("\n") if line.strip()] + cut
+
+
+def outline(pdf, pages: int) -> dict:
+    """page index -> [(level, title), ...] of the bookmarks that point into the pages read (the
+    first MAX_BOOKMARKS of the outline, 15 levels deep at most)."""
+    from itertools import islice
+    marks = {}
+    for mark in islice(pdf.get_toc(), MAX_BOOKMARKS):
+        dest = mark.get_dest()
+        index = dest.get_index() if dest is not None else None
+        title = " ".join(mark.get_title().split())
+        if index is not None and 0 <= index < pages and title:
+            marks.setdefault(index, []).append((mark.level, title))
+    return marks
+
+
+def pdfium_reads(path, max_pages: int):
+    """What PDFium reads of a PDF, one item at a time: its page count, the lines of each page
+    up to max_pages, then its bookmarks (outline())."""
+    pdf = open_pdf(path)
+    try:
+        count = min(len(pdf), max_pages)
+        yield len(pdf)
+        for n in range(count):
+            yield page_lines(pdf, n)
+        yield outline(pdf, count)
+    finally:
+        pdf.close()
+
+
+def pdfium_child(path, max_pages: int, send) -> None:
+    """The child: its limits set, stderr sent nowhere, each item of pdfium_reads sent as
+    ("item", value), then ("done", None), or ("error", why) for an unreadable file."""
+    import faulthandler
+    import resource
+    faulthandler.disable()                           # an abort here is no crash to report
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    sys.stderr = open(os.devnull, "w")              # noqa: SIM115 - for the child's whole life
+
+    def limit(kind, soft: int) -> None:            # within the hard limit the child was given
+        hard = resource.getrlimit(kind)[1]
+        resource.setrlimit(kind, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+    limit(resource.RLIMIT_CORE, 0)                   # a PDFium that aborts leaves no core file
+    limit(resource.RLIMIT_CPU, PDF_SECONDS)          # a fork's CPU time starts at 0
+    statm = Path("/proc/self/statm")                 # Linux: the address space, in pages
+    if statm.exists():
+        limit(resource.RLIMIT_AS, int(statm.read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE") + PDF_MEMORY)
+    try:
+        for n, item in enumerate(pdfium_reads(path, max_pages)):
+            limit(resource.RLIMIT_CPU, math.ceil(PDF_SECONDS + PAGE_SECONDS * n))
+            send.send(("item", item))
+        send.send(("done", None))
+    except Unreadable as exc:
+        send.send(("error", str(exc)))
+    except MemoryError:
+        send.send(("error", f"it needs more than the {PDF_MEMORY >> 20} MB a PDF may use (a PDF bomb?)"))
+    except Exception as exc:                        # noqa: BLE001 - the file is at fault, said in one line
+        send.send(("error", f"damaged ({type(exc).__name__}: {one_line(exc)[:200]})"))
+
+
+def pdfium_guarded(path, max_pages: int):
+    """pdfium_reads(path, max_pages), worked out in a child process (pdfium_child); Unreadable,
+    with the reason, if the child dies, goes silent or finds the file unreadable."""
+    import multiprocessing
+    import signal
+    if "fork" not in multiprocessing.get_all_start_methods():
+        yield from pdfium_reads(path, max_pages)
+        return
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    sys.stdout.flush()                              # or the child would write them out again
+    sys.stderr.flush()
+    child = context.Process(target=pdfium_child, args=(path, max_pages, send), daemon=True)
+    with warnings.catch_warnings():                 # Python 3.12 warns of forking beside threads:
+        warnings.simplefilter("ignore", DeprecationWarning)   # the child runs PDFium alone
+        child.start()
+    send.close()
+    items = 0
+    try:
+        while True:
+            if not receive.poll(PDF_SILENCE_S):
+                raise Unreadable(f"PDFium sent nothing for {PDF_SILENCE_S} s (a stalled disk?)")
+            try:
+                kind, value = receive.recv()
+            except EOFError:                        # the child died: PDFium aborted or was stopped
+                child.join()
+                where = f"on page {items}" if items else "opening it"
+                if child.exitcode == -signal.SIGXCPU:
+                    raise Unreadable(f"PDFium took too long {where} ({PDF_SECONDS} s for the first "
+                                     f"page, {PAGE_SECONDS * 1000:.0f} ms a page after it)") from None
+                raise Unreadable(f"PDFium stopped {where}: it needs more than the {PDF_MEMORY >> 20} MB "
+                                 f"a PDF may use (a PDF bomb?), or is damaged (exit {child.exitcode})"
+                                 ) from None
+            if kind == "error":
+                raise Unreadable(value)
+            if kind == "done":
+                return
+            items += 1
+            yield value
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        receive.close()
 
 
 def margin_key(line: str) -> str:
@@ -101,7 +231,8 @@ def without_margins(pages: list[list[str]]) -> list[list[str]]:
     """Pages without their running headers and footers: a line among the first or last EDGE
     of a page that recurs there (numbers aside) on at least half the pages, and on 2 or more
     (a two-page leaflet's header is on both)."""
-    counts = Counter(key for lines in pages for key in {margin_key(line) for line in lines[:EDGE] + lines[-EDGE:]})
+    edges = (lines[:EDGE] + lines[-EDGE:] for lines in pages)
+    counts = Counter(key for lines in edges for key in {margin_key(line) for line in lines})
     repeated = {key for key, n in counts.items() if n >= max(2, len(pages) / 2)}
     out = []
     for lines in pages:
@@ -112,28 +243,55 @@ def without_margins(pages: list[list[str]]) -> list[list[str]]:
     return out
 
 
+# PDFium marks a hyphen that ended a line with U+FFFE. The words on either side of a mark are
+# found by matching at the start of the piece after it and of the reversed piece before it,
+# never by searching: the pattern (\w+)\ufffe\s*(\w+) backtracked through every long word (13 s
+# for one word of 40,000 letters, minutes for longer ones).
+MARK = re.compile("(\ufffe\\s*)")
+WORD = re.compile(r"\w+")
+
+
+def broken_words(text: str) -> tuple[list, list, list]:
+    """(pieces, marks, pairs): the text between PDFium's line-end marks, the marks (with the
+    spaces after them), and for each mark the word before it and the word after it ("" where
+    there is none): "con\ufffe sists" -> (["con", "sists"], ["\ufffe "], [("con", "sists")])."""
+    parts = MARK.split(text)
+    pieces, marks = parts[0::2], parts[1::2]
+    pairs = []
+    for left, right in zip(pieces, pieces[1:]):
+        before, after = WORD.match(left[::-1]), WORD.match(right)
+        pairs.append((before.group(0)[::-1] if before else "", after.group(0) if after else ""))
+    return pieces, marks, pairs
+
+
+def words_of(text: str) -> set:
+    """The words of a text in lower case, but for the halves of a word broken at a line end."""
+    if "\ufffe" not in text:
+        return set(WORD.findall(text.lower()))
+    pieces, _, pairs = broken_words(text)
+    found = set()
+    for i, piece in enumerate(pieces):
+        start = len(pairs[i - 1][1]) if i and all(pairs[i - 1]) else 0
+        end = len(piece) - (len(pairs[i][0]) if i < len(pairs) and all(pairs[i]) else 0)
+        found |= set(WORD.findall(piece[start:max(start, end)].lower()))
+    return found
+
+
 def dehyphenate(text: str, words: set) -> str:
     """Join a word PDFium found hyphenated at a line end ("con-" "sists" -> "consists"), but keep
     the hyphen of a compound ("pulse-" "width") when the joined word never occurs in the document
-    and both halves do."""
-    def join(match):
-        a, b = match.groups()
-        if (a + b).lower() in words or not {a.lower(), b.lower()} <= words:
-            return a + b
-        return f"{a}-{b}"
-    return SOFT_HYPHEN.sub(join, text)
-
-
-def outline(pdf, pages: int) -> dict:
-    """page index -> [(level, title), ...] of the bookmarks that point into the pages read."""
-    marks = {}
-    for mark in pdf.get_toc():
-        dest = mark.get_dest()
-        index = dest.get_index() if dest is not None else None
-        title = " ".join(mark.get_title().split())
-        if index is not None and 0 <= index < pages and title:
-            marks.setdefault(index, []).append((mark.level, title))
-    return marks
+    and both halves do. A mark with no word on one side is a plain hyphen."""
+    if "\ufffe" not in text:
+        return text
+    pieces, marks, pairs = broken_words(text)
+    out = [pieces[0]]
+    for (a, b), mark, piece in zip(pairs, marks, pieces[1:]):
+        if a and b:
+            out.append("" if (a + b).lower() in words or not {a.lower(), b.lower()} <= words else "-")
+        else:
+            out.append("-" + mark[1:])
+        out.append(piece)
+    return "".join(out)
 
 
 def heading_key(text: str) -> str:
@@ -141,52 +299,79 @@ def heading_key(text: str) -> str:
     return " ".join(re.findall(r"\w+", text.lower()))
 
 
-def is_heading(line: str, title: str) -> bool:
-    """A line that is the bookmark's title, perhaps numbered ('2 Related Work', 'A.1 Prompts')."""
-    line, title = heading_key(line), heading_key(title)
-    return bool(title) and (line == title or re.fullmatch(rf"(?:\d+|[a-z])(?: \d+)* {re.escape(title)}", line) is not None)
+def title_keys(line: str, longest: int) -> list[str]:
+    """The bookmark titles a line could be, as heading_key()s: the line itself, and the line
+    without a number in front ('2 Related Work', 'A.1 Prompts', '3.1.2 Set-up'). A line much
+    longer than the longest title is none."""
+    key = heading_key(line)
+    if len(key) > longest + 40:
+        return []
+    words, keys = key.split(" "), [key]
+    if re.fullmatch(r"\d+|[a-z]", words[0]):
+        keys.append(" ".join(words[1:]))
+        for n in range(1, min(len(words) - 1, 8)):      # a section number of up to 8 parts
+            if not words[n].isdigit():
+                break
+            keys.append(" ".join(words[n + 1:]))
+    return keys
+
+
+def bookmark_at(line: str, titles: dict, start: int, longest: int):
+    """The position of the first bookmark from `start` on whose title the line is, or None;
+    titles: heading_key(title) -> the positions of the bookmarks that bear it, in order."""
+    import bisect
+    found = None
+    for key in title_keys(line, longest) if titles else []:
+        positions = titles.get(key, [])
+        k = bisect.bisect_left(positions, start)
+        if k < len(positions) and (found is None or positions[k] < found):
+            found = positions[k]
+    return found
 
 
 def page_sections(lines: list[str], marks: list, path: list) -> tuple[list, list]:
     """(sections, heading path at the page's end): the page's lines cut where a bookmarked
     heading of this page stands. A bookmark whose title is not found on its own line (a long
-    title broken over two) takes effect at the next one that is, or at the page's end."""
-    sections, current, todo = [], [], list(marks)
+    title broken over two) takes effect at the next one that is, or at the page's end. Each
+    line is looked up once (20,000 bookmarks each tried on every line of their page hung)."""
+    titles = {}
+    for j, (_, title) in enumerate(marks):
+        if heading_key(title):
+            titles.setdefault(heading_key(title), []).append(j)
+    longest = max(map(len, titles), default=0)
+    sections, current, start = [], [], 0       # marks[start:] are still to be found
     for line in lines:
-        found = next((j for j, (_, title) in enumerate(todo) if is_heading(line, title)), None)
+        found = bookmark_at(line, titles, start, longest)
         if found is None:
             current.append(line)
             continue
         sections.append((path, current))
-        for level, title in todo[:found + 1]:
+        for level, title in marks[start:found + 1]:
             path = path[:level] + [title]
-        current, todo = [], todo[found + 1:]
+        current, start = [], found + 1
     sections.append((path, current))
-    for level, title in todo:
+    for level, title in marks[start:]:
         path = path[:level] + [title]
     return [(" > ".join(p), lines) for p, lines in sections if lines], path
 
 
 def read_pdf(path, max_pages: int = MAX_PAGES, name: str = "") -> tuple[int, list]:
     """(pages in the file, [(page number, sections), ...]) for the pages that hold text, up to
-    max_pages; Unreadable if none does (a scan: it needs OCR)."""
-    import pypdfium2 as pdfium
-    pdf = open_pdf(path)
+    max_pages; Unreadable if none does (a scan: it needs OCR), or if PDFium fails on it."""
+    items = pdfium_guarded(path, max_pages)
     try:
-        total = len(pdf)
+        total = next(items)
         count = min(total, max_pages)
         numbers = range(count)
         if count >= PROGRESS_PAGES:
             numbers = progress(numbers, count, f"reading {name or path}", " pages")
-        pages = without_margins([page_lines(pdf, n) for n in numbers])
-        marks = outline(pdf, count)
-    except pdfium.PdfiumError as exc:
-        raise Unreadable(f"damaged ({one_line(exc)})") from None
+        pages = without_margins([next(items) for _ in numbers])
+        marks = next(items)
     finally:
-        pdf.close()
+        items.close()                   # the child is ended, whatever happened
     if not any(pages):
         raise Unreadable("no text layer: needs OCR")
-    words = set(re.findall(r"\w+", SOFT_HYPHEN.sub(" ", "\n".join(map("\n".join, pages))).lower()))
+    words = set().union(*(words_of("\n".join(lines)) for lines in pages))
     out, path_now = [], []
     for n, lines in enumerate(pages):
         sections, path_now = page_sections(lines, marks.get(n, []), path_now)
@@ -196,15 +381,35 @@ def read_pdf(path, max_pages: int = MAX_PAGES, name: str = "") -> tuple[int, lis
 
 
 # == HTML (and Word, through mammoth's HTML) ================================================
-DROPPED = ["script", "style", "svg", "math", "noscript", "template", "iframe", "object", "form",
-           "button", "nav", "aside", "footer", "dialog"]
-DROPPED_SELECTORS = ("a.headerlink, [hidden], [role=navigation], [role=banner], "
-                     "[role=contentinfo], [role=search], [role=dialog]")
+DROPPED = {"script", "style", "svg", "math", "noscript", "template", "iframe", "object", "form",
+           "button", "nav", "aside", "footer", "dialog"}
+ROLES = {"navigation", "banner", "contentinfo", "search", "dialog"}
 # An id or class of what is no reading matter even inside the main part: cookie banners,
 # menus and edit links (Wikipedia marks its own with noprint)
 BANNER = re.compile(r"cookie|consent|gdpr|dropdown|toolbar|breadcrumb|sidebar|editsection|navbox|"
                     r"catlinks|noprint|printfooter", re.I)
 LANGUAGE = re.compile(r"(?:language|lang|highlight)-([\w+#.-]+)")
+# What html.parser reads as raw text, taken out before it parses: comments (one never closed runs
+# to the end, as in a browser), scripts and styles. A 50 MB inline script then costs a scan of
+# 0.1 s, and a 63 MB comment left open (1.3 GB as a tree) as little. The patterns are unrolled
+# ([^-]* runs to the next '-', then one '-' that does not close is taken): a lazy .*? tries the
+# closer at every character and took 2 s.
+RAW = re.compile(r"<!--[^-]*(?:-(?!->)[^-]*)*(?:-->|\Z)"
+                 r"|<(script|style)\b[^>]*(?:>[^<]*(?:<(?!/\1\s*>)[^<]*)*(?:</\1\s*>|\Z)|\Z)", re.I)
+# The tree BeautifulSoup builds costs about 50 us of CPU a tag (5 MB of tiny tags took 244 s and
+# 1.5 GB), and markdownify walks up the tree from every tag; so a page is refused before it is
+# parsed when it holds more than this:
+MAX_HTML_CHARS = 4_000_000   # once RAW is out; a long Wikipedia article holds 1 MB
+MAX_HTML_TAGS = 50_000       # '<', counted as the tags' upper bound; a saved Wikipedia page holds
+                             # 1,500 outside its scripts. Just under it a page costs about 2 s of CPU
+                             # (at 100,000, 4.3 s, and 9.7 s on a busy 2-core machine): bounded, not cheap
+MAX_HTML_DEPTH = 100         # tags inside tags, found as it is parsed; a documentation page has 30
+SPACES = re.compile(r"[ \t]{2,}")
+# An empty element written without its slash (<br>, <img ...>) is written with it (<br/>), as it
+# means the same: BeautifulSoup's html.parser builder lists each of the first kind and searches
+# that list at every end tag, so 20,000 of them cost seconds. (The names are BeautifulSoup's.)
+EMPTY = re.compile(r"<(area|base|basefont|bgsound|br|col|command|embed|frame|hr|image|img|input|isindex|"
+                   r"keygen|link|menuitem|meta|nextid|param|source|spacer|track|wbr)\b([^<>]*?)/?>", re.I)
 
 
 def decoded(data: bytes) -> str:
@@ -219,6 +424,22 @@ def decoded(data: bytes) -> str:
             return data.decode("cp1252", errors="replace")
 
 
+def parsed(html: str):
+    """The page as BeautifulSoup's tree (html.parser), without RAW; Unreadable if it holds
+    more than MAX_HTML_CHARS or MAX_HTML_TAGS. Library warnings (a page that is only a URL) are
+    not shown."""
+    from bs4 import BeautifulSoup
+    html = RAW.sub("", html)
+    if len(html) > MAX_HTML_CHARS:
+        raise Unreadable(f"{len(html) / 1e6:.1f} MB of markup, over the {MAX_HTML_CHARS / 1e6:.0f} MB "
+                         f"a page may hold")
+    if html.count("<") > MAX_HTML_TAGS:
+        raise Unreadable(f"{html.count('<'):,} tags, over the {MAX_HTML_TAGS:,} a page may hold")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return BeautifulSoup(EMPTY.sub(r"<\1\2/>", html), "html.parser")
+
+
 def code_language(element) -> str:
     """The language of a <pre>, from its class or its parents' (Sphinx: highlight-python)."""
     for node in (element, element.parent, element.parent.parent if element.parent else None):
@@ -229,33 +450,88 @@ def code_language(element) -> str:
     return ""
 
 
+def no_reading(tag) -> bool:
+    """A tag that holds nothing to read: navigation, scripts, forms, hidden parts, banners,
+    Sphinx's '¶' anchors."""
+    classes = tag.get("class") or []
+    return (tag.name in DROPPED or tag.has_attr("hidden") or tag.get("role") in ROLES
+            or (tag.name == "a" and "headerlink" in classes)
+            or BANNER.search(tag.get("id") or "") is not None or any(BANNER.search(c) for c in classes))
+
+
 def main_content(soup):
-    """The element holding the page's own text, with everything around and inside it that is not
-    text for a reader taken out."""
-    for tag in soup(DROPPED) + soup.select(DROPPED_SELECTORS):
-        if not tag.decomposed:
-            tag.decompose()
-    for tag in soup.find_all(attrs={"id": BANNER}) + soup.find_all(class_=BANNER):
-        if not tag.decomposed:
-            tag.decompose()
-    main = soup.find("main") or soup.find(attrs={"role": "main"}) or soup.find("article")
+    """The element holding the page's own text (<main>, else role="main", else <article>, else
+    the body without its page header), with everything that holds nothing to read taken out:
+    one pass over the tags, in which tags nested deeper than MAX_HTML_DEPTH are Unreadable."""
+    from bs4 import Tag
+    depth, gone, found = {id(soup): 0}, [], {}      # depth: of each tag kept so far
+    for tag in [node for node in soup.descendants if isinstance(node, Tag)]:
+        if id(tag.parent) not in depth:             # inside a tag that goes
+            continue
+        if depth[id(tag.parent)] >= MAX_HTML_DEPTH:
+            raise Unreadable(f"tags nested more than {MAX_HTML_DEPTH} deep")
+        if no_reading(tag):
+            gone.append(tag)
+            continue
+        depth[id(tag)] = depth[id(tag.parent)] + 1
+        if tag.name in ("main", "article"):
+            found.setdefault(tag.name, tag)
+        if tag.get("role") == "main":
+            found.setdefault("role", tag)
+    take_out(gone)
+    main = found.get("main") or found.get("role") or found.get("article")
     if main is None:                    # no marked main part: the body without its page header
         main = soup.body or soup
-        for tag in main.find_all("header"):
-            tag.decompose()
+        take_out(main.find_all("header"))
     return main
+
+
+def take_out(tags: list) -> None:
+    """Take tags out of the tree, each parent's from its last: decompose() looks up a tag's place
+    among its siblings one by one, so 50,000 buttons side by side took minutes."""
+    by_parent = {}
+    for tag in tags:
+        if tag.parent is not None:                  # None: inside a tag taken out before it
+            by_parent.setdefault(id(tag.parent), (tag.parent, []))[1].append(tag)
+    for parent, children in by_parent.values():
+        place = {id(child): i for i, child in enumerate(parent.contents)}
+        for tag in sorted(children, key=lambda tag: place[id(tag)], reverse=True):
+            tag.extract(_self_index=place[id(tag)])
+
+
+def collapse_spaces(main) -> None:
+    """Runs of spaces and tabs outside <pre> made one space, as markdownify makes them, but before
+    it sees them: its pattern for them takes time in the square of a run's length (a run of
+    300,000 spaces ran for minutes)."""
+    in_pre = {id(string) for pre in main.find_all("pre") for string in pre.find_all(string=True)}
+    for string in main.find_all(string=True):
+        if id(string) not in in_pre and SPACES.search(string):
+            string.replace_with(type(string)(SPACES.sub(" ", string)))
+
+
+def markdown_of(main) -> str:
+    """An element as Markdown (markdownify), a <pre>'s blank lines at its ends trimmed here: the
+    pattern markdownify trims them with, [ \\n]*$, takes time in the square of a run of spaces."""
+    from markdownify import MarkdownConverter
+
+    class Converter(MarkdownConverter):
+        def convert_pre(self, el, text, parent_tags):
+            lead = len(text) - len(text.lstrip(" \n"))
+            return super().convert_pre(el, text[text.rfind("\n", 0, lead) + 1:].rstrip(" \n"), parent_tags)
+
+    return Converter(heading_style="ATX", bullets="-", strip=["a", "img"], escape_asterisks=False,
+                     escape_underscores=False, escape_misc=False, code_language_callback=code_language,
+                     table_infer_header=True, strip_pre=None).convert_soup(main).strip("\n")
 
 
 def html_markdown(html: str) -> str:
     """The main content of an HTML page as Markdown, headed by its <title> unless its first
     heading already says it."""
-    from bs4 import BeautifulSoup
-    from markdownify import markdownify
-    soup = BeautifulSoup(html, "html.parser")
+    soup = parsed(html)
     title = " ".join(soup.title.get_text(" ").split()) if soup.title else ""
-    text = markdownify(str(main_content(soup)), heading_style="ATX", bullets="-", strip=["a", "img"],
-                       escape_asterisks=False, escape_underscores=False, escape_misc=False,
-                       code_language_callback=code_language, table_infer_header=True)
+    main = main_content(soup)
+    collapse_spaces(main)
+    text = markdown_of(main)
     first = re.search(r"^#{1,6}[ \t]+(.+)$", text, re.M)
     if title and not (first and heading_key(title).startswith(heading_key(first.group(1)))):
         text = f"# {title}\n\n{text}"
@@ -274,20 +550,59 @@ STYLE_MAP = "\n".join(f"p[style-name='{style}'] => {html}" for style, html in [
     ("Macro Text", "pre:separator('\\n')")])
 
 
+# mammoth builds a DOM of all the XML it reads (minidom) and takes about 100 us of CPU a
+# paragraph, empty or not, and 30 us a tag: 20 MB of empty paragraphs (a 30 KB file) ran for
+# minutes in 2.3 GB. So its XML is counted first, inflated a piece at a time, and refused past
+# these. Just under them a .docx still costs about 4 s of CPU (mammoth, then the HTML reader):
+# the caps bound the cost, they do not make a long report cheap; a longer one must be split.
+MAX_DOCX_XML = 32_000_000       # bytes of XML (the document, its styles and notes)
+MAX_DOCX_TAGS = 120_000         # '<' in it; a 100-page report written by Word holds about 80,000
+MAX_DOCX_PARAGRAPHS = 10_000    # about 250 pages (at 250,000 tags or 20,000, 7.5 s of CPU)
+PARAGRAPH = re.compile(rb"<(?:[\w.-]+:)?p[\s/>]")      # <w:p>, <w:p w:rsidR="...">, <w:p/>
+
+
+def docx_xml_checked(archive) -> None:
+    """Unreadable unless a .docx's XML parts (any member that starts with '<': pictures are
+    passed over) stay within MAX_DOCX_XML, MAX_DOCX_TAGS and MAX_DOCX_PARAGRAPHS, and declare no
+    DOCTYPE: Word never writes one, and minidom expands its entities in square time (one
+    referenced 700,000 times from a 3 KB file ran for minutes)."""
+    size = tags = paragraphs = 0
+    for info in archive.infolist():
+        with archive.open(info) as member:
+            piece, last = member.read(1 << 16), b""
+            if not piece.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
+                continue
+            while piece:
+                if b"<!DOCTYPE" in last[-8:] + piece:
+                    raise Unreadable("its XML declares a DOCTYPE, which Word never writes (an entity bomb?)")
+                size, tags = size + len(piece), tags + piece.count(b"<")
+                paragraphs += len(PARAGRAPH.findall(piece))
+                for count, limit, what in [(paragraphs, MAX_DOCX_PARAGRAPHS, "paragraphs"),
+                                           (tags, MAX_DOCX_TAGS, "XML tags"),
+                                           (size, MAX_DOCX_XML, "bytes of XML")]:
+                    if count > limit:
+                        raise Unreadable(f"over {limit:,} {what}, more than a .docx may hold")
+                last, piece = piece, member.read(1 << 20)
+
+
 def docx_sections(path) -> list:
     """A Word file's sections: mammoth's HTML (headings by style, lists, tables, text; images
-    left out), read as for a web page. What it unpacks to is capped before anything is read."""
+    left out), read as for a web page. What it unpacks to, and its XML, are checked before
+    mammoth reads anything (docx_xml_checked)."""
     import zipfile
+    import zlib
 
     import mammoth
     try:
         with zipfile.ZipFile(path) as archive:
             unpacked = sum(member.file_size for member in archive.infolist())
-    except (zipfile.BadZipFile, OSError) as exc:
+            if unpacked > MAX_UNPACKED:
+                raise Unreadable(f"it unpacks to {unpacked / 1e6:,.0f} MB, over the "
+                                 f"{MAX_UNPACKED / 1e6:.0f} MB "
+                                 f"limit for a .docx (a zip bomb?)")
+            docx_xml_checked(archive)
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError) as exc:
         raise Unreadable(f"damaged or not a .docx ({one_line(exc)})") from None
-    if unpacked > MAX_UNPACKED:
-        raise Unreadable(f"it unpacks to {unpacked / 1e6:,.0f} MB, over the {MAX_UNPACKED / 1e6:.0f} MB "
-                         f"limit for a .docx (a zip bomb?)")
     no_images = mammoth.images.img_element(lambda image: {})
     with open(path, "rb") as handle:
         try:
@@ -323,22 +638,43 @@ def output_texts(cell) -> list[str]:
     return texts
 
 
-def notebook_markdown(data: bytes, outputs: bool = False) -> str:
-    """A notebook as Markdown: its Markdown cells as they are, code cells fenced in the kernel's
-    language, and with outputs=True what each code cell printed, fenced as text."""
+def cut_lines(text: str) -> str:
+    """A cell's text with each line at most MAX_LINE_CHARS long: a longer one is cut there, and
+    says how much more it held."""
+    return "\n".join(line if len(line) <= MAX_LINE_CHARS else
+                     f"{line[:MAX_LINE_CHARS]} [... {len(line) - MAX_LINE_CHARS:,} more characters]"
+                     for line in text.split("\n"))
+
+
+def notebook_json(data: bytes):
+    """A notebook's JSON as nbformat reads it (in version 4), once its cells and items are counted
+    (within MAX_CELLS and MAX_JSON_ITEMS); Unreadable if it is no notebook. It is not validated:
+    nbformat's validator spends a millisecond on each part of a notebook that breaks its schema
+    (50,000 outputs, a 3 MB file, took 49 s) and logs what it finds; the reader needs only .get()."""
     import nbformat
+    if data.count(b'"cell_type"') > MAX_CELLS:
+        raise Unreadable(f"over {MAX_CELLS:,} cells, more than a notebook may hold")
+    if data.count(b",") > MAX_JSON_ITEMS and JSON_STRING.sub(b"", data).count(b",") > MAX_JSON_ITEMS:
+        raise Unreadable(f"over {MAX_JSON_ITEMS:,} JSON items, more than a notebook may hold")
     try:
-        with warnings.catch_warnings():          # a notebook an old tool saved validates noisily
+        with warnings.catch_warnings():          # converting an old notebook warns
             warnings.simplefilter("ignore")
-            notebook = nbformat.reads(data.decode("utf-8-sig"), as_version=4)
+            return nbformat.convert(nbformat.reader.reads(data.decode("utf-8-sig")), 4)
     except (ValueError, KeyError, AttributeError, TypeError, nbformat.ValidationError) as exc:
         raise Unreadable(f"not a Jupyter notebook ({one_line(exc)[:100]})") from None
+
+
+def notebook_markdown(data: bytes, outputs: bool = False) -> str:
+    """A notebook as Markdown: its Markdown cells as they are, code cells fenced in the kernel's
+    language, and with outputs=True what each code cell printed, fenced as text; every line cut
+    at MAX_LINE_CHARS."""
+    notebook = notebook_json(data)
     meta = notebook.get("metadata", {})
     language = (meta.get("kernelspec", {}).get("language") or meta.get("language_info", {}).get("name")
                 or "python")
     parts = []
     for cell in notebook.get("cells", []):
-        source = cell.get("source", "")
+        source = cut_lines(cell.get("source", ""))
         if cell.get("cell_type") == "markdown":
             parts.append(source)
         elif cell.get("cell_type") == "code" and source.strip():

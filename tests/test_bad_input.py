@@ -3,6 +3,7 @@ nothing under the paths it was given touched. Then Ctrl-C at the collection and 
 scripts, and the embedding cache's folder and damaged files."""
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +12,9 @@ from conftest import ROOT, command, entry_points, press_ctrl_c
 
 import rag_experiments as rx
 import rag_from_scratch as rag
+from ragbench import readers as shapes
 from rageval import ir_scores as rc
-from ragkit import storage
+from ragkit import documents, readers, storage
 
 # (script, arguments, a phrase the one error line must hold). In the arguments:
 # {missing} a path that does not exist, {foreign} a folder of the user's own files,
@@ -425,3 +427,54 @@ def test_repeated_texts_are_encoded_once_and_counted(minilm, tmp_path):
     vectors = cache.encode(minilm, TEXTS + TEXTS[:1])
     assert (cache.misses, cache.repeats, cache.hits) == (3, 1, 0)
     np.testing.assert_array_equal(vectors[0], vectors[3])
+
+
+# == Bad files in --docs ====================================================================
+# (file, how it is made, the reason its one [skip] line gives or None where it is read, cut
+# where a cap says, and the caps lowered for the row). The shapes are ragbench/readers.py's, at
+# sizes that still broke the readers before their caps; docs/reliability.md gives the
+# benchmark's full sizes, and tests/test_readers_bounded.py each cap's own test.
+FILE_ROWS = [
+    ("long-word.pdf", lambda path: shapes.make_long_word_pdf(path, 60_000), None, {}),
+    ("outline.pdf", lambda path: shapes.make_outline_pdf(path, 1_000, pages=1), None, {}),
+    ("deep-outline.pdf", lambda path: shapes.make_deep_outline_pdf(path, 1_000), None, {}),
+    ("flate-bomb.pdf", lambda path: shapes.make_flate_bomb_pdf(path, 6),
+     "PDFium stopped on page 1: it needs more than the 64 MB a PDF may use", {"PDF_MEMORY": 64 << 20}),
+    ("spaces.html", lambda path: shapes.make_html(path, "<p>pump" + " " * 300_000 + "primed</p>"), None, {}),
+    ("space-tabs.html", lambda path: shapes.make_html(path, "<p>pump" + " \t" * 200_000 + "primed</p>"),
+     None, {}),
+    ("tiny-tags.html", lambda path: shapes.make_html(path, "<i>a</i>" * 400_000),
+     "tags, over the 50,000 a page may hold", {}),
+    ("random.html", lambda path: shapes.make_random_html(path, 4.5), "MB of markup, over the 4 MB", {}),
+    ("comment.html", lambda path: shapes.make_html(path, "<p>The pump.</p><!--" + "pump " * 2_000_000),
+     None, {}),
+    ("url.html", lambda path: path.write_text("https://example.com/pump-manual"), None, {}),
+    ("entities.docx", shapes.make_entity_docx, "its XML declares a DOCTYPE", {}),
+    ("empty-paragraphs.docx", lambda path: shapes.make_paragraphs_docx(path, 20, ""),
+     "over 10,000 paragraphs", {}),
+    ("paragraphs.docx", lambda path: shapes.make_paragraphs_docx(path, 2), "over 10,000 paragraphs", {}),
+    ("cells.ipynb", lambda path: shapes.make_cells_notebook(path, 20_000), "over 10,000 cells", {}),
+    ("long-line.ipynb", lambda path: shapes.make_long_line_notebook(path, 1), None, {}),
+]
+
+
+@pytest.mark.parametrize("name, make, reason, caps", FILE_ROWS, ids=[row[0] for row in FILE_ROWS])
+def test_a_bad_file_is_one_skip_line_or_read_and_the_note_beside_it_reads(name, make, reason, caps, tmp_path,
+                                                                         monkeypatch, capfd, caplog):
+    for cap, value in caps.items():
+        monkeypatch.setattr(readers, cap, value)
+    (tmp_path / "note.md").write_text(shapes.NOTE, encoding="utf-8")
+    make(tmp_path / name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                  # a library's warning fails the file
+        docs = documents.load_documents(tmp_path)
+    said = capfd.readouterr().err.splitlines()
+    assert all(line.startswith(("[skip] ", "read ", "skipped 1: ")) for line in said), said
+    skips = [line for line in said if line.startswith("[skip] ")]
+    if reason:
+        assert len(skips) == 1 and skips[0].startswith(f"[skip] {name}: ") and reason in skips[0], said
+    else:
+        assert skips == [], said
+    read = sorted(doc["doc_id"].removesuffix(" p. 1") for doc in docs)
+    assert read == ["note.md"] if reason else sorted(["note.md", name])
+    assert caplog.messages == []                        # no library's log line either
