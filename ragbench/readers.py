@@ -312,7 +312,8 @@ def measure(folder: Path) -> tuple[float, float, int, list[str]]:
     done = subprocess.run([sys.executable, "-c", CHILD, str(folder)], capture_output=True, text=True,
                           timeout=300, cwd=Path(__file__).resolve().parent.parent)
     if done.returncode != 0:
-        raise RuntimeError(f"the reader failed on {folder}: {plumbing.one_line(RuntimeError(done.stderr[-300:]))}")
+        why = plumbing.one_line(RuntimeError(done.stderr[-300:]))
+        raise RuntimeError(f"the reader failed on {folder}: {why}")
     seconds, peak, docs = done.stdout.split()
     return float(seconds), float(peak), int(docs), done.stderr.splitlines()
 
@@ -335,7 +336,8 @@ def run(args) -> None:
             line = next((s for s in said if name in s and s.startswith(("[skip]", "[info]", "reading"))),
                         next((s for s in said if s.startswith("read ")), ""))
             flag = "" if seconds < LIMIT_S and peak - base < LIMIT_MB else "  OVER THE LIMIT"
-            print(f"{name:<22} {size / 1e6:>7.1f}MB {seconds:>8.2f} {peak - base:>8.0f} {docs:>5}  {line}{flag}")
+            print(f"{name:<22} {size / 1e6:>7.1f}MB {seconds:>8.2f} {peak - base:>8.0f} {docs:>5}  "
+                  f"{line}{flag}")
 
 
 def parse_args(argv=None):
