@@ -9,12 +9,25 @@ check.py: grade the five functions of lab/starter.py, with a hint for each one t
 Every check compares your function with a trusted reference: values worked out by hand, the
 tutorial's printed figures, NumPy and scikit-learn. No torch, no network. Your code runs in a
 child process (graded_process.py) that calls your functions and sends back what they return
-as plain data (JSON); the checks run here, on those values, so nothing in your file can change
-the verdict. A function that is, or calls, the reference in rag_from_scratch.py is a FAIL.
-Each function has a time limit (--time-limit, 10 s) and, on Linux, a memory limit
-(--memory-mb, 1024): sys.exit(), an endless loop, a list that grows without end or a crash is
-that function's FAIL with a hint. What your code prints appears on stderr behind "  | ".
+as plain data (JSON); the checks run here, on those values. A function imported from
+rag_from_scratch.py, the reference, is a FAIL. Each function has a time limit (--time-limit,
+10 s) and, on Linux, a memory limit (--memory-mb, 1024): sys.exit(), an endless loop, a list
+that grows without end or a crash is that function's FAIL with a hint and the line it came
+from. What your code prints appears on stderr behind "  | ", its first 20 lines.
 Exit status 0 only when all five pass; 130 on Ctrl-C.
+
+What the grader promises, and what it does not:
+- A learner who is trying gets honest feedback: a FAIL says what went wrong and gives a hint,
+  and a crash, a hang or a runaway loop fails that function, not the grader.
+- An instructor who grades submitted files gets a guard of the machine: time, memory and the
+  number of processes are bounded, and nothing the file started runs on once the grader exits
+  (lab/INSTRUCTOR.md says what holds as root and what as a normal user).
+- The verdict can be forged. The graded code runs in a process the learner controls: it can
+  write the replies the checks expect (worked out with the reference) onto the reply pipe,
+  replace this file's functions in the child, edit this file, or print "5/5 functions pass"
+  itself. Nothing in a process can stop code running in that same process from doing so. For
+  marks, grade with hidden inputs and read the code: run the learner's functions on documents
+  and questions they have not seen, and read what they wrote.
 """
 
 from __future__ import annotations
@@ -25,7 +38,7 @@ from pathlib import Path
 LAB = Path(__file__).resolve().parent
 ROOT = LAB.parent
 # The given parts come from rag_from_scratch.py, the child process from graded_process.py.
-# Both folders go last on the path: a file written there cannot stand in for NumPy or sklearn.
+# Both folders go last on the path: a learner's numpy.py there cannot stand in for NumPy.
 sys.path += [str(ROOT), str(LAB)]
 
 import argparse  # noqa: E402
@@ -37,14 +50,13 @@ import json
 import os
 import signal
 import textwrap
-import threading
 import time
 import traceback
 
 import numpy as np
 
 import rag_from_scratch as rag
-from graded_process import GradedProcess, become_nobody, limit, unreachable
+from graded_process import GradedProcess, drop_root, limit
 from ragkit.plumbing import OneLineParser, leave, one_line, refuse_empty, run_cli
 from ragkit.text import printable
 
@@ -365,6 +377,9 @@ def fail(name: str, reason: str) -> str:
 TIME_LIMIT_S = 10.0          # per graded function; the reference needs well under 1 s each
 MEMORY_LIMIT_MB = 1024       # on top of what the grader itself uses
 START_LIMIT_S = 120.0        # the child's own imports (NumPy, scikit-learn) on a busy laptop
+MORE_PROCESSES = 8           # processes or threads the graded code may start; the lab needs none
+UID_BASE = 2_000_000_000     # as root, the graded code runs as UID_BASE + the grader's pid: a
+                             # user id no account has, and no other grader running at once
 # The lab functions each graded function calls: it is graded with the reference versions of
 # these, so a FAIL names the function that is wrong (a buggy search must not fail
 # evaluate_retrieval, which only calls it).
@@ -373,14 +388,14 @@ CALLS = {"evaluate_retrieval": ("search",), "search": ("cosine_similarity",)}
 
 def answer(module, request: dict, given: dict, watch: bool = False) -> str:
     """Run one call of the graded module; what it returned, printed or raised, as JSON. With
-    `watch`, a function that is or runs the reference solution is refused ("copied")."""
+    `watch`, a function imported from the reference solution is refused ("copied")."""
     name, args, reply = request["name"], request["args"], {}
     if request["on"]:            # search(q, k) -> search(q, index, chunks, embedder, k)
         eval_set, index, chunks, embedder = given[request["on"]]
         first = [args.pop(0)] if name == "search" else [eval_set]
         args = first + [index, chunks, embedder] + args
         reply["chunks"] = chunks             # as the call leaves them
-    function, printed, ran = getattr(module, name, None), io.StringIO(), []
+    function, printed = getattr(module, name, None), io.StringIO()
     callees = {f: getattr(module, f, None) for f in CALLS.get(name, ())}
     vars(module).update({f: getattr(rag, f) for f in callees})
     try:
@@ -389,76 +404,62 @@ def answer(module, request: dict, given: dict, watch: bool = False) -> str:
                 raise AttributeError(f"the module has no function {name}")
             if watch and (found := borrowed(function, name)):
                 return json.dumps({"copied": found})
-            with watching(name, ran) if watch else contextlib.nullcontext():
-                reply["value"] = function(*args, **request["kwargs"])
+            reply["value"] = function(*args, **request["kwargs"])
     except SystemExit as exc:
         reply["exit"] = repr(exc.code)
-    except Exception as exc:     # a TODO says which function raised it
+    except BaseException as exc:     # a TODO says which function raised it
         reply["raised"] = type(exc).__name__
         reply["message"] = (traceback.extract_tb(exc.__traceback__)[-1].name
-                            if isinstance(exc, NotImplementedError) else one_line(exc))
+                            if isinstance(exc, NotImplementedError) else
+                            one_line(exc) + where(exc, getattr(module, "__file__", None)))
     finally:
         vars(module).update(callees)
-    if ran:
-        return json.dumps({"copied": ran[0]})
-    reply["printed"] = printed.getvalue()
+    reply["printed"] = printed.getvalue()[:2**16]   # enough to count its lines: the reply
+                                                    # must stay under the 1 MB a line may take
     try:
         return json.dumps(reply, default=lambda value: f"<{type(value).__name__}>")
     except Exception:            # a cycle, or keys JSON cannot hold: a value no check accepts
         return json.dumps({"value": "<not plain data>", "printed": ""})
 
 
+def where(exc: BaseException, path: str | None) -> str:
+    """The last line of the file at `path` that the error passed through, as
+    " (line 12 of starter.py, in search)", or "": of a traceback, the line a learner needs."""
+    mine = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
+    return f" (line {mine[-1].lineno} of {Path(path).name}, in {mine[-1].name})" if mine else ""
+
+
 # ---------------------------------------------------------------------------
-# The reference is not the student's work. These catch a function that is rag_from_scratch's
-# own (imported, or wrapped with functools.wraps, or rebuilt from its code) and one that runs
-# it (a lambda or a def around it, in a thread too). Code copied by hand, or a child patched on
-# purpose, they cannot catch: the child is the student's own process.
+# The reference is not the student's work: a function imported from rag_from_scratch (or
+# rebuilt from its code) is a FAIL that says so. A wrapper around it, or code copied from it,
+# passes: telling those apart from a student's own is reading the code, not a grader's job.
 # ---------------------------------------------------------------------------
 REFERENCE_FILE = rag.chunk_text.__code__.co_filename    # where the reference's code comes from
 
 
 def borrowed(function, name: str) -> str | None:
-    """Why `function` is the reference's own function, or None: it, or what it wraps
-    (__wrapped__), comes from rag_from_scratch.py."""
-    for _ in range(100):                 # a chain of wrappers; a cycle ends here too
-        code = getattr(function, "__code__", None)
-        if (getattr(function, "__module__", None) == rag.__name__
-                or getattr(code, "co_filename", None) == REFERENCE_FILE):
-            return f"{name} comes from rag_from_scratch.py, the reference solution"
-        function = getattr(function, "__wrapped__", None)
-        if function is None:
-            return None
+    """Why `function` is the reference's own function, or None."""
+    code = getattr(function, "__code__", None)
+    if (getattr(function, "__module__", None) == rag.__name__
+            or getattr(code, "co_filename", None) == REFERENCE_FILE):
+        return f"{name} comes from rag_from_scratch.py, the reference solution"
     return None
 
 
-@contextlib.contextmanager
-def watching(name: str, ran: list):
-    """Within the block, note in `ran` if the reference's own `name` runs, in any thread (a
-    profile hook sees every Python call), or if the graded code switches the hook off."""
-    def hook(frame, event, arg):
-        code = frame.f_code
-        if event == "call" and code.co_name == name and code.co_filename == REFERENCE_FILE:
-            ran.append(f"{name} runs rag_from_scratch.{name}, the reference solution")
-    sys.setprofile(hook)
-    threading.setprofile(hook)
-    try:
-        yield
-    finally:
-        if sys.getprofile() is not hook:
-            ran.append(f"{name} switches off the grader's watch (sys.setprofile)")
-        sys.setprofile(None)
-        threading.setprofile(None)
-
-
-def child(spec: str, memory_mb: int, time_limit: float) -> int:
+def child(spec: str, memory_mb: int, time_limit: float, uid: int) -> int:
     """Load the graded module, then answer each request read from stdin."""
     replies = os.fdopen(os.dup(1), "w", buffering=1)      # line-buffered: each reply at once
     os.dup2(2, 1)                # what the graded code prints goes to stderr, not the replies
     try:                         # the grader's own imports, data and limits come first, and
         given = setups()         # the graded file is read while we may still be root
         source = Path(spec).read_bytes() if spec.endswith(".py") else None
-        limit(memory_mb, int(START_LIMIT_S + time_limit * (len(FUNCTIONS) + 1)))
-        nobody = become_nobody()
+        tasks = len(os.listdir("/proc/self/task")) if sys.platform == "linux" else 1
+        dropped = drop_root(uid)
+        # Its processes count apart from anyone else's under a user id of its own (as root), or
+        # in the user namespace the keeper made (a normal user's), where it is process 1
+        own = dropped or os.getpid() == 1
+        limit(memory_mb, int(START_LIMIT_S + time_limit * (len(FUNCTIONS) + 1)),
+              tasks + MORE_PROCESSES if own else None)
     except Exception as exc:
         print(json.dumps({"broken": f"{type(exc).__name__}: {one_line(exc)}"}), file=replies)
         return 1
@@ -467,11 +468,12 @@ def child(spec: str, memory_mb: int, time_limit: float) -> int:
         module, reply = load_module(spec, source), {"loaded": True}
     except SystemExit as exc:
         module, reply = None, {"exit": repr(exc.code)}
-    except Exception as exc:                         # a typo in the file: the parent says so
-        unreadable = (" (your code runs as the user nobody here: a module only root may "
-                      "read cannot be imported)" if nobody and isinstance(exc, ImportError)
-                      and exc.name != spec else "")
-        module, reply = None, {"error": f"{type(exc).__name__}: {one_line(exc)}{unreadable}"}
+    except BaseException as exc:                     # a typo in the file: the parent says so
+        unreadable = (" (your code runs as a user of its own here, not root: a module only "
+                      "root may read cannot be imported)"
+                      if dropped and isinstance(exc, ImportError) and exc.name != spec else "")
+        module, reply = None, {"error": f"{type(exc).__name__}: {one_line(exc)}"
+                                        f"{where(exc, spec)}{unreadable}"}
     print(json.dumps(reply), file=replies)
     watch = not is_reference(spec)
     for line in sys.stdin if module else ():
@@ -526,9 +528,10 @@ class Child(GradedProcess):
     """check.py --child serving the graded module, in a process of its own (graded_process.py)."""
 
     def __init__(self, spec: str, memory_mb: int, time_limit: float):
-        super().__init__([sys.executable, str(Path(__file__).resolve()), "--child",
+        uid = UID_BASE + os.getpid()
+        super().__init__([sys.executable, str(Path(__file__).resolve()), "--child", str(uid),
                           "--module", spec, "--memory-mb", str(memory_mb),
-                          "--time-limit", str(time_limit)])
+                          "--time-limit", str(time_limit)], uid)
         self.time_limit, self.deadline = time_limit, 0.0
 
     def reply(self, seconds: float):
@@ -594,31 +597,17 @@ class Child(GradedProcess):
 def grade(spec: str, time_limit: float = TIME_LIMIT_S, memory_mb: int = MEMORY_LIMIT_MB,
           report=None, names=FUNCTIONS) -> dict[str, str | None]:
     """Grade each function in a child process; {name: None if it passes, else why + hint}."""
-    prepare_checks()
     results = {}
-    with unreachable():
-        while len(results) < len(names):             # a child that is gone is replaced
-            child = Child(spec, memory_mb, time_limit)
-            try:
-                for name, problem in child.grade([n for n in names if n not in results]):
-                    results[name] = problem
-                    if report:
-                        report(name, problem)
-            finally:
-                child.end()
+    while len(results) < len(names):                 # a child that is gone is replaced
+        child = Child(spec, memory_mb, time_limit)
+        try:
+            for name, problem in child.grade([n for n in names if n not in results]):
+                results[name] = problem
+                if report:
+                    report(name, problem)
+        finally:
+            child.end()
     return results
-
-
-def prepare_checks() -> None:
-    """Import, and run once, what the checks use, before any graded code runs: a file that
-    code writes into a folder on the path (sklearn/__init__.py) then finds nothing to replace."""
-    try:
-        from sklearn.metrics.pairwise import cosine_similarity
-        cosine_similarity([[1.0, 2.0]], [[2.0, 1.0]])
-        setups()
-    except ImportError as exc:
-        raise RuntimeError(f"the grader cannot start its checks ({one_line(exc)}): "
-                           f"install numpy, scipy and scikit-learn") from None
 
 
 # ---------------------------------------------------------------------------
@@ -660,10 +649,10 @@ def main(argv=None) -> int:
                    help="seconds each function may take (default: %(default)g)")
     p.add_argument("--memory-mb", type=int, default=MEMORY_LIMIT_MB, metavar="MB",
                    help="memory each function may add, Linux only (default: %(default)d)")
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--child", type=int, metavar="UID", help=argparse.SUPPRESS)  # its user id
     args = p.parse_args(argv)
-    if args.child:
-        return child(args.module, args.memory_mb, args.time_limit)
+    if args.child is not None:
+        return child(args.module, args.memory_mb, args.time_limit, args.child)
     return run_cli(grade_and_print, args)
 
 

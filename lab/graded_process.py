@@ -1,26 +1,19 @@
 """
 graded_process.py: the process the lab's graded code runs in, kept at arm's length. check.py
-talks to it in lines of JSON; this file holds what keeps it from reaching back.
+talks to it in lines of JSON; this file holds what bounds it, each piece for one promise:
 
-  GradedProcess   the child, behind a keeper (keeper.py) that ends all it starts when it ends
-                  or the grader lets go, even by dying; the child's own session, so a Ctrl-C
-                  or a signal meant for the grader never reaches it; a deadline on every reply,
-                  requests written by a thread of their own (a child that stops reading blocks
-                  only that thread); what it prints shown on our stderr behind "  | ", with
-                  control characters written out: never on our stdout, never a clear-screen
-  unreachable     while grading, on Linux, this process is not dumpable: a child of the same
-                  user cannot open our stdout through /proc/PID/fd/1 or attach a debugger
-  limit           in the child: hard limits on CPU time and, on Linux, memory
-  become_nobody   in the child, when the grader runs as root: go on as the user nobody, who
-                  cannot signal the grader, open its files or write the repository
+  GradedProcess   the child behind a keeper (keeper.py): nothing it starts outlives the
+                  grader; its own session: a Ctrl-C meant for the grader never reaches it; a
+                  deadline on each reply, and requests written by a thread: it cannot hang
+                  the grader; what it prints, on our stderr behind "  | ": its first lines,
+                  cut short, control characters written out
+  limit           in the child: CPU time, memory and, where the count is its own, processes
+  drop_root       in the child, as root: a user id of its own, which cannot write the
+                  repository or signal the grader, and whose processes can all be killed
 
-What holds for a normal user (no root to drop): the graded code runs as that same user, so it
-can still send the grader a signal (SIGSTOP stops it; one that ends it leaves a non-zero exit
-status, never 0), kill the keeper, and write to that user's files and terminal. The verdict
-itself is worked out in the grader, from plain values, whoever the child runs as.
+None of it stops the graded code from forging its replies (lab/INSTRUCTOR.md).
 """
 import contextlib
-import ctypes
 import os
 import queue
 import signal
@@ -30,21 +23,22 @@ import threading
 import time
 from pathlib import Path
 
-from ragkit.text import printable
+from ragkit.text import plural, printable
 
 KEEPER = Path(__file__).resolve().parent / "keeper.py"
-PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 SHOWN_AS = "  | "               # a line the graded code printed, as the grader shows it
+SHOWN_LINES, SHOWN_WIDTH = 20, 200      # of what it prints: the first lines, cut this short
 
 
 class GradedProcess:
-    """A child that takes requests and gives replies, one line each, and reaches nothing else."""
+    """A child that takes requests and gives replies, one line each; all it starts ends with it."""
 
-    def __init__(self, command: list[str]):
+    def __init__(self, command: list[str], uid: int):
+        """Start `command`; as root, it goes on as user `uid` (see drop_root)."""
         self.lifeline = None
         if os.name == "posix":       # the keeper holds the read end; closing ours ends it all
             keeper_end, self.lifeline = os.pipe()
-            command = [sys.executable, "-I", str(KEEPER), str(keeper_end), *command]
+            command = [sys.executable, "-I", str(KEEPER), str(keeper_end), str(uid), *command]
             place = {"start_new_session": True, "pass_fds": (keeper_end,)}
         else:
             place = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
@@ -77,13 +71,23 @@ class GradedProcess:
         self.lines.put("")
 
     def show(self) -> None:
-        """Copy what the graded code prints to our stderr, each line behind SHOWN_AS and with
-        its control characters written out, so it cannot pass for a verdict or drive the
-        terminal."""
-        for line in iter(lambda: self.proc.stderr.readline(2**16), ""):
-            with contextlib.suppress(OSError, ValueError):   # our stderr is closed: drop it
-                print(SHOWN_AS + printable(line.rstrip("\n"), lines=False), file=sys.stderr,
-                      flush=True)
+        """Copy the first SHOWN_LINES lines the graded code prints to our stderr, each behind
+        SHOWN_AS, cut to SHOWN_WIDTH characters, control characters written out (so it cannot
+        pass for a verdict or drive the terminal); then say how much was cut."""
+        lines = cut = 0
+        starts_a_line = True
+        for piece in iter(lambda: self.proc.stderr.readline(2**16), ""):   # a line, or 64 kB
+            text = piece.rstrip("\n")
+            if starts_a_line and lines < SHOWN_LINES:
+                more = "..." if len(text) > SHOWN_WIDTH else ""
+                shown(printable(text[:SHOWN_WIDTH], lines=False) + more)
+                text = text[SHOWN_WIDTH:]
+            lines += starts_a_line
+            cut += len(text)
+            starts_a_line = piece.endswith("\n")
+        if cut or lines > SHOWN_LINES:
+            shown(f"(cut: {plural(max(lines - SHOWN_LINES, 0), 'more line')}, "
+                  f"{plural(cut, 'character')} in all)")
 
     def send(self, line: str) -> None:
         """Queue one request line for the child; never waits."""
@@ -135,27 +139,19 @@ class GradedProcess:
                     pipe.close()
 
 
-@contextlib.contextmanager
-def unreachable():
-    """While grading, on Linux: not dumpable, so a child of the same user can neither open our
-    stdout through /proc/PID/fd/1 (to forge verdict lines) nor attach a debugger to us."""
-    if sys.platform != "linux":
-        yield
-        return
-    prctl = ctypes.CDLL(None).prctl
-    was = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)
-    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    try:
-        yield
-    finally:
-        prctl(PR_SET_DUMPABLE, was, 0, 0, 0)
+def shown(line: str) -> None:
+    """One line of what the graded code printed, on our stderr behind SHOWN_AS."""
+    with contextlib.suppress(OSError, ValueError):       # our stderr is closed: drop it
+        print(SHOWN_AS + line, file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------
 # In the child, before the graded code runs
 # ---------------------------------------------------------------------------
-def limit(memory_mb: int, cpu_s: int) -> None:
-    """Hard limits (soft = hard: the graded code cannot raise them): CPU time, memory on Linux."""
+def limit(memory_mb: int, cpu_s: int, processes: int | None = None) -> None:
+    """Hard limits (soft = hard: the graded code cannot raise them): CPU time; memory, on
+    Linux; and, if given, the processes and threads its user may have (RLIMIT_NPROC counts
+    all of that user's: give it only where they are the graded code's alone)."""
     try:
         import resource
     except ImportError:                              # Windows: only the parent's time limit
@@ -165,24 +161,26 @@ def limit(memory_mb: int, cpu_s: int) -> None:
     if statm.exists():
         used = int(statm.read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
         limits[resource.RLIMIT_AS] = used + memory_mb * 2**20
+    if processes is not None:
+        limits[resource.RLIMIT_NPROC] = processes
     for which, value in limits.items():
         hard = resource.getrlimit(which)[1]
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(which, (value, value))
 
 
-def become_nobody() -> bool:
-    """As root, go on as the user nobody for good (real, effective and saved ids, no groups);
-    True if done. Python and what it has imported stay usable; a module not yet imported
-    loads only if nobody may read its file."""
+def drop_root(uid: int) -> bool:
+    """As root, go on as user and group `uid` for good (real, effective and saved ids, no
+    groups); True if done. check.py gives an id no account has, so its processes are the
+    graded code's alone. Python and what it has imported stay usable; a module not yet
+    imported loads only if anyone may read its file."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         return False
-    import pwd
     try:
-        nobody = pwd.getpwnam("nobody")
-    except KeyError:                                 # no such user here: stay as we are
-        return False
-    os.setgroups([])
-    os.setgid(nobody.pw_gid)
-    os.setuid(nobody.pw_uid)
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    except OSError as exc:
+        raise RuntimeError(f"cannot switch to user id {uid} ({exc.strerror}; a container that "
+                           f"maps fewer user ids?): run the grader as a normal user") from None
     return True

@@ -2,15 +2,16 @@
 keeper.py: the small process between the lab grader and the code it grades. check.py starts
 it; it is not for typing:
 
-    python -I lab/keeper.py FD COMMAND...
+    python -I lab/keeper.py FD UID COMMAND...
 
-It starts COMMAND, the graded child, in a session of its own with the pipes it was given, and
-on Linux adopts whatever that child starts, even what leaves its process group with fork and
-setsid (PR_SET_CHILD_SUBREAPER). When the child ends, or when the grader lets go of the pipe FD
-(the grader closes its end to stop the child, and the kernel closes it when the grader dies,
-of SIGTERM or SIGKILL too), the keeper kills the child and everything it adopted, then exits
-as the child did. It imports only the standard library (and -I keeps the lab folder off its
-path), so nothing the graded code writes can change how it runs.
+It starts COMMAND, the graded child, in a session of its own. When the child ends, or when the
+grader lets go of the pipe FD (it closes its end to stop the child; the kernel closes it when
+the grader dies, of SIGKILL too), the keeper kills the child's process group, then what left
+the group with setsid, a fork bomb included. As root, the child goes on as user UID, an id of
+its own, and the keeper kills every process of that user at once. As a normal user, on Linux,
+the child is the first process of a PID namespace of its own, where the system allows one:
+when it ends, the kernel kills all the rest. It imports only the standard library (and -I
+keeps the lab folder off its path).
 """
 import contextlib
 import ctypes
@@ -19,28 +20,35 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
-PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
+CLONE_NEWUSER, CLONE_NEWPID = 0x10000000, 0x20000000
+PR_SET_DUMPABLE = 4
 
 
-def keep(lifeline: int, command: list[str]) -> int:
-    """Run the graded child; kill all it leaves once it ends or the lifeline closes; its status."""
-    if sys.platform == "linux":
-        prctl = ctypes.CDLL(None).prctl
-        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)   # orphans below us come to us, not to init
-        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)          # a child of our user cannot attach to us
+def keep(lifeline: int, uid: int, command: list[str]) -> int:
+    """Run the graded child; once it ends or the lifeline closes, kill all it started; its
+    exit status."""
+    root = os.geteuid() == 0
+    if not root:
+        own_pid_namespace()                 # before the fork: the child is its first process
     child = subprocess.Popen(command, start_new_session=True)
     quiet = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):        # the child alone holds the grader's pipes: they close with it
         os.dup2(quiet, fd)
     threading.Thread(target=end_when_let_go, args=(lifeline, child.pid), daemon=True).start()
-    child.wait()
-    kill_group(child.pid)       # what it started in its own group (os.system, a plain fork)
-    for _ in range(100):        # the adopted ones' own children are adopted in turn
-        if not kill_adopted():
-            break
+    child.wait()                # in a namespace, the kernel has ended the rest before this
+    kill_group(child.pid)
+    if root:
+        kill_user(uid)
     return child.returncode
+
+
+def own_pid_namespace() -> None:
+    """Start our next children in a new user and PID namespace. Most Linux systems let a
+    normal user make one; some refuse (Ubuntu 24.04 by default, most containers), and then
+    we go on without: only the child's process group is killed."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None).unshare(CLONE_NEWUSER | CLONE_NEWPID)
 
 
 def end_when_let_go(lifeline: int, pid: int) -> None:
@@ -56,17 +64,18 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def kill_adopted() -> int:
-    """Kill and reap this process's children, which are all adopted once the child has ended,
-    and say how many there were."""
-    count = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError):       # gone meanwhile
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():   # its ppid
-                os.kill(int(stat.parent.name), signal.SIGKILL)
-                os.waitpid(int(stat.parent.name), 0)
-                count += 1
-    return count
+def kill_user(uid: int) -> None:
+    """As root, kill every process of user `uid`, the graded code's own id: a helper takes that
+    id and sends SIGKILL to all it may signal, kill(-1). The kernel reaches them all in one
+    pass and stops any fork under way, so a fork bomb cannot outrun it."""
+    helper = os.fork()
+    if helper == 0:
+        try:
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.waitpid(helper, 0)
 
 
 def exit_like(status: int) -> None:
@@ -74,9 +83,11 @@ def exit_like(status: int) -> None:
     if status < 0:
         with contextlib.suppress(OSError, ValueError):      # SIGKILL takes no handler
             signal.signal(-status, signal.SIG_DFL)
-        os.kill(os.getpid(), -status)       # on Linux not dumpable: no core file for SIGXCPU
+        if sys.platform == "linux":                         # no core file for SIGXCPU
+            ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        os.kill(os.getpid(), -status)
     sys.exit(status if status >= 0 else 128 - status)
 
 
 if __name__ == "__main__":
-    exit_like(keep(int(sys.argv[1]), sys.argv[2:]))
+    exit_like(keep(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]))

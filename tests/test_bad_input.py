@@ -150,8 +150,11 @@ ROWS = [
     ("lab/check.py", "--time-limit inf", "positive"),
     ("lab/check.py", "--memory-mb 99999999999999", "positive"),
     ("lab/check.py", "--memory-mb abc", "invalid int value"),
+    ("lab/check.py", "--child abc", "invalid int value"),
     ("lab/check.py", "--module no_such_module", "cannot load the module to grade: ModuleNotFoundError"),
     ("lab/check.py", "--module {typo}", "cannot load the module to grade: SyntaxError"),
+    ("lab/check.py", "--module {stopper}",
+     "cannot load the module to grade: Stop: no thanks (line 3 of stopper.py"),
     ("lab/lab_tasks.py", "--task 9", "invalid choice"),
     ("lab/lab_tasks.py", "--backend nope", "invalid choice"),
     ("lab/lab_tasks.py", "--bogus", "unrecognized arguments"),
@@ -223,6 +226,8 @@ def places(tmp_path, bad_models):
     (foreign / "notes.txt").write_text("my own notes\n")
     (tmp_path / "file.txt").write_text("my own file\n")
     (tmp_path / "typo.py").write_text("def chunk_text(text:\n")     # a learner's typo
+    (tmp_path / "stopper.py").write_text(        # a BaseException of its own, not a traceback
+        "class Stop(BaseException):\n    pass\nraise Stop('no thanks')\n")
     (docs / "a.md").write_text("# Backups\n\nNightly backups are kept for 35 days.\n")
     (docs / "b.md").write_text("# Printers\n\nThe printer is on the second floor.\n")
     for folder, rel in [(broken, "1 1 1\n1 2 inf\n"), (tiny, "1 1\n1 2\n")]:
@@ -232,7 +237,7 @@ def places(tmp_path, bad_models):
         (folder / "T.REL").write_text(rel)
     return {"missing": tmp_path / "missing", "foreign": foreign, "file": tmp_path / "file.txt",
             "docs": docs, "broken": broken, "tiny": tiny, "cisi": rc.DEFAULT_COLLECTION,
-            "typo": tmp_path / "typo.py", **bad_models}
+            "typo": tmp_path / "typo.py", "stopper": tmp_path / "stopper.py", **bad_models}
 
 
 def snapshot(folder: Path) -> dict:

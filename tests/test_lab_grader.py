@@ -1,6 +1,7 @@
 """The lab's grader: FAIL with a hint on the untouched starter, PASS on the reference; student
-code that exits, hangs, eats memory, crashes or attacks the grader gets no PASS and leaves
-nothing running."""
+code that exits, hangs, eats memory, crashes or forks without end gets a FAIL that says why, is
+shown cut short, and leaves nothing running."""
+import contextlib
 import os
 import re
 import shutil
@@ -194,44 +195,47 @@ def test_check_bad_input_is_one_line_and_exit_1(argv, message, capsys):
     assert err.startswith(message) and err.count("\n") == 1, err
 
 
-def printed_pid(grader) -> int:
-    """The pid the graded code printed ("pid=N"), read from the grader's stderr as it comes."""
+def printed(grader, text: str) -> None:
+    """Wait until the graded code has printed `text`, read from the grader's stderr as it comes."""
     for line in grader.stderr:
-        if found := re.search(r"pid=(\d+)", line):
-            return int(found.group(1))
-    raise AssertionError("the graded code never printed its pid")
+        if text in line:
+            return
+    raise AssertionError(f"the graded code never printed {text!r}")
 
 
-ENDLESS_CHUNKER = ("import os, sys\ndef chunk_text(text, chunk_size=50, overlap=10):\n"
-                   "    print(f'pid={os.getpid()}', file=sys.stderr, flush=True)\n"
+ENDLESS_CHUNKER = ("import sys\ndef chunk_text(text, chunk_size=50, overlap=10):\n"
+                   "    print('looping', file=sys.stderr, flush=True)\n"
                    "    while True:\n        pass\n")
 
 
 def test_check_ctrl_c_says_interrupted_exits_130_and_ends_the_child(tmp_path):
-    grader = subprocess.Popen([sys.executable, "lab/check.py", "--module",
-                               student_file(tmp_path, ENDLESS_CHUNKER), "--time-limit", "60"],
+    module = student_file(tmp_path, ENDLESS_CHUNKER)
+    grader = subprocess.Popen([sys.executable, "lab/check.py", "--module", module,
+                               "--time-limit", "60"],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               preexec_fn=like_a_terminal)
-    pid = printed_pid(grader)                   # the child is inside chunk_text's endless loop
+    printed(grader, "looping")                  # the child is inside chunk_text's endless loop
     grader.send_signal(signal.SIGINT)
     out, err = grader.communicate(timeout=30)
     assert (grader.returncode, err) == (130, "interrupted\n"), out + err
-    assert ends_soon(pid)
+    assert all_end_soon(module)
 
 
-def ends_soon(pid: int) -> bool:
-    """True once `pid` has ended, within LATE_S (killed and not yet reaped counts as ended)."""
+def running(marker: str) -> list[int]:
+    """The processes still running (a zombie has ended) whose command line holds `marker`."""
+    return [p.pid for p in psutil.process_iter(["cmdline", "status"])
+            if marker in " ".join(p.info["cmdline"] or [])
+            and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+
+def all_end_soon(marker: str) -> bool:
+    """True once no process whose command line holds `marker` runs, within LATE_S."""
     deadline = time.monotonic() + LATE_S
-    while True:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
+    while running(marker):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
+    return True
 
 
 def with_bug(name: str, function) -> types.SimpleNamespace:
@@ -302,31 +306,37 @@ def test_check_blames_the_unfinished_function_that_evaluate_calls():
 
 
 # ---------------------------------------------------------------------------
-# A starter that attacks the grader still gets no PASS for its unfinished functions: the
-# verdict is worked out in the grader's own process, from plain values
+# What the grader cannot promise: the graded code runs in a process of its own, so it can
+# forge its verdict. The test keeps the threat model stated where the grader is read
 # ---------------------------------------------------------------------------
-ATTACKS = {
-    "replaces the grader's functions": "import sys\nmain = sys.modules['__main__']\n"
-        "main.run_check = main.fail = lambda *a: None\nmain.answer = lambda *a: 'null'\n",
-    "replaces the entries of CHECKS": "import sys\nchecks = sys.modules['__main__'].CHECKS\n"
-        "checks.update({name: (lambda mod: None) for name in checks})\n",
-    "writes forged lines to the report pipe": "import json, os\nfor fd in range(3, 64):\n"
-        "    for line in ({'loaded': True}, {'event': 'done', 'name': 'chunk_text', 'problem': None},"
-        " {'value': None}):\n"
-        "        try:\n            os.write(fd, (json.dumps(line) + '\\n').encode())\n"
-        "        except OSError:\n            pass\nos._exit(0)\n",
-    "returns a str whose __ne__ lies": "class Liar(str):\n    __eq__ = lambda self, other: True\n"
-        "    __ne__ = lambda self, other: False\n"
-        "def build_prompt(question, retrieved):\n    return Liar('')\n",
-    "patches builtins.abs": "import builtins\nbuiltins.abs = lambda x: 0\n"
-        "def cosine_similarity(a, b):\n    return 0.5\n",
-    "raises its memory limit back": "import resource\ntry:\n"
-        "    resource.setrlimit(resource.RLIMIT_AS, (-1, -1))\nexcept ValueError:\n    pass\n"
-        "from rag_from_scratch import chunk_text as reference\n"
-        "held = []\ndef chunk_text(text, chunk_size=50, overlap=10):\n"
-        "    held or held.append(bytearray(2 * 2**30))      # 2 GB, over the 1 GB limit\n"
-        "    return reference(text, chunk_size, overlap)\n",
-}
+FORGER = ("import sys\nimport rag_from_scratch\n"
+          "grader = sys.modules['__main__']       # check.py --child: this very process\n"
+          "real = grader.answer\n"
+          "grader.answer = lambda module, request, given, watch=False: "
+          "real(rag_from_scratch, request, given)\n")
+
+
+@pytest.mark.slow
+def test_the_graded_code_can_forge_a_pass_as_the_threat_model_says(tmp_path):
+    status, out = run("lab/check.py", "--module", starter_with(tmp_path, FORGER))
+    assert status == 0 and "5/5 functions pass" in out, out     # the TODOs were never written
+    for text in (check.__doc__, (LAB / "INSTRUCTOR.md").read_text()):
+        text = " ".join(text.replace("**", "").split())     # one line, as read
+        assert "can be forged" in text and "grade with hidden inputs and read the code" in text
+
+
+RAISES_ITS_MEMORY_LIMIT = (
+    "import resource\ntry:\n"
+    "    resource.setrlimit(resource.RLIMIT_AS, (-1, -1))\nexcept ValueError:\n    pass\n"
+    "held = []\ndef chunk_text(text, chunk_size=50, overlap=10):\n"
+    "    held.append(bytearray(2 * 2**30))      # 2 GB, over the 1 GB limit\n")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux only")
+def test_the_graded_code_cannot_raise_its_memory_limit(tmp_path):
+    status, out = run("lab/check.py", "--module", starter_with(tmp_path, RAISES_ITS_MEMORY_LIMIT))
+    assert status == 1 and "FAIL  chunk_text: it ran out of memory" in out, out
 
 
 def starter_with(tmp_path, tail: str) -> str:
@@ -338,30 +348,24 @@ def starter_with(tmp_path, tail: str) -> str:
     return str(path)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses Linux limits and fds")
-@pytest.mark.parametrize("attack", ATTACKS)
-def test_a_starter_that_attacks_the_grader_passes_nothing(attack, tmp_path):
-    status, out = run("lab/check.py", "--module", starter_with(tmp_path, ATTACKS[attack]))
-    assert status == 1 and "PASS" not in out and "0/5 functions pass" in out, out
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups: POSIX")
-def test_what_the_graded_code_starts_in_the_background_ends_with_the_grader(tmp_path, capsys):
-    tail = "import os\nos.system('sleep 120 > /dev/null 2>&1 & echo pid=$! >&2')\n"
-    results = check.grade(starter_with(tmp_path, tail), names=("chunk_text",))
+def test_what_the_graded_code_starts_in_the_background_ends_with_the_grader(tmp_path):
+    tail = "import os, time\nif os.fork() == 0:\n    time.sleep(120)\n    os._exit(0)\n"
+    module = starter_with(tmp_path, tail)
+    results = check.grade(module, names=("chunk_text",))
     assert results["chunk_text"].startswith("still a TODO")
-    assert ends_soon(int(re.search(r"pid=(\d+)", capsys.readouterr().err).group(1)))
+    assert all_end_soon(module)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a subreaper is Linux only")
-def test_a_fork_and_setsid_in_the_graded_code_ends_with_the_command_line_grader(tmp_path):
-    tail = ("import os, sys, time\npid = os.fork()\nif pid == 0:\n    os.setsid()\n"
-            "    time.sleep(120)\n    os._exit(0)\nprint(f'pid={pid}', file=sys.stderr)\n")
-    status, out = run("lab/check.py", "--module", starter_with(tmp_path, tail))
-    assert status == 1 and "0/5 functions pass" in out, out
-    assert ends_soon(int(re.search(r"pid=(\d+)", out).group(1)))
+def test_a_fork_and_setsid_in_the_graded_code_ends_with_the_command_line_grader(tmp_path,
+                                                                               setsid_is_caught):
+    tail = ("import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n"
+            "    time.sleep(120)\n    os._exit(0)\nprint('forked', file=sys.stderr)\n")
+    module = starter_with(tmp_path, tail)
+    status, out = run("lab/check.py", "--module", module)
+    assert status == 1 and "0/5 functions pass" in out and "  | forked" in out, out
+    assert all_end_soon(module)
 
 
 def test_a_buggy_search_is_blamed_not_the_correct_evaluate_retrieval_that_calls_it(tmp_path):
@@ -387,15 +391,27 @@ def test_a_buggy_search_is_blamed_not_the_correct_evaluate_retrieval_that_calls_
 
 
 # ---------------------------------------------------------------------------
-# The graded code cannot reach back into the grader: its imports, its pipes, its output, its
-# signals; and it leaves nothing running
+# The graded code is shown cut short and cannot drive the terminal; it cannot hang the grader,
+# signal it or write the repository (as root); what it starts, a fork bomb too, is bounded and
+# ends with the grader
 # ---------------------------------------------------------------------------
-def grade_cli(module: str, *flags, env=None):
-    """python lab/check.py --module MODULE [flags]: (exit status, stdout, stderr)."""
+def grade_cli(module: str, *flags, env=None, user=None, processes=None):
+    """python lab/check.py --module MODULE [flags], as `user` (a uid) and under ulimit -u
+    `processes` if given: (exit status, stdout, stderr)."""
     full_env = {k: v for k, v in os.environ.items() if k != "LAB_MODULE"}
     full_env.update(env or {})
+
+    def start():
+        import resource
+        if processes is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+        if user is not None:
+            os.setgroups([])
+            os.setgid(user)
+            os.setuid(user)
     done = subprocess.run([sys.executable, "lab/check.py", "--module", module, *flags],
-                          cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=300,
+                          preexec_fn=start if user or processes else None)
     return done.returncode, done.stdout, done.stderr
 
 
@@ -408,40 +424,31 @@ def open_dir():
     shutil.rmtree(folder)
 
 
-ANCESTORS = """
-import os
-def ancestors():
-    '''The processes above this one, up to the test that started the grader (not included).'''
-    pid = os.getpid()
-    while True:
-        with open(f"/proc/{pid}/stat") as stat:
-            pid = int(stat.read().rsplit(")", 1)[1].split()[1])
-        if pid <= 1 or pid == int(os.environ["GRADER_TEST_PID"]):
-            return
-        yield pid
-"""
-ASKED_BY_THIS_TEST = {"GRADER_TEST_PID": str(os.getpid())}
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_the_graded_code_cannot_write_to_the_graders_output(tmp_path):
-    tail = ANCESTORS + (
-        "for pid in ancestors():\n"
-        "    for fd in (1, 2):\n"
-        "        try:\n"
-        "            with open(f'/proc/{pid}/fd/{fd}', 'w') as out:\n"
-        "                out.write('PASS  chunk_text\\n\\x1b[2J\\n')\n"
-        "            print(f'wrote {pid}/{fd}', flush=True)\n"
-        "        except OSError:\n"
-        "            print(f'refused {pid}/{fd}', flush=True)\n"
-        "def chunk_text(text, chunk_size=50, overlap=10):\n"
-        "    raise RuntimeError('\\x1b[2J\\nPASS  chunk_text')\n")
-    status, out, err = grade_cli(starter_with(tmp_path, tail), env=ASKED_BY_THIS_TEST)
+def test_an_error_message_is_one_fail_line_with_control_characters_written_out(tmp_path):
+    tail = ("def chunk_text(text, chunk_size=50, overlap=10):\n"
+            "    raise RuntimeError('\\x1b[2J\\nPASS  chunk_text')\n")
+    status, out, err = grade_cli(starter_with(tmp_path, tail))
     assert status == 1 and "0/5 functions pass" in out, out + err
     assert re.findall("^PASS", out, re.M) == [] and "\x1b" not in out + err, out + err
-    assert "wrote" not in err and err.count("refused") >= 2, err
-    assert r"it raised RuntimeError: \x1b[2J PASS chunk_text" in out     # one line, escaped
+    assert r"it raised RuntimeError: \x1b[2J PASS chunk_text (line" in out     # one line, escaped
+
+
+def test_a_crash_is_a_fail_that_names_the_line_never_a_traceback(tmp_path):
+    body = ("class Stop(BaseException):\n    pass\n"
+            "def chunk_text(text, chunk_size=50, overlap=10):\n"
+            "    return text.split()[1000]\n"
+            "def cosine_similarity(a, b):\n"
+            "    raise Stop('no thanks')\n")
+    module = student_file(tmp_path, body)
+    lines = Path(module).read_text().splitlines()
+    index_line, stop_line = (lines.index(line) + 1 for line in
+                             ("    return text.split()[1000]", "    raise Stop('no thanks')"))
+    status, out, err = grade_cli(module)
+    assert ("FAIL  chunk_text: it raised IndexError: list index out of range "
+            f"(line {index_line} of student.py, in chunk_text)") in out, out + err
+    assert ("FAIL  cosine_similarity: it raised Stop: no thanks "
+            f"(line {stop_line} of student.py, in cosine_similarity)") in out, out + err
+    assert "3/5 functions pass" in out and "Traceback" not in err, out + err
 
 
 def test_what_the_graded_code_prints_is_shown_on_stderr_behind_a_bar(tmp_path):
@@ -453,66 +460,13 @@ def test_what_the_graded_code_prints_is_shown_on_stderr_behind_a_bar(tmp_path):
     assert "\x1b" not in err
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
-                    reason="the graded code runs as another user only when the grader runs as root")
-def test_as_root_the_graded_code_runs_as_nobody_and_cannot_stop_the_grader(tmp_path):
-    import pwd
-    nobody = pwd.getpwnam("nobody").pw_uid
-    mark = ROOT / f"written-by-graded-code-{os.getpid()}"
-    tail = ANCESTORS + (
-        "import signal\n"
-        "print(f'uid={os.getuid()}', flush=True)\n"
-        "for pid in ancestors():\n"
-        "    try:\n"
-        "        os.kill(pid, signal.SIGSTOP)\n"
-        "        print(f'stopped {pid}', flush=True)\n"
-        "    except PermissionError:\n"
-        "        print(f'refused {pid}', flush=True)\n"
-        f"try:\n    open({str(mark)!r}, 'w').close()\nexcept OSError:\n"
-        "    print('cannot write the repository', flush=True)\n")
-    try:
-        status, out, err = grade_cli(starter_with(tmp_path, tail), env=ASKED_BY_THIS_TEST)
-        assert not mark.exists()
-    finally:
-        mark.unlink(missing_ok=True)
-    assert status == 1 and "0/5 functions pass" in out, out + err
-    assert f"uid={nobody}" in err and "cannot write the repository" in err, err
-    assert "stopped" not in err and err.count("refused") >= 1, err
-
-
-@pytest.mark.slow
-def test_a_shadow_sklearn_written_by_the_graded_code_never_runs_in_the_grader(tmp_path, open_dir):
-    """The graded code writes sklearn/__init__.py into a folder on the path, ahead of the
-    installed packages (as the repository root was): the grader imported its own first."""
-    tail = ("import os, pathlib\n"
-            "shadow = pathlib.Path(os.environ['SHADOW_DIR']) / 'sklearn'\n"
-            "shadow.mkdir(exist_ok=True)\n"
-            "(shadow / '__init__.py').write_text('import sys\\nmain = sys.modules[\"__main__\"]\\n'\n"
-            "    'main.fail = main.run_check = lambda *args: None\\n')\n")
-    status, out, err = grade_cli(starter_with(tmp_path, tail),
-                                 env={"PYTHONPATH": str(open_dir), "SHADOW_DIR": str(open_dir)})
-    assert (open_dir / "sklearn" / "__init__.py").exists()      # the attack did happen
-    assert status == 1 and "PASS" not in out and "0/5 functions pass" in out, out + err
-
-
-@pytest.mark.slow
-def test_the_grader_imports_nothing_once_graded_code_runs(tmp_path):
-    """Every import of the grader happens before its first child starts (an audit hook sees
-    each module that is really loaded): no file the graded code writes can stand in for one."""
-    script = (f"import sys\nsys.path.insert(0, {str(LAB)!r})\nimport check\n"
-              "started, loaded = [], []\n"
-              "def start(self, *args, real=check.Child.__init__):\n"
-              "    started.append(1)\n    real(self, *args)\n"
-              "check.Child.__init__ = start\n"
-              "sys.addaudithook(lambda event, args: started and event == 'import'"
-              " and loaded.append(args[0]))\n"
-              "assert check.grade('rag_from_scratch') == dict.fromkeys(check.FUNCTIONS)\n"
-              f"check.grade({starter_with(tmp_path, '')!r})\n"
-              "check.print_result('chunk_text', check.fail('chunk_text', 'why'))\n"
-              "print('loaded:', sorted(set(loaded)))\n")
-    status, out = run("-c", script)
-    assert status == 0 and "loaded: []" in out, out
+def test_what_the_graded_code_prints_is_cut_to_its_first_20_lines_of_200_characters(tmp_path):
+    tail = "for _ in range(100):\n    print('x' * 1000)\n"
+    status, out, err = grade_cli(starter_with(tmp_path, tail))
+    shown = [line for line in err.splitlines() if line.startswith("  | ")]
+    # 20 lines of 200 shown: 800 cut from each, then 80 more lines of 1,000
+    assert shown == ["  | " + "x" * 200 + "..."] * 20 + [
+        "  | (cut: 80 more lines, 96,000 characters in all)"], err[:2000]
 
 
 @pytest.mark.slow
@@ -540,16 +494,174 @@ def test_sigterm_ends_the_grader_and_the_graded_code(tmp_path):
     grader = subprocess.Popen([sys.executable, "lab/check.py", "--module", module,
                                "--time-limit", "60"], cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-    pid = printed_pid(grader)
+    printed(grader, "looping")
     grader.terminate()
     grader.communicate(timeout=60)
     assert grader.returncode == -signal.SIGTERM
-    assert ends_soon(pid)
+    assert all_end_soon(module)
+
+
+ROOT_ONLY = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                               reason="needs root: only a grader run as root changes user")
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork, setsid and /proc")
-def test_pytest_lab_leaves_no_process_behind(tmp_path):
+@ROOT_ONLY
+def test_as_root_the_graded_code_runs_as_a_user_of_its_own_that_cannot_touch_the_grader(tmp_path):
+    mark = ROOT / f"written-by-graded-code-{os.getpid()}"
+    tail = ("import os, signal\n"
+            "print(f'uid={os.getuid()} gid={os.getgid()} groups={os.getgroups()}', flush=True)\n"
+            "try:\n    os.kill(os.getppid(), signal.SIGSTOP)\n"
+            "except PermissionError:\n    print('cannot stop the keeper', flush=True)\n"
+            f"try:\n    open({str(mark)!r}, 'w').close()\nexcept OSError:\n"
+            "    print('cannot write the repository', flush=True)\n")
+    grader = subprocess.Popen([sys.executable, "lab/check.py", "--module",
+                               starter_with(tmp_path, tail)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = grader.communicate(timeout=300)
+        assert not mark.exists()
+    finally:
+        mark.unlink(missing_ok=True)
+    uid = check.UID_BASE + grader.pid                  # an id of its own: no account has it
+    assert grader.returncode == 1 and "0/5 functions pass" in out, out + err
+    assert f"uid={uid} gid={uid} groups=[]" in err, err
+    assert "cannot stop the keeper" in err and "cannot write the repository" in err, err
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="user namespaces are Linux only")
+def test_a_user_id_the_system_cannot_give_is_one_line_that_says_what_to_do():
+    """Root in a container that maps only a few user ids (here: a user namespace that maps
+    root alone) cannot take the graded code's id of its own."""
+    script = (f"import ctypes, os, sys\nsys.path.insert(0, {str(LAB)!r})\n"
+              "from graded_process import drop_root\n"
+              "uid, gid = os.getuid(), os.getgid()\n"
+              "assert ctypes.CDLL(None).unshare(0x10000000) == 0, 'no user namespace here'\n"
+              "for name, text in (('setgroups', 'deny'), ('uid_map', f'0 {uid} 1'),"
+              " ('gid_map', f'0 {gid} 1')):\n"
+              "    with open(f'/proc/self/{name}', 'w') as out:\n"
+              "        out.write(text)\n"
+              "try:\n    drop_root(2_000_000_123)\nexcept RuntimeError as exc:\n    print(exc)\n")
+    status, out = run("-c", script)
+    if "no user namespace here" in out:
+        pytest.skip("needs a user namespace, which this system refuses")
+    assert status == 0 and out.startswith("cannot switch to user id 2000000123 ("), out
+    assert out.rstrip().endswith("a container that maps fewer user ids?): run the grader as a "
+                                 "normal user"), out
+
+
+FORK_BOMB = """
+import os, sys, time
+def spread():
+    while True:                          # fork for ever; at the limit, try again soon
+        try:
+            if os.fork() == 0:
+                os.setsid()              # out of the grader's process group
+        except OSError:
+            time.sleep(0.1)
+forked = 0
+try:
+    while True:
+        if os.fork() == 0:
+            os.setsid()
+            spread()
+        forked += 1
+except OSError:
+    pass
+print(f"forked {forked} before the limit", file=sys.stderr, flush=True)
+"""
+
+
+def fork_bomb_graded(folder: Path, user=None, processes=None) -> tuple[str, str]:
+    """Grade the starter with FORK_BOMB appended, from `folder`: (its path, the grader's stderr),
+    once the grader has exited."""
+    module = starter_with(folder, FORK_BOMB)
+    Path(module).chmod(0o644)
+    try:
+        status, out, err = grade_cli(module, user=user, processes=processes)
+    except BaseException:
+        kill_all_of(module)
+        raise
+    assert status == 1 and "0/5 functions pass" in out, out + err
+    return module, err
+
+
+def kill_all_of(marker: str) -> None:
+    """Clean up after a grader that failed: SIGKILL each process whose command line holds
+    `marker`; as root, every process of its user id at once (a fork bomb outruns one by one)."""
+    import keeper
+    for _ in range(100):
+        for pid in running(marker):
+            with contextlib.suppress(psutil.Error, OSError):
+                uid = psutil.Process(pid).uids().real
+                if os.geteuid() == 0 and uid >= check.UID_BASE:
+                    keeper.kill_user(uid)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+        if not running(marker):
+            return
+
+
+@pytest.mark.slow
+@ROOT_ONLY
+@pytest.mark.parametrize("ulimit", [300, 2000])
+def test_as_root_a_fork_bomb_is_bounded_and_nothing_of_it_outlives_the_grader(ulimit, tmp_path):
+    module, err = fork_bomb_graded(tmp_path, processes=ulimit)
+    forked = int(re.search(r"forked (\d+) before the limit", err).group(1))
+    assert 1 <= forked <= check.MORE_PROCESSES, err
+    try:
+        assert all_end_soon(module)              # 0 left now: 0 in 60 s too (none can start)
+    finally:
+        kill_all_of(module)
+
+
+def namespace_refused(user=None) -> str | None:
+    """Why `user` (else we) cannot run this Python in a user and PID namespace of its own,
+    where a normal user's graded code runs; None if it can."""
+    probe = ("import ctypes, subprocess, sys\n"
+             "assert ctypes.CDLL(None).unshare(0x10000000 | 0x20000000) == 0, 'refused'\n"
+             "subprocess.run([sys.executable, '-c', 'pass'], check=True)\n")
+    become = (lambda: (os.setgroups([]), os.setgid(user), os.setuid(user))) if user else None
+    try:
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, check=True,
+                       preexec_fn=become)
+        return None
+    except (OSError, subprocess.CalledProcessError):
+        return (f"user {user or os.getuid()} cannot start this Python in a user and PID "
+                f"namespace here (the system refuses one, or Python lives where only root may "
+                f"read)")
+
+
+@pytest.fixture()
+def setsid_is_caught():
+    """Skip unless what leaves the process group is killed too: as root, or in a namespace."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the grader catches what leaves its process group on Linux only")
+    if os.geteuid() != 0 and (why := namespace_refused()):
+        pytest.skip(why)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="needs root, to run the grader as the normal user nobody")
+@pytest.mark.parametrize("ulimit", [300, 2000])
+def test_as_a_normal_user_a_fork_bomb_is_bounded_and_nothing_of_it_outlives_the_grader(
+        ulimit, open_dir):
+    import pwd
+    nobody = pwd.getpwnam("nobody").pw_uid       # a normal user: the grader cannot change user
+    if why := namespace_refused(nobody):
+        pytest.skip(why)
+    module, err = fork_bomb_graded(open_dir, user=nobody, processes=ulimit)
+    forked = int(re.search(r"forked (\d+) before the limit", err).group(1))
+    assert 1 <= forked <= check.MORE_PROCESSES, err
+    try:
+        assert all_end_soon(module)
+    finally:
+        kill_all_of(module)
+
+
+@pytest.mark.slow
+def test_pytest_lab_leaves_no_process_behind(tmp_path, setsid_is_caught):
     """Graded code that forks twice and leaves its session: nothing of it outlives pytest."""
     tail = ("import os, time\n"
             "if os.fork() == 0:\n    os.setsid()\n"
@@ -565,7 +677,8 @@ def test_pytest_lab_leaves_no_process_behind(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# The reference solution is not the student's work: imported or wrapped, it passes nothing
+# The reference solution is not the student's work: imported, it passes nothing (a wrapper
+# around it is left to whoever reads the code)
 # ---------------------------------------------------------------------------
 def test_a_file_that_only_imports_the_reference_functions_passes_none(tmp_path):
     path = tmp_path / "student.py"
@@ -576,36 +689,11 @@ def test_a_file_that_only_imports_the_reference_functions_passes_none(tmp_path):
         assert f"FAIL  {name}: {name} comes from rag_from_scratch.py, the reference solution" in out
 
 
-WRAPPED_REFERENCE = """
-import functools, threading, types
-import rag_from_scratch as rag
-from rag_from_scratch import chunk_text as given_chunker
-chunk_text = lambda *args, **kwargs: given_chunker(*args, **kwargs)
-cosine_similarity = types.FunctionType(rag.cosine_similarity.__code__, globals(), "cosine_similarity")
-def search(query, index, chunks, embedder, k=3):
-    return rag.search(query, index, chunks, embedder, k)
-build_prompt = functools.wraps(rag.build_prompt)(lambda *args: rag.build_prompt(*args))
-def evaluate_retrieval(*args, **kwargs):
-    out = []
-    worker = threading.Thread(target=lambda: out.append(rag.evaluate_retrieval(*args, **kwargs)))
-    worker.start()
-    worker.join()
-    return out[0]
-"""
-
-
-@pytest.mark.slow
-def test_wrappers_around_the_reference_are_caught_as_the_reference(tmp_path):
-    """A lambda, a rebuilt code object, a plain wrapper, functools.wraps and a thread: one each."""
-    path = tmp_path / "student.py"
-    path.write_text(WRAPPED_REFERENCE)
-    results = check.grade(str(path))
-    runs = "{0} runs rag_from_scratch.{0}, the reference solution"
-    comes = "{0} comes from rag_from_scratch.py, the reference solution"
-    expected = {"chunk_text": runs, "cosine_similarity": comes, "search": runs,
-                "build_prompt": comes, "evaluate_retrieval": runs}
-    for name, reason in expected.items():
-        assert results[name].startswith(reason.format(name)), results[name]
+def test_a_function_rebuilt_from_the_reference_is_caught_and_a_wrapper_is_left_to_reading():
+    rebuilt = types.FunctionType(rag.cosine_similarity.__code__, {}, "cosine_similarity")
+    assert check.borrowed(rebuilt, "cosine_similarity") == (
+        "cosine_similarity comes from rag_from_scratch.py, the reference solution")
+    assert check.borrowed(lambda a, b: rag.cosine_similarity(a, b), "cosine_similarity") is None
 
 
 @pytest.mark.slow
