@@ -396,8 +396,7 @@ def test_a_buggy_search_is_blamed_not_the_correct_evaluate_retrieval_that_calls_
 # ends with the grader
 # ---------------------------------------------------------------------------
 def grade_cli(module: str, *flags, env=None, user=None, processes=None):
-    """python lab/check.py --module MODULE [flags], as `user` (a uid) and under ulimit -u
-    `processes` if given: (exit status, stdout, stderr)."""
+    """lab/check.py --module MODULE [flags], as `user`, under ulimit -u `processes`: (status, out, err)."""
     full_env = {k: v for k, v in os.environ.items() if k != "LAB_MODULE"}
     full_env.update(env or {})
 
@@ -531,8 +530,7 @@ def test_as_root_the_graded_code_runs_as_a_user_of_its_own_that_cannot_touch_the
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="user namespaces are Linux only")
 def test_a_user_id_the_system_cannot_give_is_one_line_that_says_what_to_do():
-    """Root in a container that maps only a few user ids (here: a user namespace that maps
-    root alone) cannot take the graded code's id of its own."""
+    """Root in a container mapping few user ids (here: root alone) cannot give the graded code one."""
     script = (f"import ctypes, os, sys\nsys.path.insert(0, {str(LAB)!r})\n"
               "from graded_process import drop_root\n"
               "uid, gid = os.getuid(), os.getgid()\n"
