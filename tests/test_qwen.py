@@ -20,22 +20,19 @@ ASK = ["rag_from_scratch.py", "--docs", MKDOCS, "--question", "how do i install 
        "--generator", "local", "--threads", "2"]
 
 
-def test_local_loads_qwen_by_default_and_shows_a_checked_quote_with_its_source():
-    done = subprocess.run([sys.executable, *ASK], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    answer = done.stdout.split("== Step 7: the answer (local: Qwen2.5-Coder-1.5B-Instruct Q4_K_M, ")[1]
-    assert "pip install mkdocs" in answer
-    sources = [line for line in answer.splitlines() if line.startswith("sources: ")]
-    assert sources and all(s.split(": ", 1)[1].split(" > ")[0].endswith(".md") for s in sources)
-    assert "loaded Qwen2.5-Coder-1.5B-Instruct Q4_K_M, xllamacpp" in done.stderr
-
-
-def test_a_stream_ends_cleanly_and_is_checked_after_it():
+def test_local_loads_qwen_by_default_streams_and_shows_a_checked_quote_with_its_source():
+    """One streamed answer (a blocking one takes the same path after the model: tests/test_generate.py
+    runs it with SmolLM2): it ends cleanly, then the check, then the sources of what it kept."""
     done = subprocess.run([sys.executable, *ASK, "--stream"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert "-- checked against the passages --" in done.stdout
+    assert "loaded Qwen2.5-Coder-1.5B-Instruct Q4_K_M, xllamacpp" in done.stderr
     assert "[stream] first piece after " in done.stderr
+    answer = done.stdout.split("== Step 7: the answer (local: Qwen2.5-Coder-1.5B-Instruct Q4_K_M, ")[1]
+    checked = answer.split("-- checked against the passages --\n")[1]
+    assert "pip install mkdocs" in checked
+    sources = [line for line in checked.splitlines() if line.startswith("sources: ")]
+    assert sources and all(s.split(": ", 1)[1].split(" > ")[0].endswith(".md") for s in sources)
 
 
 @pytest.mark.parametrize("at", ["loaded Qwen", "Quote:"])      # reading the prompt; writing
