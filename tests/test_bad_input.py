@@ -186,6 +186,7 @@ ROWS = [
     ("ragbench.markdown", "--mb 0", "--mb must be between 0 and 20"),
     ("ragbench.markdown", "--mb lots", "invalid float value"),
     ("ragbench.readers", "--bogus", "unrecognized arguments"),
+    ("ragbench.readers", "--files 0", "argument --files: 0 is not between 1 and"),
     # verify_bedrock_request.py takes no flags
     ("verify_bedrock_request.py", "--bogus", "unrecognized arguments"),
 ]
