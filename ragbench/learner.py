@@ -11,6 +11,7 @@ ragbench/learner.py: what a learner waits for, measured on their (busy) laptop.
     python -m ragbench.learner --part stream    # streamed SmolLM2 answers: first token, tokens/s
     python -m ragbench.learner --part stream --long     # and a long --docs prompt, k=8
     python -m ragbench.learner --part answer    # Qwen and SmolLM2 answering development questions
+    python -m ragbench.learner --part exits --repeats 20 --model smollm2   # streams end cleanly
 
 Each build and stream row is a fresh process (`openai`: a fresh `rageval.generation --serve`);
 "busy" is one other process spinning on one core, as a browser or an IDE would. Figures come
@@ -331,13 +332,50 @@ def quiet(fn, *args) -> tuple[float, str]:
     return time.perf_counter() - start, buffer.getvalue()
 
 
+# == Streams that end cleanly ================================================================
+def stream_and_press(argv: list, at: str | None) -> tuple[int, str]:
+    """Run `python argv` as a terminal would; at the first line holding `at` (None: never), press
+    Ctrl-C. (exit status, everything it printed)."""
+    import signal
+    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen = []
+    for line in proc.stdout:               # synchronised on what the child printed, not a sleep
+        seen.append(line)
+        if at is not None and at in line:
+            proc.send_signal(signal.SIGINT)
+            at = None
+    return proc.wait(timeout=600), "".join(seen)
+
+
+def bench_exits(repeats: int, model: str) -> None:
+    """`--docs MkDocs --generator local --stream` run `repeats` times to its end, then `repeats`
+    times with Ctrl-C pressed once the answer starts: how many end as they should (exit 0; exit
+    130 with the one line "interrupted"), and never with an abort, a crash or a traceback."""
+    ask = ["rag_from_scratch.py", "--docs", str(ROOT / "data" / "devsets" / "mkdocs" / "docs"),
+           "--question", "how do i install mkdocs", "--generator", "local", "--local-model", model,
+           "--stream", "--threads", "1"]
+    bad = lambda out: any(s in out for s in ("Traceback", "FATAL", "Segmentation", "Aborted"))
+    ended = sum(code == 0 and not bad(out) for code, out in (stream_and_press(ask, None)
+                                                             for _ in range(repeats)))
+    pressed = [stream_and_press(ask, "== Step 7: the answer") for _ in range(repeats)]
+    stopped = sum(code == 130 and out.rstrip().endswith("interrupted") and not bad(out)
+                  for code, out in pressed)
+    print(f"== Streams that end cleanly ({model}, 1 thread, --docs MkDocs) ==\n"
+          f"  ran to the end: {ended} of {repeats} exited 0\n"
+          f"  Ctrl-C once the answer started: {stopped} of {repeats} exited 130 with one line")
+
+
 def parse_args(argv=None):
     """Which part to run, and how big."""
     from ragkit.llm import MAX_TOKENS, MAX_TOKENS_LIMIT
     p = plumbing.OneLineParser(description="What a learner waits for: demo start-up, index "
                                           "updates and builds, questions, streamed answers.")
-    p.add_argument("--part", choices=["demo", "update", "build", "question", "stream", "answer", "all"],
-                   default="all")
+    p.add_argument("--part", default="all",
+                   choices=["demo", "update", "build", "question", "stream", "answer", "exits", "all"])
+    p.add_argument("--model", default="smollm2", choices=["qwen", "smollm2"],
+                   help="exits part: the local model (default: %(default)s)")
     p.add_argument("--questions", type=plumbing.bounded(int, 1, 46), default=3,
                    help="answer part: MkDocs questions to time (median; default: %(default)s)")
     whole = lambda low, high: plumbing.bounded(int, low, high)       # every one has a range
@@ -366,6 +404,8 @@ def run(args) -> None:
         bench_stream(args.repeats, args.long, args.max_tokens)
     if args.part in ("answer", "all"):
         bench_answer(args.questions, args.max_tokens)
+    if args.part in ("exits", "all"):
+        bench_exits(args.repeats, args.model)
 
 
 main = plumbing.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1

@@ -170,6 +170,7 @@ ROWS = [
     ("ragbench.learner", "--files 1", "argument --files: 1 is not between 2 and 100,000"),
     ("ragbench.learner", "--files 100000000000000000000000", "argument --files: 100000000000000000000000 is not between 2 and 100,000"),
     ("ragbench.learner", "--repeats 100000000000000000000000", "argument --repeats: 100000000000000000000000 is not between 1 and 1,000"),
+    ("ragbench.learner", "--part exits --model llama", "argument --model: invalid choice: 'llama'"),
     ("ragbench.learner", "--abstracts 100000000000000000000000", "argument --abstracts: 100000000000000000000000 is not between 1 and 1,460"),
     ("ragbench.learner", "--part nope", "invalid choice"),
     ("ragbench.learner", "--part stream --max-tokens 1", "argument --max-tokens: 1 is not between 2 and 32,768"),
