@@ -19,6 +19,7 @@ It imports nothing from the kit, so every other file may import it.
 """
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -121,6 +122,8 @@ def run_cli(work, *args) -> int:
         if mask:                         # from here to the exit, Ctrl-C waits (and is dropped)
             mask(signal.SIG_BLOCK, {signal.SIGINT})
     if status == EXIT_INTERRUPTED:
+        with contextlib.suppress(OSError, ValueError):      # stdout closed, or a broken pipe
+            print(flush=True)         # an answer cut mid-line: "interrupted" on a line of its own
         print("interrupted", file=sys.stderr, flush=True)
     return status
 
