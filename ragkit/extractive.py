@@ -33,6 +33,9 @@ from ragkit.text import in_prose, split_sentences
 from ragkit.words import content_words, idf_weights, stop_words, supported_share
 
 MIN_SUPPORT = 0.25    # words alone: refuse below this share of the question supported
+# WEIGHTS and the two REFUSE_BELOW scores were fitted by rageval/tuning.py when it cut refusals
+# at a share of the answerable questions (8%); its rule now scores a wrong answer below a
+# refusal, and a rerun under it (hours of CPU) has not been made: these are the earlier fit's.
 WEIGHTS = {"meaning": 0.7, "words": 0.8, "names": 1.03, "code": 0.52, "asks": -0.05, "rank": -0.22}
 REFUSE_BELOW = -0.46             # with MiniLM: refuse below this support ...
 REFUSE_BELOW_NEW_WORD = 0.41     # ... or this one, when the question has a word no page uses
