@@ -323,13 +323,21 @@ def stub_replying(monkeypatch, text):
 
 
 def test_cli_shows_a_stubbed_answer_with_its_checked_quote_and_source(dummy_aws, monkeypatch, capsys):
+    """A quote is shown only with the number of the passage it is in (the check is "exact")."""
+    import re
     quote = "Every full-time employee at Kestrelwood Systems receives 24 days of paid annual leave per calendar year."
     stub_replying(monkeypatch, f'Quote: "{quote}" [3]\nAnswer: 24 days a year.')   # [3]: the wrong number
     status, out, err = run_cli(capsys, CLI)
     assert status == 0, err
     answer = out.split("== Step 7: the answer (Amazon Bedrock, billed) ==\n")[1].splitlines()
+    assert answer[:2] == ["I don't know based on these documents.",
+                          "(checked: 1 quote the model gave is not in the passages it names; not shown)"]
+    right = re.search(r'\[(\d)\] source="HR-01 > Annual leave policy"', out).group(1)
+    stub_replying(monkeypatch, f'Quote: "{quote}" [{right}]\nAnswer: 24 days a year.')
+    status, out, err = run_cli(capsys, CLI)
+    answer = out.split("== Step 7: the answer (Amazon Bedrock, billed) ==\n")[1].splitlines()
     assert answer == ["24 days a year.", f'  "{quote}" [HR-01 > Annual leave policy]',
-                      "sources: HR-01 > Annual leave policy"]    # the passage it is really in
+                      "sources: HR-01 > Annual leave policy"]
 
 
 def test_cli_replaces_a_stubbed_answer_that_quotes_nothing_by_the_refusal(dummy_aws, monkeypatch, capsys):
