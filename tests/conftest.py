@@ -154,19 +154,17 @@ def run_alone(folder, *args, timeout=120):
 
 
 def press_ctrl_c(argv, at=None, may_finish=False, timeout=180, cwd=ROOT, nth=1):
-    """Run `python *argv` as a terminal would and press Ctrl-C at a defined point, never
-    after a guessed sleep, so the test means the same on an idle and a busy machine.
-
+    """Run `python *argv` as a terminal would and press Ctrl-C at a defined point, never after a
+    guessed sleep, so the test means the same on an idle and a busy machine.
     at=None: at the very first instant. SIGINT is held from before the interpreter starts,
     so the press waits, pending, until the script lets it in.
     at="text": the moment the child has printed a line holding `text` (stdout or stderr).
-    The child is stopped there before the press, so it lands right after that line (the
-    nth such line: a prompt printed before the answer may hold the same text).
+    The child is stopped there before the press, so it lands right after that line (the nth
+    such line: a prompt printed before the answer may hold the same text).
     may_finish: the child may finish in the instant between printing the line and being
     stopped (the line is near its end). Exit 0, or death by SIGINT while the interpreter
     shuts down (a shell shows 130), then count as a run the press came too late for.
-    Returns the exit status and everything the child printed.
-    """
+    Returns the exit status and everything the child printed."""
     import queue
     import signal
     import subprocess
