@@ -329,24 +329,26 @@ def average_metrics(per_question: list[dict], k: int) -> dict:
             "per_question": per_question}
 
 
-def evaluate_retrieval(eval_set: list[dict], index, chunks: list[dict], embedder: "Embedder",
-                       k: int = 3, verbose: bool = False, retrieve=None) -> dict:
-    """Hit rate@k and recall@k (plus precision@k, MRR and nDCG@k) over a labelled question set.
-
-    retrieve(question, k) -> chunks, best first: any retriever (default: Step 3's search).
-    """
-    retrieve = retrieve or (lambda question, k: search(question, index, chunks, embedder, k=k))
+def score_rankings(eval_set: list[dict], rankings: list[list[str]], k: int, verbose: bool = False) -> dict:
+    """Each question's ranked doc ids scored against its labels, averaged (verbose: HIT/MISS lines)."""
     per_question = []
-    for item in eval_set:
-        ranked = [r["doc_id"] for r in retrieve(item["question"], k)]
+    for item, ranked in zip(eval_set, rankings):
         m = retrieval_metrics(ranked, item["relevant"], k)
         m["hit1"] = retrieval_metrics(ranked, item["relevant"], 1)["hit"]   # the same ranking's top
         per_question.append(m)
         if verbose:
             mark = "HIT " if m["hit"] else "MISS"
-            got = ", ".join(dict.fromkeys(ranked))
-            print(f"  {mark} want={sorted(item['relevant'])} got=[{got}]  {item['question']}")
+            print(f"  {mark} want={sorted(item['relevant'])} got=[{', '.join(dict.fromkeys(ranked))}]  "
+                  f"{item['question']}")
     return average_metrics(per_question, k)
+
+
+def evaluate_retrieval(eval_set: list[dict], index, chunks: list[dict], embedder: "Embedder",
+                       k: int = 3, verbose: bool = False) -> dict:
+    """Hit rate@k and recall@k (plus precision@k, MRR and nDCG@k) of Step 3's search."""
+    rankings = [[r["doc_id"] for r in search(item["question"], index, chunks, embedder, k=k)]
+                for item in eval_set]
+    return score_rankings(eval_set, rankings, k, verbose)
 
 
 # == Step 7: generation (Amazon Bedrock is billed: it runs only with --generate) ===========
@@ -417,11 +419,10 @@ def evaluation_line(m: dict) -> str:
             f"precision={m['precision']:.2f}  mrr={m['mrr']:.2f}")
 
 
-def print_evaluation(eval_set, index, chunks, embedder, k: int, retrieve=None) -> None:
+def print_evaluation(eval_set, index, chunks, embedder, k: int) -> None:
     """Evaluate at k=1 (with a HIT/MISS line per question) and at the chosen k."""
     for k in sorted({1, min(k, len(chunks))}):
-        print(evaluation_line(evaluate_retrieval(eval_set, index, chunks, embedder, k=k,
-                                                 verbose=(k == 1), retrieve=retrieve)))
+        print(evaluation_line(evaluate_retrieval(eval_set, index, chunks, embedder, k, verbose=(k == 1))))
 
 
 def run_demo(args):

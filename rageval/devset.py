@@ -112,7 +112,7 @@ def score(gold: list[dict], chunks, vectors, embedder, generators: dict, context
     """Retrieval by file, answer in context, and each generator's verdicts, for one set."""
     retrieve = retriever(chunks, vectors, embedder, context)
     answerable = [g for g in gold if g["answerable"]]
-    m = rag.evaluate_retrieval(answerable, None, None, None, k=K, retrieve=retrieve)
+    m = retrieval.evaluate_retriever(answerable, retrieve, K)
     in_context = [eval_file.holds_every_fact(retrieve(g["question"], PROMPT_K), g) for g in answerable]
     results = gen.evaluate_generation(gold, generators, retrieve, k=PROMPT_K, seed=KEPT_SEED)
     answers = {name: [{**row, "verdict": verdict(row["answer"], item, grounded.REFUSAL)}

@@ -25,7 +25,7 @@ from ragkit.plumbing import refuse_empty
 from ragkit.text import plural
 from ragkit.retrieval import (GET_RERANKER, RERANK_DEPTH, RERANKER, bootstrap_ci, check_filters,
                               in_filters, load_reranker, make_retriever, paired_bootstrap,
-                              per_question)
+                              per_question, evaluate_retriever)
 
 
 def hybrid_setting(value: str):
@@ -56,7 +56,7 @@ def compare_variants(eval_set, chunks, index, embedder, k, hybrid="rrf", reranke
     for chosen in settings:
         retrieve = make_retriever(chunks, index, embedder, allowed=allowed, **chosen,
                                   context_vectors=context_vectors)
-        metrics = rag.evaluate_retrieval(eval_set, None, None, None, k=k, retrieve=retrieve)
+        metrics = evaluate_retriever(eval_set, retrieve, k)
         rows[variant_name(**chosen)] = {**metrics, "timing": retrieve.timing}
     return rows
 
@@ -86,7 +86,8 @@ def print_evaluation(eval_set, retrieve, chunks, k: int, name: str, source: str)
     """Step 6 for the retrieval --question uses, in a block that names its settings."""
     print(f"\n== Retrieval evaluation ({source}, {plural(len(eval_set), 'question')}): {name}, "
           f"the retrieval --question uses ==")
-    rag.print_evaluation(eval_set, None, chunks, None, k, retrieve=retrieve)
+    for k in sorted({1, min(k, len(chunks))}):          # as the lesson's print_evaluation
+        print(rag.evaluation_line(evaluate_retriever(eval_set, retrieve, k, verbose=(k == 1))))
     if retrieve.timing["queries"]:
         ms = 1000 * retrieve.timing["seconds"] / retrieve.timing["queries"]
         print(f"reranking added {ms:.1f} ms per query")

@@ -195,13 +195,18 @@ def per_question(metrics: dict, key: str) -> list[float]:
     return [m[key] for m in metrics["per_question"]]
 
 
+def evaluate_retriever(eval_set: list[dict], retrieve, k: int, verbose: bool = False) -> dict:
+    """The core's Step 6 metrics for any retriever: retrieve(question, k) ranks, the lesson's
+    score_rankings scores."""
+    rankings = [[r["doc_id"] for r in retrieve(item["question"], k)] for item in eval_set]
+    return rag.score_rankings(eval_set, rankings, k, verbose)
+
+
 def evaluate_scores(scores: np.ndarray, chunks: list[dict], eval_set: list[dict], k: int) -> dict:
     """The core's Step 6 metrics for rankings given as scores (row i: question i's score for
     every chunk), so a grid of settings costs matrix products, not new searches."""
-    row_of = {id(item): row for item, row in zip(eval_set, scores)}
-    questions = [{**item, "question": id(item)} for item in eval_set]   # keyed by row, not text
-    return rag.evaluate_retrieval(questions, None, chunks, None, k=k, retrieve=lambda q, k: [
-        chunks[i] for i in rag.top_k(row_of[q], k)])
+    rankings = [[chunks[i]["doc_id"] for i in rag.top_k(row, k)] for row in scores]
+    return rag.score_rankings(eval_set, rankings, k)
 
 
 # == 5. Re-ranking with a cross-encoder ====================================================
