@@ -325,7 +325,6 @@ def average_metrics(per_question: list[dict], k: int) -> dict:
     mean = lambda key: float(np.mean([m[key] for m in per_question]))
     return {"k": k, "hit_rate": mean("hit"), "recall": mean("recall"),
             "precision": mean("precision"), "mrr": mean("rr"), "ndcg": mean("ndcg"),
-            "hit1": mean("hit1") if all("hit1" in m for m in per_question) else None,
             "per_question": per_question}
 
 
@@ -334,7 +333,6 @@ def score_rankings(eval_set: list[dict], rankings: list[list[str]], k: int, verb
     per_question = []
     for item, ranked in zip(eval_set, rankings):
         m = retrieval_metrics(ranked, item["relevant"], k)
-        m["hit1"] = retrieval_metrics(ranked, item["relevant"], 1)["hit"]   # the same ranking's top
         per_question.append(m)
         if verbose:
             mark = "HIT " if m["hit"] else "MISS"
@@ -368,9 +366,14 @@ def generate_with_bedrock(prompt: str, system_prompt: str = None,
     if not model_id or model_id.startswith("<"):
         raise ValueError("the model id is still the placeholder: pass a Bedrock model id or "
                          "inference-profile id enabled in your account")
-    if client is None:               # the kit passes one with bounded waits (ragkit/bedrock.py)
+    import sys
+    if client is None:               # each of 2 attempts waits at most 5 s to connect, 60 s to read
         import boto3
-        client = boto3.client("bedrock-runtime", region_name=region)
+        from botocore.config import Config
+        config = Config(connect_timeout=5, read_timeout=60, retries={"max_attempts": 2, "mode": "standard"})
+        client = boto3.client("bedrock-runtime", region_name=region, config=config)
+        print(f"asking Amazon Bedrock ({model_id} in {region}; at most about 2 minutes) ...",
+              file=sys.stderr, flush=True)
     response = client.converse(**converse_request(prompt, system_prompt, model_id))
     # The reply is a list of content blocks; keep the text ones (some models add reasoning).
     blocks = response["output"]["message"]["content"]
@@ -473,19 +476,20 @@ def index_sample(args):
     return chunks, index, embedder
 
 
-def answer_question(question, chunks, index, embedder, k, llm=None) -> None:
-    """The chunks found and the prompt, then the answer if llm (an llm_fn with a .name) is set."""
+def answer_question(question, chunks, index, embedder, k, llm_fn=None) -> None:
+    """rag_answer's three steps for one question, printed: the chunks found, the prompt, then
+    Bedrock's answer if llm_fn is given (Step 7)."""
     k = min(k, len(chunks))
-    asked = rag_answer(question, index, chunks, embedder, k)
+    asked = rag_answer(question, index, chunks, embedder, k, llm_fn)
     print(f"\n== Your question (k={k}) ==\nQ: {question}")
     print_results(asked["retrieved"])
     print("\n-- the prompt a model would read --\n" + asked["prompt"])
-    if llm is None:
+    if llm_fn is None:
         print("\n(no answer generated: add --generator extractive for an offline answer, "
               "or --generate for Amazon Bedrock, billed)")
         return
-    print(f"\n== Step 7: the answer ({llm.name}) ==")
-    print(llm(asked["prompt"], SYSTEM_PROMPT))
+    print("\n== Step 7: the answer (Amazon Bedrock, billed) ==")
+    print(asked["answer"])
 
 
 def tutorial_parser():
@@ -493,13 +497,14 @@ def tutorial_parser():
     import argparse
     d = {**defaults(Embedder.__init__), **defaults(build_chunks), **defaults(search),
          **defaults(generate_with_bedrock)}
-    p = argparse.ArgumentParser(description="RAG from scratch: chunk, embed, search, prompt, evaluate.")
+    p = argparse.ArgumentParser(description="RAG from scratch: chunk, embed, search, prompt, evaluate.",
+                                allow_abbrev=False,        # --model is the kit's, not --model-id cut short
+                                epilog="More flags (your own files, answers offline, better retrieval) "
+                                       "come with the kit, ragkit/: --help-all lists them.")
     p.error = lambda message: p.exit(2, f"error: {message} (see --help)\n")   # one line, no usage
     p.add_argument("--backend", default=d["backend"], choices=Embedder.BACKENDS,
                    help="embeddings: minilm (meaning), tfidf (words), auto (MiniLM if installed, "
                         "else TF-IDF) (default: %(default)s)")
-    p.add_argument("--model", default=d["model"],
-                   help="MiniLM model name or local folder (default: %(default)s)")
     p.add_argument("--question", help="answer your own question instead of running the demo")
     p.add_argument("--k", type=int, default=d["k"], help="chunks to retrieve (default: %(default)s)")
     p.add_argument("--chunk-size", type=int, default=d["chunk_size"],
@@ -510,11 +515,13 @@ def tutorial_parser():
     p.add_argument("--model-id", default=d["model_id"],
                    help="Bedrock model or inference-profile id (default: %(default)s)")
     p.add_argument("--region", default=d["region"], help="AWS region for Bedrock (default: %(default)s)")
+    p.set_defaults(model=d["model"])      # the kit's --model FOLDER changes it
     return p
 
 
-def check_args(args, corpus=CORPUS) -> None:
-    """Bad values of the tutorial's flags, before any slow work; --k against corpus's chunks if given."""
+def check_args(args) -> None:
+    """Bad values of the tutorial's flags, before any slow work (a --k above the sample's chunks
+    is cut to their number where it is used)."""
     if args.question is not None and not args.question.strip():
         raise ValueError("the question is empty: pass some words to --question")
     if not 1 <= args.k <= 100:                  # more passages than that help no prompt
@@ -522,9 +529,6 @@ def check_args(args, corpus=CORPUS) -> None:
     if not 1 <= args.chunk_size <= 10_000:      # a chunk is a passage, not a book
         raise ValueError(f"--chunk-size must be between 1 and 10,000 words, got {args.chunk_size}")
     chunk_text("", args.chunk_size, args.overlap)                  # checks the overlap
-    n_chunks = len(build_chunks(corpus, args.chunk_size, args.overlap)) if corpus else None
-    if n_chunks is not None and args.k > n_chunks:
-        raise ValueError(f"--k {args.k} is more than the {n_chunks} chunks in the index")
     if args.generate and args.model_id.startswith("<"):
         raise ValueError("--generate needs a real --model-id, not the placeholder")
 
@@ -532,34 +536,32 @@ def check_args(args, corpus=CORPUS) -> None:
 def run(args) -> None:
     """The demo, or one question (answered by Bedrock after --generate)."""
     check_args(args)
-    llm = None
-    if args.generate:
-        def llm(prompt, system):
-            return generate_with_bedrock(prompt, system, args.model_id, args.region)
-        llm.name = "Amazon Bedrock, billed"
-    if args.question or llm:
-        answer_question(args.question or VACATION_Q, *index_sample(args), args.k, llm)
-    else:
+    if not (args.question or args.generate):
         run_demo(args)
+        return
+    llm_fn = None
+    if args.generate:                   # Step 7: billed per token
+        def llm_fn(prompt, system_prompt):
+            return generate_with_bedrock(prompt, system_prompt, args.model_id, args.region)
+    answer_question(args.question or VACATION_Q, *index_sample(args), args.k, llm_fn)
 
 
 def main(argv=None) -> int:
-    """`python rag_from_scratch.py [flags]`: with the kit beside this file (ragkit/), the kit's command
-    line takes every flag (the tutorial's run by the functions above); alone, the tutorial's."""
+    """`python rag_from_scratch.py [flags]`: the tutorial's flags run the functions above, kit
+    installed or not; a flag beyond them (--docs, --generator, ...) hands the whole command line
+    to the kit (ragkit/cli.py), the one door to it."""
     import sys
-    try:
-        from ragkit import cli
-    except ModuleNotFoundError as exc:
-        if exc.name != "ragkit":         # the kit is here but cannot load: say why
-            raise
-        cli = None
-    if cli is not None:
-        return cli.main(argv)
     args, beyond = tutorial_parser().parse_known_args(argv)
     if beyond:
-        print(f"error: {beyond[0]}: flags beyond the tutorial need the kit (the ragkit folder "
-              f"beside this file)", file=sys.stderr)
-        return 2
+        try:
+            from ragkit import cli
+        except ModuleNotFoundError as exc:
+            if exc.name != "ragkit":         # the kit is here but cannot load: say why
+                raise
+            print(f"error: {beyond[0]}: flags beyond the tutorial need the kit (the ragkit folder "
+                  f"beside this file)", file=sys.stderr)
+            return 2
+        return cli.main(argv)
     try:
         run(args)
     except (ValueError, RuntimeError, OSError) as exc:
@@ -568,6 +570,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:            # Bedrock's own errors too: no credentials, access denied
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

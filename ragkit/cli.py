@@ -41,6 +41,10 @@ def parser():
     """The tutorial's flags (the core's own parser), then the kit's, each group naming the
     file that does its work; --help states each default, per mode (docs/flags.md agrees)."""
     p = rag.tutorial_parser()
+    p.epilog = None
+    p.add_argument("--help-all", action="help", help="show every flag, the kit's too, and exit")
+    p.add_argument("--model", default=rag.defaults(rag.Embedder)["model"],
+                   help="MiniLM model name or local folder (default: %(default)s)")
     per_mode(p, "chunk_size", chunking.WORDS)
     per_mode(p, "k", documents.K)
     g = p.add_argument_group("answers (ragkit/answering.py, ragkit/llm.py, ragkit/extractive.py)")
@@ -110,7 +114,7 @@ def better_retrieval_flags(args) -> bool:
 
 def check_args(args) -> None:
     """Every flag's value, before any slow work: nothing is loaded, started or built here."""
-    rag.check_args(args, corpus=None if args.docs else rag.CORPUS)
+    rag.check_args(args)
     if args.backend == "minilm" or (args.backend == "auto" and embeddings.looks_like_folder(args.model)):
         embeddings.model_for(args.backend, args.model)    # --model: one line now if it cannot load
     if args.docs is not None or args.index is not None or args.eval is not None or args.exclude \

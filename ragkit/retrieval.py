@@ -195,18 +195,28 @@ def per_question(metrics: dict, key: str) -> list[float]:
     return [m[key] for m in metrics["per_question"]]
 
 
+def scored(eval_set: list[dict], rankings: list[list[str]], k: int, verbose: bool = False) -> dict:
+    """The lesson's score_rankings, plus hit@1 of the same rankings ("hit1": per question and
+    averaged), which the kit's tables print beside hit@k."""
+    m = rag.score_rankings(eval_set, rankings, k, verbose)
+    for q, item, ranked in zip(m["per_question"], eval_set, rankings):
+        q["hit1"] = rag.retrieval_metrics(ranked, item["relevant"], 1)["hit"]
+    m["hit1"] = float(np.mean([q["hit1"] for q in m["per_question"]]))
+    return m
+
+
 def evaluate_retriever(eval_set: list[dict], retrieve, k: int, verbose: bool = False) -> dict:
     """The core's Step 6 metrics for any retriever: retrieve(question, k) ranks, the lesson's
     score_rankings scores."""
     rankings = [[r["doc_id"] for r in retrieve(item["question"], k)] for item in eval_set]
-    return rag.score_rankings(eval_set, rankings, k, verbose)
+    return scored(eval_set, rankings, k, verbose)
 
 
 def evaluate_scores(scores: np.ndarray, chunks: list[dict], eval_set: list[dict], k: int) -> dict:
     """The core's Step 6 metrics for rankings given as scores (row i: question i's score for
     every chunk), so a grid of settings costs matrix products, not new searches."""
     rankings = [[chunks[i]["doc_id"] for i in rag.top_k(row, k)] for row in scores]
-    return rag.score_rankings(eval_set, rankings, k)
+    return scored(eval_set, rankings, k)
 
 
 # == 5. Re-ranking with a cross-encoder ====================================================

@@ -25,7 +25,7 @@ BEDROCK_REGION = rag.defaults(rag.generate_with_bedrock)["region"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 make_client = bedrock.bedrock_client        # the real one, kept before any test patches it
 QUESTION = "How many vacation days do I get each year?"
-CLI = ["--backend", "tfidf", "--generate", "--model-id", "x", "--question", QUESTION]
+CLI = ["--backend", "tfidf", "--generator", "bedrock", "--model-id", "x", "--question", QUESTION]   # the kit's Bedrock
 
 # The error code, and words the learner must see to know what to do about it.
 FAILURES = {

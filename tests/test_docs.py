@@ -687,7 +687,7 @@ def test_help_states_every_default_and_flags_md_states_the_same():
             rows[flag] = cells[1]
     for action in cli.parser()._actions:
         flag = action.option_strings[-1] if action.option_strings else None
-        if flag in (None, "--help"):
+        if flag in (None, "--help", "--help-all"):
             continue
         text = (action.help or "") % {"default": action.default}
         assert "default: None" not in text, flag
