@@ -1,0 +1,256 @@
+"""
+rageval/cited_runs.py: the cited answer (ragkit/citations.py) on the development sets: how many
+passages and sentences a prompt gets, chosen by leaving one project out, then a local model's
+replies kept and scored.
+
+    python -m rageval.cited_runs --context               # answer in context against prompt size
+    python -m rageval.cited_runs --collect --questions 12  # ask the model (kept: reruns ask only what is new)
+    python -m rageval.cited_runs                         # score the kept replies, leaving one project out
+
+The context step needs no model: a prompt's size against whether its sentences hold every fact
+of the answer. For each project the setting is chosen on the other four: the most answer in
+context among the settings whose median prompt is at most TOKEN_BUDGET tokens (estimated at
+CHARS_PER_TOKEN; the collected runs report llama.cpp's own count). The replies are asked with
+llama.cpp's grammar for each prompt, so every reply cites only sentences the prompt has.
+
+Score: right +1, partial 0, refused 0, wrong -2; a question the pages cannot answer: refused +1,
+answered -2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from rageval import devset, devsets
+from rageval import generation as gen
+from ragkit import citations, documents, eval_file, plumbing
+from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
+from ragkit.text import split_sentences
+from ragkit.words import content_words, idf_weights, stop_words
+
+SEED = "devset"                 # the markers' tag is fixed per question, so a rerun asks the same
+FOUND = 8                       # passages retrieved per question, as --docs gives them
+# (passages, sentences kept per passage: None for all): the prompt sizes compared
+CONTEXTS = [(k, s) for k in (3, 4, 5, 6, 8) for s in (None, 2, 3, 4)]
+TOKEN_BUDGET = 800
+CHARS_PER_TOKEN = 4.0           # English prose and Markdown with a BPE tokenizer, about
+SYSTEM_TOKENS = 90              # the system prompt and the chat template's own tokens, about
+MIN_TOPICS = [0.0, 0.1, 0.2, 0.3, 0.4]
+SCORE = {"right": 1, "partial": 0, "refused (wrong)": 0, "wrong": -2,
+         "refused (right)": 1, "answered (wrong)": -2}
+MAX_TOKENS = 120
+
+
+def tag_for(question: str) -> str:
+    """The prompt's marker tag, the same for the same question."""
+    return hashlib.sha256(f"{SEED}\n{question}".encode()).hexdigest()[:16]
+
+
+def best_sentences(passage: dict, question: str, keep: int | None, idf: dict) -> dict:
+    """The passage with only its `keep` sentences that share the most rare words with the
+    question, and each one's neighbour after it, in the passage's order (None: all of it)."""
+    sentences = split_sentences(passage["text"])
+    if keep is None or len(sentences) <= keep:
+        return passage
+    stop = stop_words()
+    asked = set(content_words(question, stop))
+    score = [sum(idf.get(w, idf[None]) for w in asked & set(content_words(s, stop))) for s in sentences]
+    best = sorted(range(len(sentences)), key=lambda i: -score[i])[:keep]
+    chosen = sorted({j for i in best for j in (i, i + 1) if j < len(sentences)})
+    return {**passage, "text": " ".join(sentences[j] for j in chosen)}
+
+
+def prompt_for(question: str, found: list[dict], k: int, keep: int | None) -> citations.CitedPrompt:
+    """The cited prompt of the best k passages, each cut to its best sentences."""
+    stop = stop_words()
+    idf = idf_weights([set(content_words(s, stop)) for p in found[:k]
+                       for s in split_sentences(p["text"])])
+    passages = [best_sentences(p, question, keep, idf) for p in found[:k]]
+    return citations.cited_prompt(question, passages, tag_for(question))
+
+
+def retrieved(names: list[str], embedder, cache) -> dict:
+    """{set: [(gold item, its FOUND passages)]}: every question retrieved as --docs does."""
+    out = {}
+    for name in names:
+        chunks, vectors = devset.build(devsets.pages(name), embedder, cache, True)
+        retrieve = devset.retriever(chunks, vectors, embedder, True)
+        gold = gen.load_gold(devsets.questions(name))
+        out[name] = [(item, retrieve(item["question"], FOUND)) for item in gold]
+        print(f"{name}: {len(gold)} questions retrieved", file=sys.stderr, flush=True)
+    return out
+
+
+def context_table(found: dict) -> dict:
+    """{(k, keep): {set: (answer in context, median estimated prompt tokens)}}."""
+    table = {}
+    for k, keep in CONTEXTS:
+        for name, rows in found.items():
+            held, tokens = [], []
+            for item, passages in rows:
+                cited = prompt_for(item["question"], passages, k, keep)
+                tokens.append(SYSTEM_TOKENS + len(cited.text) / CHARS_PER_TOKEN)
+                if item["answerable"]:
+                    kept = [{"title": s, "text": t} for s, t in cited.sentences.values()]
+                    held.append(eval_file.holds_every_fact(kept, item))
+            table.setdefault((k, keep), {})[name] = (sum(held) / len(held), statistics.median(tokens))
+    return table
+
+
+def choose_context(table: dict, others: list[str]):
+    """The setting with the most answer in context on `others` among those whose median prompt
+    there is at most TOKEN_BUDGET tokens (ties: the smaller prompt)."""
+    fits = [c for c in table if max(table[c][n][1] for n in others) <= TOKEN_BUDGET]
+    mean = lambda c, i: statistics.mean(table[c][n][i] for n in others)
+    return max(fits, key=lambda c: (round(mean(c, 0), 4), -mean(c, 1)))
+
+
+def print_context(table: dict, names: list[str]) -> dict:
+    """The table, then each held-out project's choice; returns {held out: choice}."""
+    print("passages  sentences  " + "  ".join(f"{n:>14}" for n in names) + "   (answer in context, tokens)")
+    for (k, keep), row in table.items():
+        cells = "  ".join(f"{row[n][0]:>6.0%} {row[n][1]:>6.0f}" for n in names)
+        print(f"{k:>8}  {str(keep or 'all'):>9}  {cells}")
+    chosen = {}
+    for held in names:
+        chosen[held] = choose_context(table, [n for n in names if n != held])
+        ctx, tokens = table[chosen[held]][held]
+        print(f"held out {held}: chosen on the others {chosen[held]}; on {held}: {ctx:.0%} in context, "
+              f"median {tokens:.0f} tokens")
+    return chosen
+
+
+# == Asking the model ========================================================================
+def kept_path(model_path, folder=CACHE_DIR) -> Path:
+    return Path(folder) / f"cited-{Path(model_path).stem}.jsonl"
+
+
+def request_key(model_path, prompt: str) -> str:
+    return hashlib.sha256(json.dumps([str(model_path), citations.SYSTEM_PROMPT, prompt,
+                                      MAX_TOKENS]).encode()).hexdigest()
+
+
+def read_kept(path: Path) -> dict:
+    """key -> record of the kept replies (a line cut short by a kill, or not a record, is skipped)."""
+    kept = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+                if isinstance(record, dict) and isinstance(record.get("reply"), str):
+                    kept[record["key"]] = record
+            except (ValueError, KeyError, TypeError):
+                continue
+    return kept
+
+
+def interleaved(found: dict, questions: int | None) -> list[tuple[str, int, dict, list]]:
+    """(set, number, item, passages) spread over each set, taken from the sets in turn."""
+    lists = [[(name, i, item, found[name][i][1]) for i, item in devset.spread([r[0] for r in rows], questions)]
+             for name, rows in found.items()]
+    return [row for group in zip(*lists) for row in group] + \
+        [row for rows in lists for row in rows[min(map(len, lists)):]]
+
+
+def collect(found: dict, context, model: str | None, threads: int, questions: int | None) -> None:
+    """Ask the model every prompt not kept yet (with its grammar), keeping each reply at once."""
+    from ragkit import gguf, llm
+    path, name = gguf.model_file(model)
+    server = llm.start_llama(path, threads, n_ctx=4096)
+    out_path = kept_path(path)
+    kept = read_kept(out_path)
+    todo = [row for row in interleaved(found, questions)
+            if request_key(path, prompt_for(row[2]["question"], row[3], *context[row[0]]).text) not in kept]
+    print(f"{len(todo)} prompts to ask {name} on {threads} thread(s)", file=sys.stderr, flush=True)
+    with open(out_path, "a", encoding="utf-8") as out:
+        for n, (set_name, i, item, passages) in enumerate(todo, 1):
+            cited = prompt_for(item["question"], passages, *context[set_name])
+            request = llm.chat_request(cited.text, citations.SYSTEM_PROMPT, MAX_TOKENS)
+            start = time.perf_counter()
+            reply = server.handle_chat_completions(request | {"grammar": citations.grammar(cited)})
+            text, _ = llm.reply_text(reply, "llama.cpp")
+            timings = reply.get("timings", {})
+            out.write(json.dumps({"key": request_key(path, cited.text), "set": set_name, "item": i,
+                                  "reply": text, "seconds": round(time.perf_counter() - start, 2),
+                                  "prompt_tokens": timings.get("prompt_n"),
+                                  "prompt_per_second": timings.get("prompt_per_second"),
+                                  "tokens": timings.get("predicted_n"),
+                                  "tokens_per_second": timings.get("predicted_per_second"),
+                                  "threads": threads}) + "\n")
+            out.flush()
+            print(f"{n} of {len(todo)}: {set_name} #{i} {time.perf_counter() - start:.0f} s, "
+                  f"{timings.get('prompt_n')} prompt tokens", file=sys.stderr, flush=True)
+
+
+# == Scoring the kept replies ================================================================
+def verdicts(found: dict, context, kept: dict, model_path, min_topic: float) -> dict:
+    """{set: [(verdict, item, shown answer)]} for every question whose reply is kept."""
+    out = {}
+    for name, rows in found.items():
+        out[name] = []
+        for item, passages in rows:
+            cited = prompt_for(item["question"], passages, *context[name])
+            record = kept.get(request_key(model_path, cited.text))
+            if record is None:
+                continue
+            answer = citations.shown(citations.check(record["reply"], cited, min_topic))
+            out[name].append((devset.verdict(answer, item, citations.REFUSAL), item, answer))
+    return out
+
+
+def score(rows) -> int:
+    return sum(SCORE[v] for v, _, _ in rows)
+
+
+def print_scores(found: dict, context: dict, model_path) -> None:
+    """Leaving one project out: the share of the question the check asks for, chosen on the
+    other four, then each held-out project's verdicts, and the three worst answers."""
+    kept = read_kept(kept_path(model_path))
+    by_topic = {t: verdicts(found, context, kept, model_path, t) for t in MIN_TOPICS}
+    names = [n for n in found if by_topic[MIN_TOPICS[0]][n]]
+    print(f"{'held out':<10} {'topic':>5} {'asked':>5} {'right':>6} {'partial':>7} {'wrong':>6} "
+          f"{'refused':>7}  unanswerable refused")
+    worst = []
+    for held in names:
+        t = max(MIN_TOPICS, key=lambda t: sum(score(by_topic[t][n]) for n in names if n != held))
+        rows = by_topic[t][held]
+        count = lambda v: sum(r[0] == v for r in rows)
+        answerable = sum(r[1]["answerable"] for r in rows)
+        print(f"{held:<10} {t:>5} {len(rows):>5} {count('right'):>6} {count('partial'):>7} "
+              f"{count('wrong'):>6} {count('refused (wrong)'):>7}  "
+              f"{count('refused (right)')} of {len(rows) - answerable}   (of {answerable} answerable)")
+        worst += [r for r in rows if r[0] in ("wrong", "answered (wrong)")]
+    for v, item, answer in worst[:3]:
+        print(f"\n[{v}] {item['question']}\n{answer}")
+
+
+def main(argv=None) -> int:
+    p = plumbing.OneLineParser(description="The cited answer on the development sets.")
+    p.add_argument("--context", action="store_true", help="print answer in context against prompt size")
+    p.add_argument("--collect", action="store_true", help="ask the model the prompts not kept yet")
+    p.add_argument("--questions", type=plumbing.bounded(int, 1, 1000), help="spread over each set")
+    p.add_argument("--threads", type=plumbing.bounded(int, 1, 64), default=1)
+    p.add_argument("--local-model", help="qwen (default), smollm2 or a .gguf file")
+    args = p.parse_args(argv)
+
+    def run():
+        names = devsets.available()
+        embedder = CachedEmbedder("minilm")
+        found = retrieved(names, embedder, EmbeddingCache(CACHE_DIR))
+        context = print_context(context_table(found), names)
+        if args.collect:
+            collect(found, context, args.local_model, args.threads, args.questions)
+        if not args.context:
+            from ragkit import gguf
+            print_scores(found, context, gguf.model_file(args.local_model)[0])
+    return plumbing.run_cli(run)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
