@@ -142,3 +142,21 @@ def test_the_notebooks_install_line_installs_every_package_it_imports_beyond_the
     for module in modules - set(sys.stdlib_module_names) - {"rag_from_scratch"}:
         dists = {d.lower() for d in packages_distributions().get(module, [module])}
         assert dists & (demo | set(line)), f"the notebook imports {module}: the README's install line lacks it"
+
+
+def test_the_lab_gives_one_task5_command_and_it_names_the_model_and_threads_it_was_measured_with():
+    """Every `python -m rageval.generation` command the lab pages print (the refusal tuning
+    aside) is the same, and parses to SmolLM2 on one thread, so Qwen, when installed, is never
+    what a student's table runs."""
+    import re
+    import shlex
+
+    from rageval import generation
+    commands = set()
+    for page in sorted((ROOT / "lab").glob("*.md")):
+        for command in re.findall(r"python -m rageval\.generation[^`\n]*", page.read_text(encoding="utf-8")):
+            if "--tune-refusal" not in command:
+                commands.add(command.split("#")[0].strip())
+    assert len(commands) == 1, commands
+    args = generation.parse_args(shlex.split(commands.pop())[3:])
+    assert args.local_model == "smollm2" and args.threads == 1 and "local" in args.generators
