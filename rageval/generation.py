@@ -129,21 +129,21 @@ def evaluate_generation(gold: list[dict], generators: dict, retrieve, k: int = T
         text = "\n".join(f"{r['doc_id']} {r['title']} {r['text']}" for r in passages)
         prompts.append((grounded.grounded_prompt(item["question"], passages, seed=seed), text))
     results = {}
-    for name, llm_fn in generators.items():
+    for name, llm in generators.items():
         rows = []
         for item, (prompt, text) in zip(gold, prompts):
-            if llm_fn.streams:                          # --stream: shown as it is written
+            if llm.streams:                             # --stream: shown as it is written
                 print(f"[{name}] Q: {item['question']}\nA: ", end="")
             start = time.perf_counter()
-            reply = llm_fn(prompt, grounded.GROUNDED_SYSTEM_PROMPT)
+            reply = llm.answer(prompt)
             seconds = time.perf_counter() - start
             checked, answer = answering.checked_answer(reply, prompt)
             rows.append({"question": item["question"], "answer": answer, "reply": reply,
-                         "seconds": seconds, "truncated": bool(llm_fn.truncated),
+                         "seconds": seconds, "truncated": bool(llm.truncated),
                          "quotes": len(checked["checked"]) + len(checked["failed"]),
                          "checked": len(checked["checked"]),
                          **score_answer(answer, item, text, grounded.REFUSAL, stop)})
-        results[name] = summarize(rows, gold) | {"rows": rows, "runtime": llm_fn.runtime}
+        results[name] = summarize(rows, gold) | {"rows": rows, "runtime": llm.runtime}
     return results
 
 

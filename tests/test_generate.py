@@ -122,11 +122,12 @@ def test_cli_bad_input_is_one_line_and_exit_1(capsys):
 # ---------------------------------------------------------------------------
 # Reading prompts and scoring answers
 # ---------------------------------------------------------------------------
-def test_read_prompt_recovers_question_and_passages(chunks):
+def test_the_prompt_carries_its_question_and_passages_beside_its_text(chunks):
     retrieved = [dict(c, score=1.0) for c in chunks[:3]]
-    question, passages = ext.read_prompt(grounded.grounded_prompt("How long?", retrieved))
-    assert question == "How long?"
-    assert passages == [(str(n), SOURCE[c["doc_id"]], c["text"]) for n, c in enumerate(retrieved, 1)]
+    prompt = grounded.grounded_prompt("How long?", retrieved)
+    assert prompt.question == "How long?" and prompt.text.endswith(grounded.INSTRUCTIONS[grounded.INSTRUCTION])
+    assert [(p.number, p.source, p.text) for p in prompt.passages] == [
+        (n, SOURCE[c["doc_id"]], c["text"]) for n, c in enumerate(retrieved, 1)]
 
 
 def test_scores_by_hand():
@@ -169,13 +170,13 @@ def test_extractive_is_deterministic_quotes_its_passage_and_refuses_in_the_promp
     hr04 = [dict(c, title="handbook.md > Parental leave", doc_id="handbook.md", score=1.0)
             for c in chunks if c["doc_id"] == "HR-04"]
     prompt = grounded.grounded_prompt("How many weeks of parental leave do fathers get?", hr04)
-    llm_fn = ext.extractive_generator()
-    reply = llm_fn(prompt, grounded.GROUNDED_SYSTEM_PROMPT)
-    assert reply == llm_fn(prompt, grounded.GROUNDED_SYSTEM_PROMPT)
+    extractive = ext.extractive_generator()
+    reply = extractive.answer(prompt)
+    assert reply == extractive.answer(prompt)
     assert reply.startswith('Quote: "Fathers, partners and adoptive parents receive 4 weeks') and reply.endswith('" [1]')
     checked = grounded.check_reply(reply, prompt, "exact")
     assert [source for _, _, source in checked["checked"]] == ["handbook.md > Parental leave"]
-    assert llm_fn(grounded.grounded_prompt("What is the dress code?", hr04), "") == REFUSAL
+    assert extractive.answer(grounded.grounded_prompt("What is the dress code?", hr04)) == REFUSAL
 
 
 def test_refusal_threshold_is_judged_on_the_set_left_out(gold, tfidf_setup, chunks):
