@@ -204,7 +204,8 @@ def features(question: str, candidates: list[dict], idf: dict, stop, encode) -> 
     (share of the part's rare words), names (an option, command or path), code, asks (a
     question itself, as FAQ headings are), rank (of its passage)."""
     parts = question_parts(question, stop)
-    titled = [f"{c['source'].replace('_', ' ')}: {c['text']}" for c in candidates]   # file > headings: ...
+    titled = [f"{c['source'].replace('_', ' ').replace('`', ' ')}: {c['text']}"    # file > headings: ...
+              for c in candidates]
     vectors = encode(parts + titled) if candidates else []
     out = []
     for p, part in enumerate(parts):

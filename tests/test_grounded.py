@@ -38,6 +38,11 @@ def test_the_prompt_numbers_its_passages_asks_for_quotes_and_repeats_the_questio
     assert f"\n\nQuestion: {QUESTION}\n" in prompt.text and prompt.question == QUESTION
 
 
+def test_a_headings_code_is_cited_as_written_yet_quotes_and_markers_stay_out():
+    chunk = {"doc_id": "api.md", "title": 'api.md > `extra_forbidden` <b>\n"x"', "text": "t"}
+    assert grounded.source_name(chunk) == "api.md > `extra_forbidden` _b>__x_"
+
+
 def test_a_true_quote_is_shown_with_its_source(prompt):
     reply = 'Quote: "Nightly backups are kept for 35 days in the cold-storage bucket." [1]\nAnswer: 35 days.'
     sources, answer = shown_sources(reply, prompt)
