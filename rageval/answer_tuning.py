@@ -69,7 +69,7 @@ def collect(names, model: str | None, threads: int, questions: int | None = None
             folder=CACHE_DIR, plan=PLAN) -> None:
     """Ask every prompt not kept yet, keeping each reply as it comes (in `folder`)."""
     from ragkit import gguf
-    gguf.model_file(model)                        # a missing model file: one line, now
+    gguf.find_model(model)                        # a missing model file: one line, now
     embedder = CachedEmbedder("minilm")
     cache = EmbeddingCache(folder)                # marks the folder as the kit's first
     local = llm.local_generator(model, threads, MAX_TOKENS, reuse_prefix=True, context=CONTEXT)

@@ -425,11 +425,12 @@ GENERATORS = ("extractive", "local", "openai", "bedrock")
 
 
 def check_generator(args) -> None:
-    """What can be checked of --generator before any slow work: the local model's file is found
-    (and Qwen's parts joined, once), the server's address is one, Bedrock has credentials."""
+    """What can be checked of --generator before any slow work, loading, joining and starting
+    nothing: the local model's file (or Qwen's parts) is there, the server's address is one,
+    Bedrock has credentials."""
     if args.generator == "local":
         from ragkit import gguf
-        gguf.model_file(args.local_model)
+        gguf.find_model(args.local_model)      # Qwen's parts are joined when the model is built
     elif args.generator == "openai" and not args.llm_url:
         raise ValueError("the openai generator needs --llm-url http://HOST:PORT/v1 (and "
                          "--llm-model NAME if the server does not call its model 'local')")

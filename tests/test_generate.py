@@ -358,6 +358,19 @@ def test_openai_malformed_reply_is_one_line():
         server.server_close()
 
 
+def test_checking_the_local_flags_joins_no_model_file(monkeypatch, tmp_path):
+    """--local-model qwen is checked by finding its parts; the join (1.1 GB) waits for the model."""
+    import argparse
+    monkeypatch.setenv("RAG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gguf, "qwen_parts", lambda: [tmp_path / "part01.bin"])
+    monkeypatch.setattr(gguf, "join_qwen", lambda *args: pytest.fail("the parts were joined while checking"))
+    flags = argparse.Namespace(generator="local", local_model="qwen")
+    llm.check_generator(flags)
+    monkeypatch.setattr(gguf, "qwen_parts", lambda: None)
+    with pytest.raises(RuntimeError, match="is not installed: run `pip install"):
+        llm.check_generator(flags)
+
+
 def test_generators_table_names_every_generator():
     assert list(llm.GENERATORS) == ["extractive", "local", "openai", "bedrock"]
 
