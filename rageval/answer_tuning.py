@@ -29,8 +29,8 @@ from pathlib import Path
 
 from rageval import devset, devsets
 from rageval import generation as gen
-from ragkit.llm import KEPT_SEED as SEED
-from ragkit.llm import kept_file, read_kept, request_key
+from rageval.devset import kept_file, read_kept, request_key
+from rageval.generation import KEPT_SEED as SEED
 from ragkit import grounded, llm, plumbing
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
 
@@ -69,24 +69,23 @@ def collect(names, model: str | None, threads: int, questions: int | None = None
             folder=CACHE_DIR, plan=PLAN) -> None:
     """Ask every prompt not kept yet, keeping each reply as it comes (in `folder`)."""
     from ragkit import gguf
-    gguf.model_file(model)                        # a missing model file: one line, now
+    gguf.find_model(model)                        # a missing model file: one line, now
     embedder = CachedEmbedder("minilm")
     cache = EmbeddingCache(folder)                # marks the folder as the kit's first
-    llm_fn = llm.local_generator(model, threads, MAX_TOKENS, reuse_prefix=True, context=CONTEXT)
-    path = kept_file(llm_fn.path, folder)
+    local = llm.local_generator(model, threads, MAX_TOKENS, reuse_prefix=True, context=CONTEXT)
+    path = kept_file(local.path, folder)
     kept = read_kept(path)
+    key = lambda prompt: request_key(str(local.path), prompt.system, prompt.text, MAX_TOKENS)
     for name in names:
         todo = [p for p in prompts_of(name, embedder, cache, questions, plan)
-                if request_key(str(llm_fn.path), grounded.GROUNDED_SYSTEM_PROMPT, p["prompt"],
-                               MAX_TOKENS) not in kept]
+                if key(p["prompt"]) not in kept]
         print(f"{name}: {len(todo)} prompts to ask", file=sys.stderr, flush=True)
         with open(path, "a", encoding="utf-8") as out:
             for n, p in enumerate(todo, 1):
                 start = time.perf_counter()
-                reply = llm_fn(p["prompt"], grounded.GROUNDED_SYSTEM_PROMPT)
-                key = request_key(str(llm_fn.path), grounded.GROUNDED_SYSTEM_PROMPT, p["prompt"], MAX_TOKENS)
-                usage = llm_fn.usage
-                out.write(json.dumps({"key": key, "set": name, "item": p["item"], "k": p["k"],
+                reply = local.answer(p["prompt"])
+                usage = local.usage
+                out.write(json.dumps({"key": key(p["prompt"]), "set": name, "item": p["item"], "k": p["k"],
                                       "instruction": p["instruction"], "reply": reply,
                                       "seconds": round(time.perf_counter() - start, 2),
                                       "prompt_tokens": usage.get("prompt_tokens"),
@@ -110,7 +109,7 @@ def kept_answers(names, model_path, embedder, cache, questions=None, folder=CACH
         gold = dict(devset.spread(gen.load_gold(devsets.questions(name)), questions))
         asked = {}
         for p in prompts_of(name, embedder, cache, questions, plan):
-            record = kept.get(request_key(str(model_path), grounded.GROUNDED_SYSTEM_PROMPT, p["prompt"],
+            record = kept.get(request_key(str(model_path), p["prompt"].system, p["prompt"].text,
                                           MAX_TOKENS))
             if record is not None:
                 asked.setdefault(p["item"], {})[p["k"], p["instruction"]] = (p["prompt"], record["reply"])

@@ -106,7 +106,7 @@ def context_table(found: dict) -> dict:
 def choose_context(table: dict, others: list[str]):
     """The setting with the most answer in context on `others` among those whose median prompt
     there is at most TOKEN_BUDGET tokens (ties: the smaller prompt)."""
-    fits = [c for c in table if max(table[c][n][1] for n in others) <= TOKEN_BUDGET]
+    fits = [c for c in table if max(table[c][n][1] for n in others) <= TOKEN_BUDGET] or list(table)
     mean = lambda c, i: statistics.mean(table[c][n][i] for n in others)
     return max(fits, key=lambda c: (round(mean(c, 0), 4), -mean(c, 1)))
 
@@ -119,7 +119,7 @@ def print_context(table: dict, names: list[str]) -> dict:
         print(f"{k:>8}  {str(keep or 'all'):>9}  {cells}")
     chosen = {}
     for held in names:
-        chosen[held] = choose_context(table, [n for n in names if n != held])
+        chosen[held] = choose_context(table, [n for n in names if n != held] or [held])   # one set: itself
         ctx, tokens = table[chosen[held]][held]
         print(f"held out {held}: chosen on the others {chosen[held]}; on {held}: {ctx:.0%} in context, "
               f"median {tokens:.0f} tokens")
@@ -127,11 +127,13 @@ def print_context(table: dict, names: list[str]) -> dict:
 
 
 # == Asking the model ========================================================================
-def kept_path(model_path, folder=CACHE_DIR) -> Path:
+def kept_path(model_path, folder) -> Path:
+    """The JSON Lines file of one model's kept replies."""
     return Path(folder) / f"cited-{Path(model_path).stem}.jsonl"
 
 
 def request_key(model_path, prompt: str) -> str:
+    """The SHA-256 that names one request to one model."""
     return hashlib.sha256(json.dumps([str(model_path), citations.SYSTEM_PROMPT, prompt,
                                       MAX_TOKENS]).encode()).hexdigest()
 
@@ -152,18 +154,18 @@ def read_kept(path: Path) -> dict:
 
 def interleaved(found: dict, questions: int | None) -> list[tuple[str, int, dict, list]]:
     """(set, number, item, passages) spread over each set, taken from the sets in turn."""
-    lists = [[(name, i, item, found[name][i][1]) for i, item in devset.spread([r[0] for r in rows], questions)]
-             for name, rows in found.items()]
+    lists = [[(name, i, item, found[name][i][1])
+              for i, item in devset.spread([r[0] for r in rows], questions)] for name, rows in found.items()]
     return [row for group in zip(*lists) for row in group] + \
         [row for rows in lists for row in rows[min(map(len, lists)):]]
 
 
-def collect(found: dict, context, model: str | None, threads: int, questions: int | None) -> None:
+def collect(found: dict, context, model: str | None, threads: int, questions: int | None, folder) -> None:
     """Ask the model every prompt not kept yet (with its grammar), keeping each reply at once."""
     from ragkit import gguf, llm
     path, name = gguf.model_file(model)
     server = llm.start_llama(path, threads, n_ctx=4096)
-    out_path = kept_path(path)
+    out_path = kept_path(path, folder)
     kept = read_kept(out_path)
     todo = [row for row in interleaved(found, questions)
             if request_key(path, prompt_for(row[2]["question"], row[3], *context[row[0]]).text) not in kept]
@@ -205,13 +207,14 @@ def verdicts(found: dict, context, kept: dict, model_path, min_topic: float) -> 
 
 
 def score(rows) -> int:
+    """The rows' score: SCORE of each verdict, added up."""
     return sum(SCORE[v] for v, _, _ in rows)
 
 
-def print_scores(found: dict, context: dict, model_path) -> None:
+def print_scores(found: dict, context: dict, model_path, folder) -> None:
     """Leaving one project out: the share of the question the check asks for, chosen on the
     other four, then each held-out project's verdicts, and the three worst answers."""
-    kept = read_kept(kept_path(model_path))
+    kept = read_kept(kept_path(model_path, folder))
     by_topic = {t: verdicts(found, context, kept, model_path, t) for t in MIN_TOPICS}
     names = [n for n in found if by_topic[MIN_TOPICS[0]][n]]
     print(f"{'held out':<10} {'topic':>5} {'asked':>5} {'right':>6} {'partial':>7} {'wrong':>6} "
@@ -237,18 +240,21 @@ def main(argv=None) -> int:
     p.add_argument("--questions", type=plumbing.bounded(int, 1, 1000), help="spread over each set")
     p.add_argument("--threads", type=plumbing.bounded(int, 1, 64), default=1)
     p.add_argument("--local-model", help="qwen (default), smollm2 or a .gguf file")
+    p.add_argument("--sets", default=",".join(devsets.SETS), help="development sets, by name (default: all)")
+    p.add_argument("--cache", default=str(CACHE_DIR),
+                   help=f"where vectors and replies are kept (default: {CACHE_DIR})")
     args = p.parse_args(argv)
 
     def run():
-        names = devsets.available()
+        names = [devsets.pages(n) and n for n in args.sets.split(",")]     # one line if not fetched
         embedder = CachedEmbedder("minilm")
-        found = retrieved(names, embedder, EmbeddingCache(CACHE_DIR))
+        found = retrieved(names, embedder, EmbeddingCache(args.cache))
         context = print_context(context_table(found), names)
         if args.collect:
-            collect(found, context, args.local_model, args.threads, args.questions)
+            collect(found, context, args.local_model, args.threads, args.questions, args.cache)
         if not args.context:
             from ragkit import gguf
-            print_scores(found, context, gguf.model_file(args.local_model)[0])
+            print_scores(found, context, gguf.model_file(args.local_model)[0], args.cache)
     return plumbing.run_cli(run)
 
 

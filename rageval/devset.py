@@ -17,8 +17,11 @@ states none; unanswerable questions should be refused. Offline; MiniLM runs on t
 """
 
 import argparse
+import hashlib
+import json
 import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +29,11 @@ import numpy as np
 import rag_from_scratch as rag
 from rageval import devsets
 from rageval import generation as gen
-from ragkit import chunking, documents, eval_file, grounded, plumbing, retrieval
+from rageval.generation import KEPT_SEED
+from ragkit import chunking, documents, eval_file, grounded, llm, plumbing, retrieval
 from ragkit.arguments import add_backend
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
-from ragkit.llm import KEPT_SEED
+from ragkit.guard import Guarded
 from ragkit.text import CODE
 
 K = 5                       # hit@5 and MRR@5 by file
@@ -75,6 +79,63 @@ def retriever(chunks, vectors, embedder, context: bool, hybrid=retrieval.DOCS_HY
     return retrieval.make_retriever(chunks, None if context else vectors, embedder,
                                     hybrid=hybrid or None, context=context,
                                     context_vectors=vectors if context else None)
+
+
+# == Replies kept on disk ====================================================================
+# A local model's reply to a request can be kept in a JSON Lines file, one a model, under the
+# request's SHA-256: the development sets' runs (rageval/answer_tuning.py, this file) take
+# hours, and a rerun asks only what is not there yet. Their prompts' markers get a fixed tag
+# (rageval/generation.py's KEPT_SEED), so the same question and passages give the same request.
+
+
+def request_key(model: str, system: str, prompt: str, max_tokens: int) -> str:
+    """The SHA-256 that names one request to one model."""
+    return hashlib.sha256(json.dumps([model, system, prompt, max_tokens]).encode()).hexdigest()
+
+
+def read_kept(path: Path) -> dict:
+    """key -> record, from the JSON Lines file (a line cut short by a kill is skipped)."""
+    kept = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+                kept[record["key"]] = record
+            except (ValueError, KeyError, TypeError):
+                continue
+    return kept
+
+
+def kept_file(model_path, folder) -> Path:
+    """The JSON Lines file of one model's replies: .rag_cache/answers-<file name>.jsonl."""
+    return Path(folder) / f"answers-{Path(model_path).stem}.jsonl"
+
+
+@dataclass
+class Keeping:
+    """A local model whose replies are kept: a request answered before is read from the kept
+    file, any other asked of the model and its reply kept."""
+    model: llm.LocalModel
+    folder: Path
+    kept: dict = field(default_factory=dict, repr=False)      # key -> record, read at the start
+    streams = property(lambda self: False)
+    truncated = property(lambda self: False)                  # a kept reply: not known
+    name = property(lambda self: self.model.name)
+    runtime = property(lambda self: self.model.runtime)
+    usage = property(lambda self: self.model.usage)
+
+    def __post_init__(self):
+        self.kept = read_kept(kept_file(self.model.path, self.folder))
+
+    def answer(self, prompt: grounded.GroundedPrompt) -> str:
+        """The kept reply to the prompt, or the model's, kept now."""
+        key = request_key(str(self.model.path), prompt.system, prompt.text, self.model.max_tokens)
+        if key not in self.kept:
+            self.kept[key] = {"key": key, "reply": self.model.answer(prompt)}
+            with open(kept_file(self.model.path, self.folder), "a", encoding="utf-8") as out:
+                out.write(json.dumps(self.kept[key]) + "\n")
+        return self.kept[key]["reply"]
+
 
 
 # == Scores =================================================================================
@@ -156,11 +217,13 @@ def generator(spec: str, args):
     """A generator named as --generators names it: "local" (the default model), "local:MODEL"
     (qwen, smollm2 or a .gguf file), or any other generator's name. A local model's replies
     are kept in --cache (a rerun, or the same request in rageval/answer_tuning.py, is not
-    asked again)."""
-    import argparse
+    asked again), then guarded as make_generator guards every model."""
     name, _, model = spec.partition(":")
     flags = argparse.Namespace(**{**vars(args), "local_model": model or args.local_model})
-    return gen.make_generator(name, flags, keep_in=args.cache or CACHE_DIR)
+    if name != "local":
+        return gen.make_generator(name, flags)
+    local = llm.local_generator(flags.local_model, flags.threads or llm.free_cores(), flags.max_tokens)
+    return Guarded(Keeping(local, Path(args.cache or CACHE_DIR)))
 
 
 def run(args) -> None:

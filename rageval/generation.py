@@ -23,7 +23,6 @@ from pathlib import Path
 
 import rag_from_scratch as rag
 from ragkit import answering, chunking, grounded, plumbing, retrieval
-from ragkit.llm import KEPT_SEED
 from ragkit.arguments import add_backend, add_k
 from ragkit.eval_file import fact_text
 from ragkit.extractive import content_words, extract_answer, stop_words
@@ -35,6 +34,9 @@ BEDROCK = rag.defaults(rag.generate_with_bedrock)   # the placeholder model id a
 TOP_K = rag.defaults(rag.search)["k"]
 FACT_WORDS = 50           # a fact counts only if stated this early (parroting the context does not)
 GOLD_FILE = Path(__file__).resolve().parent.parent / "data" / "kestrelwood_gold.jsonl"
+# The fixed tag of the evaluation's prompt markers: the same question and passages give the same
+# prompt every run, so a local model's replies can be kept (rageval/devset.py's Keeping).
+KEPT_SEED = "devset"
 
 
 # ---------------------------------------------------------------------------
@@ -129,21 +131,21 @@ def evaluate_generation(gold: list[dict], generators: dict, retrieve, k: int = T
         text = "\n".join(f"{r['doc_id']} {r['title']} {r['text']}" for r in passages)
         prompts.append((grounded.grounded_prompt(item["question"], passages, seed=seed), text))
     results = {}
-    for name, llm_fn in generators.items():
+    for name, llm in generators.items():
         rows = []
         for item, (prompt, text) in zip(gold, prompts):
-            if llm_fn.streams:                          # --stream: shown as it is written
+            if llm.streams:                             # --stream: shown as it is written
                 print(f"[{name}] Q: {item['question']}\nA: ", end="")
             start = time.perf_counter()
-            reply = llm_fn(prompt, grounded.GROUNDED_SYSTEM_PROMPT)
+            reply = llm.answer(prompt)
             seconds = time.perf_counter() - start
             checked, answer = answering.checked_answer(reply, prompt)
             rows.append({"question": item["question"], "answer": answer, "reply": reply,
-                         "seconds": seconds, "truncated": bool(llm_fn.truncated),
+                         "seconds": seconds, "truncated": bool(llm.truncated),
                          "quotes": len(checked["checked"]) + len(checked["failed"]),
                          "checked": len(checked["checked"]),
                          **score_answer(answer, item, text, grounded.REFUSAL, stop)})
-        results[name] = summarize(rows, gold) | {"rows": rows, "runtime": llm_fn.runtime}
+        results[name] = summarize(rows, gold) | {"rows": rows, "runtime": llm.runtime}
     return results
 
 

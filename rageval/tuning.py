@@ -122,8 +122,8 @@ def answer_cases(name: str, setting, k: int, embedder, cache, store) -> list[dic
     cases = []
     for item in gen.load_gold(devsets.questions(name)):
         prompt = grounded.grounded_prompt(item["question"], retrieve(item["question"], k))
-        question, passages = extractive.read_prompt(prompt)
-        candidates = extractive.candidate_sentences(passages, stop)
+        question = prompt.question
+        candidates = extractive.candidate_sentences(prompt.passages, stop)
         idf = extractive.idf_weights([c["words"] for c in candidates])
         features = extractive.features(question, candidates, idf, stop, embedder.encode)
         cases.append({"item": item, "candidates": candidates, "features": features,

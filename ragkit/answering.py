@@ -5,6 +5,9 @@ check of every quote, so what is shown as a source is in the passages.
 
     ask(question, retrieve, k, llm)      # prints the chunks found, the prompt and the answer
 
+retrieve is ragkit/retrieval.py's Retriever, llm a generator from ragkit/llm.py's make_generator:
+its answer(prompt) reads the GroundedPrompt, whose passages travel beside its text.
+
 The lesson's rag_answer (rag_from_scratch.py) is the same idea in three lines: search,
 build_prompt, llm_fn. Here each step is the kit's richer one, and one more follows: the reply
 is read for its quotes, each quote looked for in the passage it names, and only the quotes
@@ -53,12 +56,12 @@ def passages_for(question: str, retrieve, k: int) -> tuple[list[dict], list[dict
     """(what retrieve found, the passages a prompt gets): with cosine alone, a chunk at 0.000
     is no match (rag.matched) and stays out of the prompt, unless nothing else is found."""
     found = retrieve(question, k)
-    if retrieve.ranking != "ranked by cosine similarity":
+    if not retrieve.cosine_only:
         return found, found
     return found, rag.matched(found) or found
 
 
-def checked_answer(reply: str, prompt: str, strictness: str = STRICTNESS,
+def checked_answer(reply: str, prompt: grounded.GroundedPrompt, strictness: str = STRICTNESS,
                    unchecked: str = UNCHECKED, min_topic: float = MIN_TOPIC) -> tuple[dict, str]:
     """(the check of a reply's quotes, the answer a user reads): ragkit/grounded.py's two steps."""
     checked = grounded.check_reply(reply, prompt, strictness, min_topic)
@@ -72,15 +75,15 @@ def ask(question: str, retrieve, k: int, llm=None, strictness: str = STRICTNESS,
     the checked reply (ragkit/grounded.py's check_reply), or None without a generator."""
     found, passages = passages_for(question, retrieve, k)
     print(f"\n== Your question (k={k}; {retrieve.ranking}) ==\nQ: {question}")
-    print_found(found, plain=retrieve.ranking == "ranked by cosine similarity")
+    print_found(found, plain=retrieve.cosine_only)
     prompt = grounded.grounded_prompt(question, passages)
-    print("\n-- the prompt a model would read --\n" + prompt)
+    print("\n-- the prompt a model would read --\n" + prompt.text)
     if llm is None:
         print("\n(no answer generated: add --generator extractive for an offline answer, "
               "--generator local for a model on this machine, or --generate for Amazon Bedrock, billed)")
         return None
     print(f"\n== Step 7: the answer ({llm.name}) ==")
-    reply = llm(prompt, grounded.GROUNDED_SYSTEM_PROMPT)          # --stream: printed as written
+    reply = llm.answer(prompt)                  # --stream: printed as written
     checked, answer = checked_answer(reply, prompt, strictness, unchecked)
     if llm.streams:
         print("-- checked against the passages --")

@@ -12,6 +12,7 @@ wraps it for `--generate` so a learner's first run fails kindly and never hangs:
 """
 
 import os
+from dataclasses import dataclass, field
 
 import rag_from_scratch as rag
 from ragkit.plumbing import items_with_deadline, with_deadline
@@ -120,40 +121,66 @@ def explain(exc: Exception, model_id: str, region: str, attempts: int = ATTEMPTS
     return exc
 
 
-def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
-                      deadline_s: float = DEADLINE_S, stream: bool = False):
-    """llm_fn(prompt, system_prompt) -> str for Bedrock, bounded in time, with advice on errors;
-    stream=True: an iterator of the answer's text pieces (converse_stream)."""
-    check_model_id(model_id)
-    client = client or bedrock_client(region)
-    attempts = (client.meta.config.retries or {}).get("total_max_attempts", ATTEMPTS)
+@dataclass
+class Bedrock:
+    """Amazon Bedrock as a generator: bedrock(prompt, system_prompt) -> str, the lesson's llm_fn,
+    bounded in time, with advice on errors; with streams, an iterator of the answer's pieces."""
+    model_id: str
+    region: str
+    client: object              # bedrock-runtime, with bounded timeouts and retries
+    deadline_s: float = DEADLINE_S
+    streams: bool = False
+    runtime: str = "Amazon Bedrock, billed"
+    truncated: bool = False     # Converse's stop reason is not read: never known to be cut
+    usage: dict = field(default_factory=dict)
 
-    def events(prompt: str, system_prompt: str):
+    @property
+    def name(self) -> str:
+        """The name shown above the answer."""
+        return self.runtime
+
+    @property
+    def attempts(self) -> int:
+        """The tries botocore makes of one call, the first included."""
+        return (self.client.meta.config.retries or {}).get("total_max_attempts", ATTEMPTS)
+
+    def answer(self, prompt):
+        """The answer to a grounded prompt (ragkit/grounded.py): its text and system prompt."""
+        return self(prompt.text, prompt.system)
+
+    def __call__(self, prompt: str, system_prompt: str):
+        if self.streams:
+            return self.pieces(prompt, system_prompt)
+        where = f"Amazon Bedrock in {self.region}"
+        ask = lambda: rag.generate_with_bedrock(prompt, system_prompt, self.model_id, self.region,
+                                                client=self.client)
+        try:
+            return printable(with_deadline(where, self.deadline_s, ask, f"check your network and "
+                                           f"that {self.region} is the right --region"))
+        except Exception as exc:
+            raise explain(exc, self.model_id, self.region, self.attempts) from None
+
+    def events(self, prompt: str, system_prompt: str):
         """ConverseStream's events, read by botocore as they arrive."""
-        request = rag.converse_request(prompt, system_prompt, model_id)   # generate_with_bedrock's
-        yield from client.converse_stream(**request)["stream"]
+        request = rag.converse_request(prompt, system_prompt, self.model_id)   # generate_with_bedrock's
+        yield from self.client.converse_stream(**request)["stream"]
 
-    def pieces(prompt: str, system_prompt: str):
+    def pieces(self, prompt: str, system_prompt: str):
         """The answer's text deltas, the request and every event within deadline_s; each read
         within botocore's READ_TIMEOUT_S; every error one line of advice."""
         try:
-            for event in items_with_deadline(f"Amazon Bedrock in {region}", deadline_s,
-                                             events(prompt, system_prompt), "check your network"):
+            for event in items_with_deadline(f"Amazon Bedrock in {self.region}", self.deadline_s,
+                                             self.events(prompt, system_prompt), "check your network"):
                 text = event.get("contentBlockDelta", {}).get("delta", {}).get("text")
                 if text:                  # reasoning deltas and metadata events: skipped
                     yield printable(text)
         except Exception as exc:
-            raise explain(exc, model_id, region, attempts) from None
+            raise explain(exc, self.model_id, self.region, self.attempts) from None
 
-    def llm_fn(prompt: str, system_prompt: str) -> str:
-        if stream:
-            return pieces(prompt, system_prompt)
-        try:
-            return printable(with_deadline(f"Amazon Bedrock in {region}", deadline_s,
-                                       lambda: rag.generate_with_bedrock(prompt, system_prompt, model_id,
-                                                                         region, client=client),
-                                       f"check your network and that {region} is the right --region"))
-        except Exception as exc:
-            raise explain(exc, model_id, region, attempts) from None
-    llm_fn.runtime, llm_fn.truncated, llm_fn.streams = "Amazon Bedrock, billed", False, stream
-    return llm_fn
+
+def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
+                      deadline_s: float = DEADLINE_S, stream: bool = False) -> Bedrock:
+    """The Bedrock generator (the placeholder model id refused now); stream=True: its answer
+    comes as an iterator of text pieces (converse_stream)."""
+    check_model_id(model_id)
+    return Bedrock(model_id, region, client or bedrock_client(region), deadline_s, stream)

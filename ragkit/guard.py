@@ -1,8 +1,10 @@
 """
 ragkit/guard.py: what a language model writes, cleaned before anyone reads it.
 
-    pieces = guard(model_pieces, sources_of(prompt), prompt_tag(prompt))   # for --stream
-    text = guarded(llm_fn)(prompt, system_prompt)          # a whole answer, the same rules
+    pieces = guard(model_pieces, prompt.citable(), prompt.tag)   # for --stream
+    text = Guarded(model).answer(prompt)                   # a whole answer, the same rules
+
+prompt is ragkit/grounded.py's GroundedPrompt: its passages and tag travel beside its text.
 
 A model's reply is untrusted text, and a small model's is often broken. Before it reaches the
 screen:
@@ -19,7 +21,9 @@ pass as they are. What it cannot do: tell a true sentence from a false one; the 
 
 import itertools
 import re
+from dataclasses import dataclass
 
+from ragkit.grounded import GroundedPrompt
 from ragkit.text import CODE, in_prose, sentence_ends
 
 # A marker whole ("<<BEGIN tag [2] source="a.md > Setup">>"; a source may hold '>'), one cut
@@ -56,18 +60,6 @@ def segments(buffer: str) -> tuple[list[str], str]:
         return done, rest
     *more, rest = sentence_parts(rest)
     return done + more, rest
-
-
-def sources_of(prompt: str) -> set:
-    """What a prompt's passages may be cited as: their numbers and their source names."""
-    from ragkit.grounded import prompt_passages
-    return {name for number, (source, _) in prompt_passages(prompt).items() for name in (number, source)}
-
-
-def prompt_tag(prompt: str) -> str:
-    """The random tag of a prompt's markers ("" if it has none)."""
-    found = re.search(r"^<<BEGIN (\w+) ", prompt, flags=re.M)
-    return found.group(1) if found else ""
 
 
 def cleaned(segment: str, sources: set, tag: str = "") -> str:
@@ -191,19 +183,28 @@ def without_phrase_loops(pieces):
         yield "".join(kept)
 
 
-def guarded_reply(reply: str, prompt: str) -> str:
-    """A whole reply as guard() leaves it (spaces it left doubled in prose made single)."""
-    text = "".join(without_phrase_loops(guard([reply], sources_of(prompt), prompt_tag(prompt))))
+def guarded_reply(reply: str, prompt: GroundedPrompt) -> str:
+    """A whole reply to a GroundedPrompt as guard() leaves it (spaces it left doubled in prose
+    made single)."""
+    text = "".join(without_phrase_loops(guard([reply], prompt.citable(), prompt.tag)))
     return in_prose(text, lambda prose: re.sub(r"[ \t]{2,}", " ", prose)).strip()
 
 
-def guarded(llm_fn):
-    """llm_fn whose answer (a string, or pieces with stream=True) passes through guard()."""
-    def safe(prompt: str, system_prompt: str):
-        answer = llm_fn(prompt, system_prompt)
+@dataclass
+class Guarded:
+    """A generator (ragkit/llm.py's Generator) whose answer, a string or pieces as they come,
+    passes through guard()."""
+    model: object
+
+    name = property(lambda self: self.model.name)
+    runtime = property(lambda self: self.model.runtime)
+    streams = property(lambda self: self.model.streams)
+    truncated = property(lambda self: self.model.truncated)     # of the last reply
+    usage = property(lambda self: self.model.usage)
+
+    def answer(self, prompt: GroundedPrompt):
+        """The model's answer to a GroundedPrompt, cleaned: pieces when the model streams."""
+        answer = self.model.answer(prompt)
         if not isinstance(answer, str):               # a stream: guarded as it comes
-            return without_phrase_loops(guard(answer, sources_of(prompt), prompt_tag(prompt)))
-        safe.truncated = llm_fn.truncated
+            return without_phrase_loops(guard(answer, prompt.citable(), prompt.tag))
         return guarded_reply(answer, prompt)
-    safe.runtime, safe.truncated, safe.bare, safe.streams = llm_fn.runtime, False, llm_fn, llm_fn.streams
-    return safe

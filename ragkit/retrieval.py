@@ -7,12 +7,12 @@ reranking, and the kit's retriever made from them.
     fused = hybrid_scores(minmax(keyword), minmax(dense), weight=0.3)
     fused = reciprocal_rank_fusion([keyword, dense])  # by rank alone
     q2 = rocchio(q, doc_vectors, q @ doc_vectors.T)   # pseudo-relevance feedback
-    retrieve = make_retriever(chunks, index, embedder, hybrid=0.3, context=True)
+    retrieve = make_retriever(chunks, index, embedder, hybrid=0.3, context=True)   # a Retriever
 
 Sections 1-4 take and return score matrices (one row per query, one column per document) or
 vectors, so a grid of settings costs matrix products, not new searches. Section 5 reranks with a
-cross-encoder; section 6 puts it all into one retrieve(question, k). The flags that ask for
-them are ragkit/better_retrieval.py's.
+cross-encoder; section 6 puts it all into one Retriever: retrieve(question, k). The flags that
+ask for them are ragkit/better_retrieval.py's.
 
 Nothing here loads a model at import; scikit-learn, SciPy and the reranker are imported inside
 the functions that need them.
@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import sys
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -291,11 +292,56 @@ def ranking_name(hybrid=None, reranker=None) -> str:
     return "ranked by cosine similarity"
 
 
+@dataclass
+class Retriever:
+    """retriever(question, k) -> the k best chunks with their "score" (what ranked them),
+    "cosine" and, with hybrid, "bm25": filter, fuse, then rerank. Made by make_retriever()."""
+    chunks: list[dict]
+    texts: list[str]         # what was embedded: each chunk's text, its title in front with context
+    index: object            # their vectors, one row per chunk
+    embedder: object
+    allowed: np.ndarray      # the rows --source and --tag leave
+    hybrid: object = None    # None, "rrf" or BM25's weight
+    bm25: tuple | None = None            # (vectorizer, weights) with hybrid
+    reranker: object = None
+    report: bool = False     # say each rerank's time on stderr
+    timing: dict = field(default_factory=lambda: {"seconds": 0.0, "queries": 0})   # reranking's
+
+    @property
+    def cosine_only(self) -> bool:
+        """Ranked by cosine alone: no BM25 fused in, no reranker."""
+        return self.hybrid is None and self.reranker is None
+
+    @property
+    def ranking(self) -> str:
+        """What orders the results, in words a learner can read."""
+        return ranking_name(self.hybrid, self.reranker)
+
+    def __call__(self, question: str, k: int) -> list[dict]:
+        """The k best chunks for the question."""
+        allowed = self.allowed
+        scores, dense, keyword = (v if v is None else v[allowed]          # filter first
+                                  for v in first_stage(question, self.index, self.embedder,
+                                                       self.bm25, self.hybrid))
+        best = rag.top_k(scores, min(RERANK_DEPTH * k if self.reranker else k, len(allowed)))
+        found = [{**self.chunks[allowed[p]], "score": float(scores[p]), "cosine": float(dense[p]),
+                  **({} if keyword is None else {"bm25": float(keyword[p])})} for p in best]
+        if self.reranker is None:
+            return found
+        start = time.perf_counter()
+        found = rerank(question, found, [self.texts[allowed[p]] for p in best], self.reranker, k)
+        seconds = time.perf_counter() - start
+        self.timing["seconds"] += seconds
+        self.timing["queries"] += 1
+        if self.report:
+            print(f"reranked {len(best)} candidates in {1000 * seconds:.1f} ms", file=sys.stderr)
+        return found
+
+
 def make_retriever(chunks: list[dict], index, embedder, hybrid=None, reranker=None,
-                   context: bool = False, allowed=None, context_vectors=None):
-    """fn(question, k) -> the k best chunks with their "score" (what ranked them), "cosine" and,
-    with hybrid, "bm25": filter, fuse, then rerank. fn.ranking says what ranks them; fn.timing
-    counts the seconds reranking took and the queries it served."""
+                   context: bool = False, allowed=None, context_vectors=None) -> Retriever:
+    """The kit's retriever over these chunks: their vectors made here with context (or taken
+    from context_vectors), BM25 counted with hybrid, every row searched unless `allowed`."""
     texts = chunking.with_context(chunks) if context else [c["text"] for c in chunks]
     if context and context_vectors is not None:      # made already (--docs embeds titles)
         index = context_vectors
@@ -304,24 +350,4 @@ def make_retriever(chunks: list[dict], index, embedder, hybrid=None, reranker=No
         index = rag.build_index([{"text": t} for t in texts], embedder)
     bm25 = bm25_matrix(texts) if hybrid is not None else None
     allowed = np.arange(len(chunks)) if allowed is None else np.asarray(allowed)
-
-    def retrieve(question: str, k: int) -> list[dict]:
-        scores, dense, keyword = (v if v is None else v[allowed]          # filter first
-                                  for v in first_stage(question, index, embedder, bm25, hybrid))
-        best = rag.top_k(scores, min(RERANK_DEPTH * k if reranker else k, len(allowed)))
-        found = [{**chunks[allowed[p]], "score": float(scores[p]), "cosine": float(dense[p]),
-                  **({} if keyword is None else {"bm25": float(keyword[p])})} for p in best]
-        if reranker is None:
-            return found
-        start = time.perf_counter()
-        found = rerank(question, found, [texts[allowed[p]] for p in best], reranker, k)
-        seconds = time.perf_counter() - start
-        retrieve.timing["seconds"] += seconds
-        retrieve.timing["queries"] += 1
-        if retrieve.report:
-            print(f"reranked {len(best)} candidates in {1000 * seconds:.1f} ms", file=sys.stderr)
-        return found
-
-    retrieve.timing, retrieve.report = {"seconds": 0.0, "queries": 0}, False
-    retrieve.ranking = ranking_name(hybrid, reranker)
-    return retrieve
+    return Retriever(chunks, texts, index, embedder, allowed, hybrid, bm25, reranker)

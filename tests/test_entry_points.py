@@ -104,6 +104,16 @@ def test_rageval_answer_tuning_collects_one_question_then_chooses(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not HAVE_SMOLLM, reason=f"needs SmolLM2: {gguf.INSTALL_SMOLLM}")
+def test_rageval_cited_runs_collects_one_question_then_scores(tmp_path):
+    flags = ["--sets", "mkdocs", "--questions", "1", "--local-model", "smollm2", "--cache", tmp_path]
+    out = run("rageval.cited_runs", "--collect", *flags)
+    kept = (tmp_path / "cited-SmolLM2-135M-Instruct.Q4_1.jsonl").read_text().splitlines()
+    assert len(kept) == 1 and json.loads(kept[0])["set"] == "mkdocs"
+    assert "held out mkdocs" in out and "held out" in run("rageval.cited_runs", *flags)
+
+
+@pytest.mark.slow
 def test_rageval_quantized_on_cisi():
     assert "binary" in run("rageval.quantized", "--collection", CISI, "--rescore", "4")
 

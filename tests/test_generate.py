@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
@@ -122,11 +123,12 @@ def test_cli_bad_input_is_one_line_and_exit_1(capsys):
 # ---------------------------------------------------------------------------
 # Reading prompts and scoring answers
 # ---------------------------------------------------------------------------
-def test_read_prompt_recovers_question_and_passages(chunks):
+def test_the_prompt_carries_its_question_and_passages_beside_its_text(chunks):
     retrieved = [dict(c, score=1.0) for c in chunks[:3]]
-    question, passages = ext.read_prompt(grounded.grounded_prompt("How long?", retrieved))
-    assert question == "How long?"
-    assert passages == [(str(n), SOURCE[c["doc_id"]], c["text"]) for n, c in enumerate(retrieved, 1)]
+    prompt = grounded.grounded_prompt("How long?", retrieved)
+    assert prompt.question == "How long?" and prompt.text.endswith(grounded.INSTRUCTIONS[grounded.INSTRUCTION])
+    assert [(p.number, p.source, p.text) for p in prompt.passages] == [
+        (n, SOURCE[c["doc_id"]], c["text"]) for n, c in enumerate(retrieved, 1)]
 
 
 def test_scores_by_hand():
@@ -169,13 +171,13 @@ def test_extractive_is_deterministic_quotes_its_passage_and_refuses_in_the_promp
     hr04 = [dict(c, title="handbook.md > Parental leave", doc_id="handbook.md", score=1.0)
             for c in chunks if c["doc_id"] == "HR-04"]
     prompt = grounded.grounded_prompt("How many weeks of parental leave do fathers get?", hr04)
-    llm_fn = ext.extractive_generator()
-    reply = llm_fn(prompt, grounded.GROUNDED_SYSTEM_PROMPT)
-    assert reply == llm_fn(prompt, grounded.GROUNDED_SYSTEM_PROMPT)
+    extractive = ext.extractive_generator()
+    reply = extractive.answer(prompt)
+    assert reply == extractive.answer(prompt)
     assert reply.startswith('Quote: "Fathers, partners and adoptive parents receive 4 weeks') and reply.endswith('" [1]')
     checked = grounded.check_reply(reply, prompt, "exact")
     assert [source for _, _, source in checked["checked"]] == ["handbook.md > Parental leave"]
-    assert llm_fn(grounded.grounded_prompt("What is the dress code?", hr04), "") == REFUSAL
+    assert extractive.answer(grounded.grounded_prompt("What is the dress code?", hr04)) == REFUSAL
 
 
 def test_refusal_threshold_is_judged_on_the_set_left_out(gold, tfidf_setup, chunks):
@@ -355,6 +357,43 @@ def test_openai_malformed_reply_is_one_line():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_checking_the_local_flags_joins_no_model_file(monkeypatch, tmp_path):
+    """--local-model qwen is checked by finding its parts; the join (1.1 GB) waits for the model."""
+    import argparse
+    monkeypatch.setenv("RAG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gguf, "qwen_parts", lambda: [tmp_path / "part01.bin"])
+    monkeypatch.setattr(gguf, "join_qwen", lambda *args: pytest.fail("the parts were joined while checking"))
+    flags = argparse.Namespace(generator="local", local_model="qwen")
+    llm.check_generator(flags)
+    monkeypatch.setattr(gguf, "qwen_parts", lambda: None)
+    with pytest.raises(RuntimeError, match="is not installed: run `pip install"):
+        llm.check_generator(flags)
+
+
+@dataclass
+class Counted:
+    """A fake local model: it counts the prompts it is asked."""
+    path: str
+    max_tokens: int = 200
+    asked: list = field(default_factory=list)
+    name, runtime, streams, truncated, usage = "local: fake", "fake", False, False, {}
+
+    def answer(self, prompt) -> str:
+        self.asked.append(prompt.text)
+        return 'Quote: "Every employee gets 24 days." [1]'
+
+
+def test_a_kept_reply_is_read_back_and_never_asked_again(tmp_path):
+    from rageval import devset
+    prompt = grounded.grounded_prompt("How many days?", [{"doc_id": "a.md", "title": "a.md", "text": "t"}],
+                                      seed=gen.KEPT_SEED)
+    first = devset.Keeping(Counted("models/fake.gguf"), tmp_path)
+    assert first.answer(prompt) == first.answer(prompt) and len(first.model.asked) == 1
+    again = devset.Keeping(Counted("models/fake.gguf"), tmp_path)       # a rerun reads the file
+    assert again.answer(prompt) == first.answer(prompt) and again.model.asked == []
+    assert (tmp_path / "answers-fake.jsonl").read_text().count("\n") == 1 and again.name == "local: fake"
 
 
 def test_generators_table_names_every_generator():

@@ -17,7 +17,7 @@ FLOORS = {
     # the grounded prompt and its quote check
     "ragkit.storage": 1, "ragkit.markdown": 1,
     "ragkit.embeddings": 2, "ragkit.readers": 2, "ragkit.saved_index": 2, "ragkit.gguf": 2,
-    "ragkit.grounded": 2,
+    "ragkit.grounded": 2, "ragkit.citations": 2,
     # 3-4: your own files as chunks; the shared flags; what the kit shows of an answer
     "ragkit.documents": 3, "ragkit.chunking": 3, "ragkit.arguments": 3, "ragkit.guard": 3,
     "ragkit.answering": 3,
@@ -30,6 +30,7 @@ FLOORS = {
     "rageval.ir_collection": 7, "rageval.downloads": 7, "rageval.devsets": 8,
     "rageval.ir_scores": 9, "rageval.generation": 9,
     "rageval.devset": 10, "rageval.tuning": 11, "rageval.answer_tuning": 11, "rageval.quantized": 10,
+    "rageval.cited_runs": 11,
     "rag_experiments": 10, "rag_vector_db": 10, "verify_bedrock_request": 10,
     "ragbench.ann": 11, "ragbench.learner": 11, "ragbench.markdown": 11, "ragbench.readers": 11, "ragbench.search": 12,
     "lab.keeper": 12, "lab.graded_process": 12,

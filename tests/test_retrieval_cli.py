@@ -300,6 +300,24 @@ def test_eval_with_docs_scores_the_retrieval_the_question_uses_in_one_named_bloc
     assert out.count("== Retrieval evaluation") == 1                  # one block, named
 
 
+def test_docs_with_an_eval_file_retrieves_each_question_once_and_reads_the_file_once(capsys, notes, tmp_path,
+                                                                                     monkeypatch):
+    """The evaluation at k=1 and k, and the answer in context, all score the same retrieval."""
+    from ragkit import eval_file
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"question": "Who approves restart requests?", "relevant": ["hr/leave.txt"], '
+                  '"answer": ["manager"]}\n{"question": "When does the VPN drop?", "relevant": ["ops/net.md"]}\n',
+                  encoding="utf-8")
+    asked, reads, call, read = [], [], retrieval.Retriever.__call__, eval_file.read_jsonl
+    monkeypatch.setattr(retrieval.Retriever, "__call__", lambda self, q, k: asked.append(q) or call(self, q, k))
+    monkeypatch.setattr(eval_file, "read_jsonl", lambda *a: reads.append(a[0]) or read(*a))
+    status, out, err = run_main(capsys, "--backend", "tfidf", "--docs", str(notes), "--eval", str(qa), "--k", "2")
+    assert status == 0, err
+    assert sorted(asked) == ["When does the VPN drop?", "Who approves restart requests?"] and reads == [str(qa)]
+    assert "k=1: hit_rate=1.00" in out and "k=2: hit_rate=1.00" in out
+    assert "answer in context: 1.00 (every fact of the answer in the k=2 passages, for 1 of 1 questions)" in out
+
+
 def test_compare_with_docs_needs_an_eval_file(capsys, notes):
     status, _, err = run_main(capsys, "--backend", "tfidf", "--docs", str(notes), "--compare")
     assert status == 1 and len(err) == 1 and "--compare with --docs needs --eval FILE" in err[0]

@@ -118,7 +118,7 @@ def test_extractive_stream_prints_the_same_answer_as_without(capsys):
     assert untagged(plain) == untagged(before + "== Step 7: the answer (extractive: no model) ==\n" + checked)
     assert raw.startswith('Quote: "Flights shorter than 6 hours') and '[FIN-02 > Business travel policy]' in checked
     assert "  [stream] first piece after " in err and "(2 pieces in" in err
-    refusing = ext.extractive_generator(stream=True)(grounded.grounded_prompt("q?", [rag.build_chunks(rag.CORPUS)[0]]), "")
+    refusing = ext.extractive_generator(stream=True).answer(grounded.grounded_prompt("q?", [rag.build_chunks(rag.CORPUS)[0]]))
     assert list(refusing) == [grounded.REFUSAL]
 
 
@@ -126,9 +126,9 @@ def test_a_streamed_answer_is_shown_as_it_comes_and_returned_whole(tfidf_setup, 
     from ragkit import llm
     embedder, index = tfidf_setup
     plain = ext.extractive_generator()
-    streamed = llm.streaming(ext.extractive_generator(stream=True))
+    streamed = llm.Streaming(ext.extractive_generator(stream=True))
     prompt = grounded.grounded_prompt(rag.VACATION_Q, rag.search(rag.VACATION_Q, index, chunks, embedder, 2))
-    answers = [fn(prompt, grounded.GROUNDED_SYSTEM_PROMPT) for fn in (plain, streamed)]
+    answers = [generator.answer(prompt) for generator in (plain, streamed)]
     out, err = capsys.readouterr()
     assert answers[0] == answers[1] and answers[0].endswith("[1]")
     assert out == answers[1] + "\n" and streamed.streams and "[stream] first piece" in err
