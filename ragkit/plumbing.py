@@ -245,9 +245,9 @@ class Progress:
     A helper thread draws it, so it moves while one item takes long (a big PDF, a model reading
     its prompt): on a terminal tqdm's bar, redrawn every DRAW_S; in a log or a pipe one line
     every LINE_S ("reading files:  41% 37/91 [00:12<00:17,  3.01 files/s, guide/a.md]"), and one
-    at the end if any was printed. total=None counts without a total, and with no unit either
-    it is a clock ("loading all-MiniLM-L6-v2: 00:07"); set `what`, `total` or `unit` to show a
-    new phase ("writing")."""
+    at the end if any was printed. total=None counts without a total; until it counts one, it
+    is a clock ("loading the embedding model: 00:07"). A new phase ("writing") is a new
+    Progress: its clock and its rate start again."""
 
     def __init__(self, what: str, total: int | None = None, unit: str = ""):
         self.what, self.total, self.unit, self.n, self.now = what, total, unit, 0, ""
@@ -275,6 +275,12 @@ class Progress:
             if now is not None:
                 self.now = printable(now, lines=False)[-60:]
 
+    def at(self, n: int, total: int | None = None, now: str | None = None) -> None:
+        """n items done of `total` (as a source counts them itself: llama.cpp's prompt tokens)."""
+        with self.lock:
+            self.n, self.total = n, total if total is not None else self.total
+        self.update(0, now)
+
     def draw_until_stopped(self) -> None:
         """The helper thread: the first frame at FIRST_S, then one every DRAW_S or LINE_S."""
         wait = FIRST_S
@@ -297,7 +303,7 @@ class Progress:
                             dynamic_ncols=True, mininterval=0)
             self.bar.start_t -= time.monotonic() - self.start      # its clock: since our start
         self.bar.total, self.bar.unit, self.bar.n = total, unit, n
-        self.bar.bar_format = CLOCK if total is None and not unit else None
+        self.bar.bar_format = CLOCK if total is None and not n else None
         self.bar.set_description_str(what, refresh=False)
         self.bar.set_postfix_str(now, refresh=False)
         self.bar.refresh()
@@ -312,14 +318,14 @@ def on_terminal() -> bool:
         return False
 
 
-CLOCK = "{desc}: {elapsed}{postfix}"     # a wait with nothing to count: its clock alone
+CLOCK = "{desc}: {elapsed}{postfix}"     # a wait with nothing counted yet: its clock alone
 
 
 def tqdm_meter(n, total, elapsed: float, what: str, unit: str, now: str) -> str:
     """tqdm's meter as one line of a log: "what:  41% 37/91 [00:12<00:17,  3.01 files/s, now]"."""
     from tqdm import tqdm
     return tqdm.format_meter(n, total, elapsed, ncols=0, prefix=what, unit=unit, postfix=now or None,
-                             bar_format=CLOCK if total is None and not unit else None)
+                             bar_format=CLOCK if total is None and not n else None)
 
 
 def progress(items, total: int, what: str, unit: str = ""):
