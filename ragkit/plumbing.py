@@ -266,7 +266,8 @@ class Progress:
         if self.bar is not None:
             self.bar.close()                     # leave=False: the bar is cleared
         elif self.lines:
-            self.draw()                          # a log says where the step ended
+            with contextlib.suppress(OSError, ValueError):    # stderr closed: nothing to say
+                self.draw()                      # a log says where the step ended
 
     def update(self, n: int = 1, now: str | None = None) -> None:
         """n more items done; `now` names the one under way (made safe to print)."""
@@ -285,7 +286,10 @@ class Progress:
         """The helper thread: the first frame at FIRST_S, then one every DRAW_S or LINE_S."""
         wait = FIRST_S
         while not self.stop.wait(wait):
-            self.draw()
+            try:
+                self.draw()
+            except (OSError, ValueError):       # stderr closed (`2>&1 | head` ended): no bar
+                return
             wait = DRAW_S if self.terminal else LINE_S
 
     def draw(self) -> None:
