@@ -30,18 +30,19 @@ PROGRESS = {"return_progress": True}   # ask llama.cpp's server for prompt_progr
 
 def shown(chunks, writing: bool = True):
     """Yield llama.cpp's stream chunks unchanged while a bar on stderr shows the prompt being
-    read, then (writing=True) the tokens being written; then its timings, one line. With
-    writing=False (--stream: the answer itself is printed as it comes) the bar ends before the
-    first piece of text, so the two never share a line of the terminal."""
+    read, then (writing=True) the tokens being written, then llama.cpp's timings as one line.
+    writing=False is for --stream, where the answer itself is printed as it comes: the bar ends
+    before the first piece of text and no line follows, so nothing lands inside the answer's
+    line (print_stream's own line gives the writing rate after it)."""
     chunks = iter(chunks)
     first = yield from reading(chunks)
     if first is None:                          # the stream ended before a word
         return
-    if writing:
-        with Progress("writing", None, " tokens") as bar:
-            timings = yield from written(first, chunks, bar)
-    else:
-        timings = yield from written(first, chunks, None)
+    if not writing:
+        yield from written(first, chunks, None)
+        return
+    with Progress("writing", None, " tokens") as bar:
+        timings = yield from written(first, chunks, bar)
     if timings:
         print(timing_line(timings), file=sys.stderr, flush=True)
 

@@ -79,7 +79,7 @@ def test_a_server_that_sends_no_progress_shows_a_clock_until_the_first_token(mon
     assert all("/" not in line and "tokens/s" not in line for _, line in clock)
 
 
-def test_a_streamed_answer_gets_the_screen_the_bar_is_gone_before_its_first_word(monkeypatch):
+def test_a_streamed_answer_gets_the_screen_the_bar_is_gone_before_its_first_word_and_stays_gone(monkeypatch):
     stderr = watch_stderr(monkeypatch)
     monkeypatch.setattr(plumbing, "on_terminal", lambda: True)     # tqdm's bar, redrawn in place
     monkeypatch.setattr(stderr, "terminal", True)
@@ -94,7 +94,7 @@ def test_a_streamed_answer_gets_the_screen_the_bar_is_gone_before_its_first_word
             frames_at_first_word = len(stderr.seen("reading the prompt:"))
             assert stderr.rest.strip() == ""           # the bar's line was wiped: the answer's now
     assert len(stderr.seen("reading the prompt:")) == frames_at_first_word
-    assert stderr.seen("writing:") == []
+    assert stderr.seen("writing:") == [] and stderr.seen("  [local]") == []   # nothing in its line
 
 
 def test_a_cut_stream_ends_its_bar_and_prints_no_timings(capsys):
