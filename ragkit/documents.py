@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from ragkit import readers
-from ragkit.plumbing import one_line, refuse_empty
+from ragkit.plumbing import Progress, one_line, refuse_empty
 from ragkit.readers import Unreadable
 from ragkit.storage import usable_folder
 from ragkit.text import plural, printable
@@ -168,33 +168,19 @@ def load_documents(folder, exclude=(), max_pages: int = readers.MAX_PAGES,
         raise ValueError(f"--docs {folder} is a file: pass the folder that holds your notes")
     if not root.is_dir():
         raise FileNotFoundError(f"document folder not found: {folder}")
+    paths = [path for path in folder_files(root)
+             if not any(fnmatch.fnmatch(path.relative_to(root).as_posix(), pattern)
+                        for pattern in exclude or ())]
     docs, read, skipped, needed = [], Counter(), [], {}
-    for path in folder_files(root):
-        rel = path.relative_to(root).as_posix()
-        suffix = path.suffix.lower()
-        if any(fnmatch.fnmatch(rel, pattern) for pattern in exclude or ()):
-            continue
-        if NOT_UTF8.search(rel):                  # it cannot be cited, saved or hashed as text
-            skip(rel, "its name is not UTF-8 text (rename it)")
-            skipped.append((rel, "its name is not UTF-8 text"))
-        elif suffix not in SUFFIXES and suffix not in readers.EXTRAS:
-            skipped.append((rel, "no reader"))
-        elif suffix in readers.EXTRAS and readers.missing(suffix):
-            needed.setdefault(readers.EXTRAS[suffix][2], []).append(rel)
-        else:
-            try:
-                found = read_file(path, rel, root, max_pages, outputs)
-            except Exception as exc:    # a damaged file can fail anywhere inside a parsing library
-                why = str(exc) if isinstance(exc, Unreadable) else \
-                    f"could not be read ({type(exc).__name__}: {one_line(exc)[:200]})"
-                skip(rel, why)
-                skipped.append((rel, why))
-                continue
-            if not found:                 # an empty note, a page with no main text
-                skipped.append((rel, "no text"))
-                continue
-            docs += found
-            read[suffix] += 1
+    with Progress("reading files", len(paths), " files") as bar:   # shows if it takes a while
+        for path in paths:
+            rel = path.relative_to(root).as_posix()
+            bar.update(0, now=rel)                # a slow file (a long PDF) is named while it reads
+            found = read_one(path, rel, root, max_pages, outputs, skipped, needed)
+            bar.update(1)
+            if found:
+                docs += found
+                read[path.suffix.lower()] += 1
     if not docs:                          # one line: each skipped file was named as it was met
         installs = "".join(f"; {plural(len(names), 'file')} need{'s' if len(names) == 1 else ''} "
                            f"{packages} (pip install {packages})"
@@ -203,6 +189,33 @@ def load_documents(folder, exclude=(), max_pages: int = readers.MAX_PAGES,
                          f"in {folder}{installs}")
     print_read_and_skipped(read, docs, skipped, needed)
     return docs
+
+
+def read_one(path: Path, rel: str, root: Path, max_pages: int, outputs: bool,
+             skipped: list, needed: dict) -> list[dict]:
+    """One file's documents, or [] with the reason added to `skipped` (or its missing extra's
+    install to `needed`); the reason of a bad file is also said at once on stderr."""
+    suffix = path.suffix.lower()
+    if NOT_UTF8.search(rel):                  # it cannot be cited, saved or hashed as text
+        skip(rel, "its name is not UTF-8 text (rename it)")
+        skipped.append((rel, "its name is not UTF-8 text"))
+    elif suffix not in SUFFIXES and suffix not in readers.EXTRAS:
+        skipped.append((rel, "no reader"))
+    elif suffix in readers.EXTRAS and readers.missing(suffix):
+        needed.setdefault(readers.EXTRAS[suffix][2], []).append(rel)
+    else:
+        try:
+            found = read_file(path, rel, root, max_pages, outputs)
+        except Exception as exc:    # a damaged file can fail anywhere inside a parsing library
+            why = str(exc) if isinstance(exc, Unreadable) else \
+                f"could not be read ({type(exc).__name__}: {one_line(exc)[:200]})"
+            skip(rel, why)
+            skipped.append((rel, why))
+            return []
+        if not found:                 # an empty note, a page with no main text
+            skipped.append((rel, "no text"))
+        return found
+    return []
 
 
 def print_read_and_skipped(read: Counter, docs: list, skipped: list, needed: dict) -> None:

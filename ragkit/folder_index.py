@@ -17,7 +17,8 @@ import numpy as np
 
 import rag_from_scratch as rag
 from ragkit import chunking, documents, readers
-from ragkit.embeddings import model_identity, question_embedder, use_threads
+from ragkit.embeddings import encode_in_pieces, model_identity, question_embedder, use_threads
+from ragkit.plumbing import Progress
 from ragkit.saved_index import READER, load_index, save_index
 from ragkit.storage import sha256_bytes
 from ragkit.text import plural, printable
@@ -48,8 +49,28 @@ def embed_reusing(texts: list[str], embedder, old_texts: list[str], old_vectors)
     vectors = np.empty((len(texts), old_vectors.shape[1]), dtype=np.float32, order="F")
     vectors[keep] = old_vectors[[rows[i] for i in keep]]
     if todo:
-        vectors[todo] = embedder.encode([texts[i] for i in todo])
+        vectors[todo] = encode_in_pieces(embedder, [texts[i] for i in todo])
     return vectors, len(todo), len(keep)
+
+
+def chunk_documents(docs: list[dict], words: int, fits) -> list[dict]:
+    """chunking.document_chunks, a document at a time (the same chunks), with a bar on stderr:
+    the model's tokenizer measures every piece (seconds for a thousand chunks)."""
+    chunks = []
+    with Progress("chunking", len(docs), " documents") as bar:
+        for doc in docs:
+            bar.update(0, now=doc["doc_id"])
+            chunks += chunking.document_chunks([doc], words, fits)
+            bar.update(1)
+    return chunks
+
+
+def build_index(texts: list[str], embedder):
+    """The core's build_index of these texts; MiniLM encodes them in pieces with a bar on stderr
+    (minutes for a thousand chunks on a busy laptop), TF-IDF in one go (seconds)."""
+    if embedder.backend != "minilm":
+        return rag.build_index([{"text": t} for t in texts], embedder)
+    return np.asfortranarray(encode_in_pieces(embedder, texts))   # as the core stores it
 
 
 def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, context: bool):
@@ -91,8 +112,9 @@ def index_folder(args):
               f"{printable(args.index, lines=False)} "
               f"(not re-embedded)")
     else:
-        embedder = rag.Embedder(backend, args.model)
-        chunks = chunking.document_chunks(docs, args.chunk_size, chunking.model_fits(embedder))
+        with Progress("loading the embedding model"):      # MiniLM: seconds, shown as a clock
+            embedder = rag.Embedder(backend, args.model)
+        chunks = chunk_documents(docs, args.chunk_size, chunking.model_fits(embedder))
         print(f"{files} files -> {len(chunks)} chunks (sections whole up to {args.chunk_size} "
               f"words and what the model reads; code, lists and tables kept with their lead-in)")
         documents.print_biggest_file(chunks)          # before the wait: a huge file shows here
@@ -100,7 +122,7 @@ def index_folder(args):
             index = update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, args.context)
         else:
             print(f"building the index: {why}" if args.index else "building the index ...")
-            index = rag.build_index([{"text": t} for t in embedded_texts(chunks, args.context)], embedder)
+            index = build_index(embedded_texts(chunks, args.context), embedder)
         if args.index:
             save_index(args.index, index, chunks, meta)
             print(f"saved the index to {printable(args.index, lines=False)}")
