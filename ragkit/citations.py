@@ -16,8 +16,8 @@ from the kit's own copy of the passages by its number, never from the reply (no 
 paraphrase, no dropped "not"); the answer's numbers (digits or words) are in the passages or
 the question, what it puts in quotation marks and its code names (`--flag`, `a.b`, `snake_case`)
 in the cited sentences or the question; the cited sentences speak to the question's rare words;
-a "yes" does not stand on sentences that all say no. What it cannot promise: that the answer reads the sentences right in every other
-way. A reader still reads the sentences.
+a "yes" does not stand on sentences that all say no. What it cannot promise: that the answer
+reads the sentences right in every other way. A reader still reads the sentences.
 """
 
 from __future__ import annotations

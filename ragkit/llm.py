@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 import rag_from_scratch as rag
-from ragkit import chat_http
+from ragkit import chat_http, model_progress
 from ragkit.grounded import GroundedPrompt
 from ragkit.guard import Guarded
 from ragkit.plumbing import bounded, threads_without_ctrl_c
@@ -122,6 +122,7 @@ def start_llama(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096,
     params.verbosity = -1               # llama.cpp logs every request otherwise
     params.cache_prompt = reuse_prefix  # off: the same prompt always gives the same text
     params.cache_ram_mib, params.port = 0, port
+    params.n_batch = 512          # a prompt_progress event every 512 tokens, as n_ubatch reads them
     with threads_without_ctrl_c():   # its threads must never take Ctrl-C (ragkit/plumbing.py)
         SERVERS.append(xllamacpp.Server(params))   # kept: freeing a server mid-Ctrl-C can hang
     return SERVERS[-1]
@@ -278,17 +279,21 @@ class LocalModel:
         """The reply to a grounded prompt: its text and system prompt."""
         return self(prompt.text, prompt.system)
 
-    def __call__(self, prompt: str, system_prompt: str = rag.SYSTEM_PROMPT):
+    def __call__(self, prompt: str, system_prompt: str = rag.SYSTEM_PROMPT, grammar: str | None = None):
+        """The reply, streamed inside so that llama.cpp's own counts show on stderr while it
+        reads the prompt and writes (ragkit/model_progress.py); grammar: llama.cpp's GBNF
+        grammar the reply must follow. With streams, its pieces as they come."""
         server = self.server_for(prompt, system_prompt)
-        t0, request = time.perf_counter(), chat_request(prompt, system_prompt, self.max_tokens)
+        request = chat_request(prompt, system_prompt, self.max_tokens) | model_progress.PROGRESS
+        if grammar:
+            request["grammar"] = grammar
+        chunks = model_progress.shown(llama_chunks(server, request), writing=not self.streams)
+        pieces = stream_text(chunks, "llama.cpp", self)          # sets truncated and usage at the end
         if self.streams:
-            return stream_text(llama_chunks(server, request), "llama.cpp", self)
-        reply = server.handle_chat_completions(request)
-        text, self.truncated = reply_text(reply, "llama.cpp")
-        self.usage = reply.get("usage", {})
-        tokens, seconds = self.usage.get("completion_tokens", 0), time.perf_counter() - t0
-        print(f"  [local] {tokens} tokens in {seconds:.2f} s ({tokens / seconds:.0f} tokens/s)"
-              f"{'  (hit the token limit)' if self.truncated else ''}", file=sys.stderr)
+            return pieces
+        text = printable("".join(pieces).strip())
+        if self.truncated:
+            print("  [local] hit the token limit", file=sys.stderr)
         return text
 
 
