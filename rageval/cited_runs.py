@@ -29,10 +29,8 @@ from pathlib import Path
 
 from rageval import devset, devsets
 from rageval import generation as gen
-from ragkit import citations, documents, eval_file, plumbing
+from ragkit import citations, eval_file, plumbing
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
-from ragkit.text import split_sentences
-from ragkit.words import content_words, idf_weights, stop_words
 
 SEED = "devset"                 # the markers' tag is fixed per question, so a rerun asks the same
 FOUND = 8                       # passages retrieved per question, as --docs gives them
@@ -52,27 +50,9 @@ def tag_for(question: str) -> str:
     return hashlib.sha256(f"{SEED}\n{question}".encode()).hexdigest()[:16]
 
 
-def best_sentences(passage: dict, question: str, keep: int | None, idf: dict) -> dict:
-    """The passage with only its `keep` sentences that share the most rare words with the
-    question, and each one's neighbour after it, in the passage's order (None: all of it)."""
-    sentences = split_sentences(passage["text"])
-    if keep is None or len(sentences) <= keep:
-        return passage
-    stop = stop_words()
-    asked = set(content_words(question, stop))
-    score = [sum(idf.get(w, idf[None]) for w in asked & set(content_words(s, stop))) for s in sentences]
-    best = sorted(range(len(sentences)), key=lambda i: -score[i])[:keep]
-    chosen = sorted({j for i in best for j in (i, i + 1) if j < len(sentences)})
-    return {**passage, "text": " ".join(sentences[j] for j in chosen)}
-
-
 def prompt_for(question: str, found: list[dict], k: int, keep: int | None) -> citations.CitedPrompt:
     """The cited prompt of the best k passages, each cut to its best sentences."""
-    stop = stop_words()
-    idf = idf_weights([set(content_words(s, stop)) for p in found[:k]
-                       for s in split_sentences(p["text"])])
-    passages = [best_sentences(p, question, keep, idf) for p in found[:k]]
-    return citations.cited_prompt(question, passages, tag_for(question))
+    return citations.cited_prompt(question, found[:k], tag_for(question), keep)
 
 
 def retrieved(names: list[str], embedder, cache) -> dict:
@@ -175,7 +155,7 @@ def collect(found: dict, context, model: str | None, threads: int, questions: in
             cited = prompt_for(item["question"], passages, *context[set_name])
             request = llm.chat_request(cited.text, citations.SYSTEM_PROMPT, MAX_TOKENS)
             start = time.perf_counter()
-            reply = server.handle_chat_completions(request | {"grammar": citations.grammar(cited)})
+            reply = server.handle_chat_completions(request | {"grammar": cited.grammar})
             text, _ = llm.reply_text(reply, "llama.cpp")
             timings = reply.get("timings", {})
             out.write(json.dumps({"key": request_key(path, cited.text), "set": set_name, "item": i,

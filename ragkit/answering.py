@@ -15,7 +15,7 @@ found are shown, with the sources they come from.
 """
 
 import rag_from_scratch as rag
-from ragkit import grounded
+from ragkit import citations, grounded
 from ragkit.text import plural, printable
 
 # How strictly a quote is checked, and what an answer whose quotes all fail becomes: chosen on
@@ -66,6 +66,28 @@ def checked_answer(reply: str, prompt: grounded.GroundedPrompt, strictness: str 
     """(the check of a reply's quotes, the answer a user reads): ragkit/grounded.py's two steps."""
     checked = grounded.check_reply(reply, prompt, strictness, min_topic)
     return checked, grounded.shown_answer(checked, unchecked)
+
+
+def ask_cited(question: str, retrieve, llm) -> dict:
+    """The cited answer (ragkit/citations.py): the best sentences of the top passages numbered,
+    the model cites them by number, the kit shows them whole; print each step."""
+    found, passages = passages_for(question, retrieve, citations.PASSAGES)
+    print(f"\n== Your question (k={len(found)}; {retrieve.ranking}) ==\nQ: {printable(question)}")
+    print_found(found, plain=retrieve.cosine_only)
+    cited = citations.cited_prompt(question, passages, keep=citations.BEST_SENTENCES)
+    print("\n-- the prompt a model would read --\n" + printable(cited.text))
+    print(f"\n== Step 7: the answer ({llm.name}) ==")
+    result = citations.check(llm.answer(cited), cited)          # --stream: printed as written
+    if llm.streams:
+        print("-- checked against the passages --")
+    print(printable(citations.shown(result)))
+    sources = list(dict.fromkeys(source for _, source, _ in result["cited"]))
+    if sources and not result["set_aside"] and not result["refused"]:
+        print("sources: " + ", ".join(sources))
+    for reason in result["set_aside"]:
+        said = "the reply above" if llm.streams else "the model's answer"
+        print(f"(checked: {said} is set aside: {reason})")
+    return result
 
 
 def ask(question: str, retrieve, k: int, llm=None, strictness: str = STRICTNESS,

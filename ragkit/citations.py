@@ -2,7 +2,7 @@
 ragkit/citations.py: an answer that cites whole sentences by number, and the kit's check of it.
 
     cited = cited_prompt(question, passages)      # every sentence numbered: [1.1], [1.2], [2.1] ...
-    reply = model(cited.text, SYSTEM_PROMPT)      # with llama.cpp: grammar(cited) allows only these
+    reply = model(cited.text, cited.system)       # with llama.cpp: cited.grammar allows only these
     result = check(reply, cited)                  # the sentences cited, the answer, or why not
     print(shown(result))                          # the answer, then each cited sentence whole
 
@@ -41,6 +41,10 @@ INSTRUCTION = (
     "Sentences: [2.1] [2.3]\n"
     "Answer: ...\n"
     f"If no sentence answers the question, reply only: {REFUSAL}")
+# The passages a cited prompt gets, and the sentences kept of each (its best ones, each with the
+# one after it): chosen by leaving one project out over the development sets, the most answer in
+# context at a median prompt of at most 800 tokens (rageval/cited_runs.py --context, docs/generation.md).
+PASSAGES, BEST_SENTENCES = 4, 2
 MOST_CITED = 3            # sentences a reply may cite
 ANSWER_CHARS = 300        # the answer's length at most, in the grammar
 MIN_TOPIC = 0.2           # share of the question's rare words the cited sentences and answer must cover
@@ -52,8 +56,14 @@ class CitedPrompt:
     """A prompt and, beside it, what it holds: no one reads the passages back out of the text."""
     question: str
     text: str                 # what the model reads
+    tag: str                  # the random tag of its markers
     sentences: dict           # "2.3" -> (source name, the sentence as its passage has it)
-    numbers: list             # every passage's number, "1", "2", ...
+    system: str = SYSTEM_PROMPT
+    grammar: str | None = None     # llama.cpp's grammar for a reply (grammar_for)
+
+    def citable(self) -> set[str]:
+        """What a reply may cite: the sentences' numbers and their sources' names."""
+        return set(self.sentences) | {source for source, _ in self.sentences.values()}
 
 
 def source_name(chunk: dict) -> str:
@@ -64,28 +74,45 @@ def source_name(chunk: dict) -> str:
     return SAFE_SOURCE.sub("_", name)[:200]
 
 
-def cited_prompt(question: str, passages: list[dict], tag: str | None = None) -> CitedPrompt:
+def best_sentences(passage: dict, question: str, keep: int | None, idf: dict) -> dict:
+    """The passage with only its `keep` sentences that share the most rare words with the
+    question, each with the sentence after it, in the passage's order (None: all of it)."""
+    sentences = split_sentences(passage["text"])
+    if keep is None or len(sentences) <= keep:
+        return passage
+    stop = stop_words()
+    asked = set(content_words(question, stop))
+    score = [sum(idf.get(w, idf[None]) for w in asked & set(content_words(s, stop))) for s in sentences]
+    best = sorted(range(len(sentences)), key=lambda i: -score[i])[:keep]
+    chosen = sorted({j for i in best for j in (i, i + 1) if j < len(sentences)})
+    return {**passage, "text": " ".join(sentences[j] for j in chosen)}
+
+
+def cited_prompt(question: str, passages: list[dict], tag: str | None = None,
+                 keep: int | None = None) -> CitedPrompt:
     """The question, every passage's sentences numbered [passage.sentence] between markers with
-    a random tag (a passage cannot close them), the question again and what to write."""
+    a random tag (a passage cannot close them), the question again and what to write; keep:
+    only each passage's best sentences (best_sentences)."""
     tag = tag or secrets.token_hex(8)
+    stop = stop_words()
+    idf = idf_weights([set(content_words(s, stop)) for p in passages for s in split_sentences(p["text"])])
     blocks, sentences = [], {}
     for n, passage in enumerate(passages, 1):
         source = source_name(passage)
         lines = [f"[{n}] {source}"]
-        for m, sentence in enumerate(split_sentences(passage["text"]), 1):
+        for m, sentence in enumerate(split_sentences(best_sentences(passage, question, keep, idf)["text"]), 1):
             sentences[f"{n}.{m}"] = (source, sentence)
             lines.append(f"[{n}.{m}] {' '.join(sentence.split())}")
         blocks.append("\n".join(lines))
     text = (f"Question: {question}\n\n<<BEGIN {tag}>>\n" + "\n\n".join(blocks) + f"\n<<END {tag}>>\n\n"
             f"Question: {question}\n{INSTRUCTION}")
-    return CitedPrompt(question, text, sentences, [str(n) for n in range(1, len(passages) + 1)])
+    return CitedPrompt(question, text, tag, sentences, grammar=grammar_for(sentences))
 
 
-def grammar(cited: CitedPrompt) -> str:
-    """llama.cpp's GBNF grammar for a reply to this prompt: the refusal, or one to MOST_CITED of
-    its own sentence numbers and a one-line answer. A model held to it cannot cite a sentence
-    the prompt does not have."""
-    ids = " | ".join(f'"[{number}]"' for number in cited.sentences) or '"[1.1]"'
+def grammar_for(sentences: dict) -> str:
+    """llama.cpp's GBNF grammar for a reply: the refusal, or one to MOST_CITED of these sentence
+    numbers and a one-line answer. A model held to it cannot cite a sentence the prompt lacks."""
+    ids = " | ".join(f'"[{number}]"' for number in sentences) or '"[1.1]"'
     return (f'root ::= "{REFUSAL}" | "Sentences:" (" " id){{1,{MOST_CITED}}} "\\nAnswer: " answer\n'
             f"id ::= {ids}\n"
             f"answer ::= [^\\n]{{1,{ANSWER_CHARS}}}\n")

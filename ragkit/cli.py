@@ -58,6 +58,11 @@ def parser():
     generators.add_model_arguments(g)   # --llm-url, --llm-model, --api-key-env, --max-tokens, ...
     g.add_argument("--stream", action="store_true",
                    help="print the answer piece by piece as it is written, then check it")
+    g.add_argument("--cite", choices=("quotes", "sentences"), default="quotes",
+                   help="how a model's answer shows its sources: quotes it copies, each checked "
+                        "against the passages, or sentences it cites by number and the kit shows "
+                        "whole (ragkit/citations.py; with local, a grammar allows only real numbers) "
+                        "(default: %(default)s)")
     g = p.add_argument_group("your own files (ragkit/documents.py, ragkit/folder_index.py)")
     g.add_argument("--docs", metavar="FOLDER", help="use your own files instead of the sample: .md, .txt, "
                                                     "and with their extras .pdf, .html, .docx, .ipynb")
@@ -104,6 +109,9 @@ def parse_args(argv=None):
     args.generator = "bedrock" if args.generate else args.generator
     if args.stream and not args.generator:
         raise ValueError("--stream shows an answer as it is written: add --generator NAME")
+    if args.cite == "sentences" and args.generator in (None, "extractive"):
+        raise ValueError("--cite sentences asks a model to cite by number: add --generator local, "
+                         "openai or bedrock")
     return args
 
 
@@ -190,7 +198,10 @@ def run(args) -> None:
         llm = None
         if args.generator:
             llm = generators.make_generator(args.generator, args, args.stream, embedder, chunks)
-        answering.ask(args.question or rag.VACATION_Q, retrieve, k, llm)
+        if args.cite == "sentences":      # sentences cited by number, shown whole
+            answering.ask_cited(args.question or rag.VACATION_Q, retrieve, llm)
+        else:
+            answering.ask(args.question or rag.VACATION_Q, retrieve, k, llm)
 
 
 def main(argv=None) -> int:

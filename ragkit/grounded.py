@@ -96,6 +96,7 @@ class GroundedPrompt:
     tag: str             # the random tag of its markers
     passages: tuple[Passage, ...]
     system: str = GROUNDED_SYSTEM_PROMPT
+    grammar: str | None = None      # none: a quoted reply is free text
 
     def numbered(self) -> dict[str, tuple[str, str]]:
         """passage number, as a reply cites it ("1") -> (source, text)."""

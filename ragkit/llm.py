@@ -276,8 +276,8 @@ class LocalModel:
         return self.loaded[n_ctx]
 
     def answer(self, prompt: GroundedPrompt):
-        """The reply to a grounded prompt: its text and system prompt."""
-        return self(prompt.text, prompt.system)
+        """The reply to a grounded or cited prompt: its text, system prompt and grammar."""
+        return self(prompt.text, prompt.system, prompt.grammar)
 
     def __call__(self, prompt: str, system_prompt: str = rag.SYSTEM_PROMPT, grammar: str | None = None):
         """The reply, streamed inside so that llama.cpp's own counts show on stderr while it

