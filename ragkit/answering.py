@@ -96,10 +96,10 @@ def ask(question: str, retrieve, k: int, llm=None, strictness: str = STRICTNESS,
     "cosine" (ragkit/retrieval.py); llm: from ragkit/llm.py's make_generator, or None. Returns
     the checked reply (ragkit/grounded.py's check_reply), or None without a generator."""
     found, passages = passages_for(question, retrieve, k)
-    print(f"\n== Your question (k={k}; {retrieve.ranking}) ==\nQ: {question}")
+    print(f"\n== Your question (k={k}; {retrieve.ranking}) ==\nQ: {printable(question)}")
     print_found(found, plain=retrieve.cosine_only)
     prompt = grounded.grounded_prompt(question, passages)
-    print("\n-- the prompt a model would read --\n" + prompt.text)
+    print("\n-- the prompt a model would read --\n" + printable(prompt.text))
     if llm is None:
         print("\n(no answer generated: add --generator extractive for an offline answer, "
               "--generator local for a model on this machine, or --generate for Amazon Bedrock, billed)")

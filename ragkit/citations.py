@@ -100,7 +100,8 @@ def cited_prompt(question: str, passages: list[dict], tag: str | None = None,
     for n, passage in enumerate(passages, 1):
         source = source_name(passage)
         lines = [f"[{n}] {source}"]
-        for m, sentence in enumerate(split_sentences(best_sentences(passage, question, keep, idf)["text"]), 1):
+        kept = best_sentences(passage, question, keep, idf)["text"]
+        for m, sentence in enumerate(split_sentences(kept), 1):
             sentences[f"{n}.{m}"] = (source, sentence)
             lines.append(f"[{n}.{m}] {' '.join(sentence.split())}")
         blocks.append("\n".join(lines))

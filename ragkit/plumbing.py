@@ -1,5 +1,5 @@
 """
-ragkit/plumbing.py: the ground floor every script stands on. Nothing here is RAG; it keeps the
+ragkit/plumbing.py: the bottom layer every script stands on. Nothing here is RAG; it keeps the
 scripts kind to bad input and to Ctrl-C.
 
   OneLineParser   a bad flag gives one line, not a usage block

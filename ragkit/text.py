@@ -1,5 +1,5 @@
 """
-ragkit/text.py: text the kit prints, and text it cuts into sentences; the ground floor.
+ragkit/text.py: text the kit prints, and text it cuts into sentences; the bottom layer.
 
   printable(text)             safe to print: control characters written out, so a file, a page or
                           a model's reply cannot drive the terminal

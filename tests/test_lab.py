@@ -329,7 +329,7 @@ def test_the_wheelhouse_plan_installs_the_versions_the_kit_pins():
             assert (ROOT / requirements).is_file(), command
     readme = (LAB / "README.md").read_text()
     assert ".venv\\Scripts\\activate" in readme and "PART_B_TFIDF.md" in readme
-    assert "pytest" not in readme            # the room install has no pytest: lab/check.py grades
+    assert "pytest" not in readme            # the classroom install has no pytest: lab/check.py grades
 
 
 def test_cheat_sheet_generation_figures_are_task5s_table():

@@ -1,4 +1,4 @@
-"""The house in layers: every import, at module level or inside a function, goes down a floor;
+"""The modules in layers: every import, at module level or inside a function, goes down a layer;
 the core's main() handing unknown flags to the kit's CLI is the one door up. Files and
 functions stay within their budgets (700 and 60 lines), and the table of lines per file is
 printed, so growth is visible in every run (pytest -s, or -rP)."""
@@ -9,9 +9,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The floors, lowest first. A module may import only modules on lower floors.
-FLOORS = {
-    # 0-1: the ground floor: the lesson itself, and the plumbing every script shares
+# The layers, lowest first. A module may import only modules on lower layers.
+LAYERS = {
+    # 0-1: the bottom layer: the lesson itself, and the plumbing every script shares
     "rag_from_scratch": 0, "ragkit.text": 0, "ragkit.words": 0, "ragkit.plumbing": 1,
     # 1-2: storage and files on disk: saved indexes, embedding models, model files, readers;
     # the grounded prompt and its quote check
@@ -71,14 +71,14 @@ def graph() -> dict:
     return {name: imports(path, set(files)) - {name} for name, path in files.items()}
 
 
-def test_every_module_has_a_floor():
-    assert sorted(set(kit_files()) - set(FLOORS)) == []
+def test_every_module_has_a_layer():
+    assert sorted(set(kit_files()) - set(LAYERS)) == []
 
 
-def test_no_module_imports_one_on_its_own_floor_or_above():
-    upward = sorted(f"{module} (floor {FLOORS[module]}) imports {target} (floor {FLOORS[target]})"
+def test_no_module_imports_one_on_its_own_layer_or_above():
+    upward = sorted(f"{module} (layer {LAYERS[module]}) imports {target} (layer {LAYERS[target]})"
                     for module, targets in graph().items() for target in targets
-                    if FLOORS[target] >= FLOORS[module] and (module, target) != HOOK)
+                    if LAYERS[target] >= LAYERS[module] and (module, target) != HOOK)
     assert upward == []
 
 
