@@ -20,7 +20,6 @@ answered -2.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import sys
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from rageval import devset, devsets
 from rageval import generation as gen
-from ragkit import citations, eval_file, plumbing
+from ragkit import citations, eval_file, grounded, plumbing
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
 
 SEED = "devset"                 # the markers' tag is fixed per question, so a rerun asks the same
@@ -45,14 +44,9 @@ SCORE = {"right": 1, "partial": 0, "refused (wrong)": 0, "wrong": -2,
 MAX_TOKENS = 120
 
 
-def tag_for(question: str) -> str:
-    """The prompt's marker tag, the same for the same question."""
-    return hashlib.sha256(f"{SEED}\n{question}".encode()).hexdigest()[:16]
-
-
 def prompt_for(question: str, found: list[dict], k: int, keep: int | None) -> citations.CitedPrompt:
     """The cited prompt of the best k passages, each cut to its best sentences."""
-    return citations.cited_prompt(question, found[:k], tag_for(question), keep)
+    return citations.cited_prompt(question, found[:k], grounded.fence_tag(question, SEED), keep)
 
 
 def retrieved(names: list[str], embedder, cache) -> dict:
@@ -113,23 +107,8 @@ def kept_path(model_path, folder) -> Path:
 
 
 def request_key(model_path, prompt: str) -> str:
-    """The SHA-256 that names one request to one model."""
-    return hashlib.sha256(json.dumps([str(model_path), citations.SYSTEM_PROMPT, prompt,
-                                      MAX_TOKENS]).encode()).hexdigest()
-
-
-def read_kept(path: Path) -> dict:
-    """key -> record of the kept replies (a line cut short by a kill, or not a record, is skipped)."""
-    kept = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-                if isinstance(record, dict) and isinstance(record.get("reply"), str):
-                    kept[record["key"]] = record
-            except (ValueError, KeyError, TypeError):
-                continue
-    return kept
+    """The SHA-256 that names one request to one model (rageval/devset.py's)."""
+    return devset.request_key(str(model_path), citations.SYSTEM_PROMPT, prompt, MAX_TOKENS)
 
 
 def interleaved(found: dict, questions: int | None) -> list[tuple[str, int, dict, list]]:
@@ -146,7 +125,7 @@ def collect(found: dict, context, model: str | None, threads: int, questions: in
     path, name = gguf.model_file(model)
     server = llm.start_llama(path, threads, n_ctx=4096)
     out_path = kept_path(path, folder)
-    kept = read_kept(out_path)
+    kept = devset.read_kept(out_path)
     todo = [row for row in interleaved(found, questions)
             if request_key(path, prompt_for(row[2]["question"], row[3], *context[row[0]]).text) not in kept]
     print(f"{len(todo)} prompts to ask {name} on {threads} thread(s)", file=sys.stderr, flush=True)
@@ -194,7 +173,7 @@ def score(rows) -> int:
 def print_scores(found: dict, context: dict, model_path, folder) -> None:
     """Leaving one project out: the share of the question the check asks for, chosen on the
     other four, then each held-out project's verdicts, and the three worst answers."""
-    kept = read_kept(kept_path(model_path, folder))
+    kept = devset.read_kept(kept_path(model_path, folder))
     by_topic = {t: verdicts(found, context, kept, model_path, t) for t in MIN_TOPICS}
     names = [n for n in found if by_topic[MIN_TOPICS[0]][n]]
     print(f"{'held out':<10} {'topic':>5} {'asked':>5} {'right':>6} {'partial':>7} {'wrong':>6} "

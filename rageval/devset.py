@@ -93,16 +93,32 @@ def request_key(model: str, system: str, prompt: str, max_tokens: int) -> str:
     return hashlib.sha256(json.dumps([model, system, prompt, max_tokens]).encode()).hexdigest()
 
 
+MAX_KEPT_LINE = 1 << 20      # characters: a kept reply of at most 32,768 tokens is far shorter
+
+
 def read_kept(path: Path) -> dict:
-    """key -> record, from the JSON Lines file (a line cut short by a kill is skipped)."""
+    """key -> record, from the JSON Lines file. A last line cut short (a run killed while
+    writing) is skipped; any other line that is not {"key": str, "reply": str, ...}, or is
+    longer than MAX_KEPT_LINE, is one ValueError naming the file and the line."""
     kept = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-                kept[record["key"]] = record
-            except (ValueError, KeyError, TypeError):
+    if not path.is_file():
+        return kept
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for n, line in enumerate(lines, 1):
+        if len(line) > MAX_KEPT_LINE:
+            raise ValueError(f"{path}: line {n} is {len(line):,} characters, not a kept reply: "
+                             f"remove the line (or the file, to ask again)")
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if n == len(lines):
                 continue
+            raise ValueError(f"{path}: line {n} is not JSON: remove the line (or the file)") from None
+        if not (isinstance(record, dict) and isinstance(record.get("key"), str)
+                and isinstance(record.get("reply"), str)):
+            raise ValueError(f"{path}: line {n} is not a kept reply (a \"key\" and a \"reply\", "
+                             f"both text): remove the line (or the file)")
+        kept[record["key"]] = record
     return kept
 
 
