@@ -149,6 +149,17 @@ def reply_text(reply, where: str) -> tuple[str, bool]:
     return printable(text.strip()), choice.get("finish_reason") == "length"
 
 
+CHARS_PER_TOKEN_AT_MOST = 32     # a token of a run of spaces or of a long word: more is no reply
+
+
+def too_long(size: int, max_tokens: int, where: str) -> None:
+    """RuntimeError when a reply holds more text than max_tokens tokens can: the check that
+    follows is then bounded by what a reply can honestly be, before it starts."""
+    if size > CHARS_PER_TOKEN_AT_MOST * max_tokens:
+        raise RuntimeError(f"{where} sent over {CHARS_PER_TOKEN_AT_MOST * max_tokens:,} bytes, more than "
+                           f"{max_tokens} tokens can hold: not a reply to this request (--max-tokens)")
+
+
 def stream_text(chunks, where: str, model):
     """Yield the text of OpenAI-style stream chunks ({"choices": [{"delta": {"content": ...}}]}),
     within MAX_REPLY_BYTES (ragkit/chat_http.py); then set the model's truncated and usage
@@ -168,6 +179,7 @@ def stream_text(chunks, where: str, model):
         if size > chat_http.MAX_REPLY_BYTES:
             raise RuntimeError(f"{where} sent more than {chat_http.MAX_REPLY_BYTES // 2**20} MB of "
                                f"text: not a chat answer of {MAX_TOKENS} tokens")
+        too_long(size, model.max_tokens, where)
         if text:
             yield printable(text)
     if reason is None:            # every server ends a whole answer with a finish_reason
@@ -350,6 +362,7 @@ class OpenAIModel:
             return stream_text(chunks, self.endpoint, self)
         reply = chat_http.ask(self.endpoint, body, self.api_key, self.timeout, REPLY_DEADLINE_S)
         text, self.truncated = reply_text(reply, self.endpoint)
+        too_long(len(text.encode()), self.max_tokens, self.endpoint)
         return text
 
 
