@@ -24,6 +24,9 @@ from ragkit.plumbing import bounded, run_cli
 
 # What --docs switches on, and the flag that changes each (the values were chosen on the
 # development sets: rageval/tuning.py).
+# A question, not a document: with the passages it must fit a small model's context, and a
+# 126 KB one took 2.5 GB of memory before llama.cpp said it did not fit.
+MAX_QUESTION_CHARS = 2_000
 DOCS_DEFAULTS = {"chunk_size": chunking.WORDS, "k": documents.K, "hybrid": str(retrieval.DOCS_HYBRID),
                  "context": True}
 
@@ -132,6 +135,9 @@ class Checked:
 def check_args(args) -> Checked:
     """Every flag's value, before any slow work: nothing is loaded, started or built here."""
     rag.check_args(args)
+    if args.question and len(args.question) > MAX_QUESTION_CHARS:
+        raise ValueError(f"--question is {len(args.question):,} characters, more than the "
+                         f"{MAX_QUESTION_CHARS:,} a question may be: ask a question, not a document")
     checked = Checked(*embeddings.model_for(args.backend, args.model))   # --model: one line now
     if args.docs is not None or args.index is not None or args.eval is not None or args.exclude \
             or args.max_pages is not None or args.notebook_outputs:

@@ -45,6 +45,8 @@ ROWS = [
     ("rag_from_scratch.py", "--backend tfidf --question q --generator extractive --cite sentences",
      "--cite sentences asks a model"),
     ("rag_from_scratch.py", "--backend tfidf --question q --cite words", "invalid choice: 'words'"),
+    ("rag_from_scratch.py", "--backend tfidf --generator local --question " + "w" * 2001,
+     "--question is 2,001 characters, more than the 2,000 a question may be"),
     ("rag_from_scratch.py", "--backend tfidf --docs {missing}", "not found"),
     ("rag_from_scratch.py", "--backend tfidf --docs ''", "empty string"),
     ("rag_from_scratch.py", "--backend tfidf --docs {docs} --index {foreign}", "did not create"),
