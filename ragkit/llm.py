@@ -316,7 +316,8 @@ def local_generator(model: str | None = None, threads: int = THREADS, max_tokens
     when installed): Qwen's parts are joined here, the first time."""
     from ragkit import gguf
     path, name = gguf.model_file(model)
-    runtime = f"{name}, xllamacpp {runtime_versions()['xllamacpp']}, {plural(threads, 'thread')}"
+    version = runtime_versions()["xllamacpp"]
+    runtime = f"{printable(name, lines=False)}, xllamacpp {version}, {plural(threads, 'thread')}"
     return LocalModel(path, runtime, threads, max_tokens, stream, reuse_prefix, context)
 
 

@@ -528,3 +528,13 @@ def test_extractive_keeps_the_code_list_or_table_a_sentence_introduces():
         'Quote: "The supported databases are:\n- Postgres 15\n* SQLite 3" [1]')
     assert answer("What does the --fast flag mean for checks?") == (
         'Quote: "| flag | meaning |" [1]\nQuote: "| --fast | skip checks |" [1]')
+
+
+@needs_local
+def test_a_model_files_name_is_printed_escaped(tmp_path):
+    """A downloaded file's name may hold an escape sequence, a bidi override or a line break."""
+    hostile = tmp_path / "m\x1b]52;c;eA==\x07\u202e\n.gguf"
+    hostile.symlink_to(gguf.smollm_path())
+    model = llm.local_generator(str(hostile))
+    assert "\x1b" not in model.name and "\u202e" not in model.name and "\n" not in model.name
+    assert "m\\x1b]52;c;eA==\\x07\\u202e\\n.gguf" in model.name
