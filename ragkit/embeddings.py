@@ -145,7 +145,7 @@ def model_for(backend: str, name: str = MINILM) -> tuple[str, str]:
     except (RuntimeError, FileNotFoundError) as exc:
         if must:
             raise
-        print(f"[info] MiniLM unavailable ({exc}); using TF-IDF instead.", file=sys.stderr)
+        rag.Embedder.say_tfidf_instead(exc)          # the core's own line
         return "tfidf", name
     return backend, name if name == MINILM else folder
 
