@@ -194,8 +194,7 @@ class Embedder:
             except RuntimeError as exc:
                 if backend == "minilm":
                     raise
-                import sys
-                print(f"[info] MiniLM unavailable ({exc}); using TF-IDF instead.", file=sys.stderr)
+                self.say_tfidf_instead(exc)
         if self.backend is None:
             try:
                 from sklearn.feature_extraction.text import TfidfVectorizer
@@ -205,6 +204,12 @@ class Embedder:
             self.model = TfidfVectorizer(stop_words="english", ngram_range=(1, 2))
             self.backend, self.model_name = "tfidf", "tfidf"
         self._fitted = self.backend == "minilm"
+
+    @staticmethod
+    def say_tfidf_instead(why) -> None:
+        """The one line --backend auto prints when MiniLM cannot load."""
+        import sys
+        print(f"[info] MiniLM unavailable ({why}); using TF-IDF instead.", file=sys.stderr)
 
     def fit(self, texts: list[str]) -> "Embedder":
         """TF-IDF learns its vocabulary from the corpus; MiniLM is already trained."""

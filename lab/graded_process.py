@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from ragkit.plumbing import address_space_limit
 from ragkit.text import plural, printable
 
 KEEPER = Path(__file__).resolve().parent / "keeper.py"
@@ -157,10 +158,9 @@ def limit(memory_mb: int, cpu_s: int, processes: int | None = None) -> None:
     except ImportError:                              # Windows: only the parent's time limit
         return
     limits = {resource.RLIMIT_CPU: cpu_s}
-    statm = Path("/proc/self/statm")                 # macOS does not enforce RLIMIT_AS
-    if statm.exists():
-        used = int(statm.read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        limits[resource.RLIMIT_AS] = used + memory_mb * 2**20
+    memory = address_space_limit(memory_mb * 2**20)  # None off Linux
+    if memory is not None:
+        limits[resource.RLIMIT_AS] = memory
     if processes is not None:
         limits[resource.RLIMIT_NPROC] = processes
     for which, value in limits.items():

@@ -192,7 +192,8 @@ def print_scores(found: dict, context: dict, model_path, folder) -> None:
         print(f"\n[{v}] {item['question']}\n{answer}")
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
+    """The flags of `python -m rageval.cited_runs`."""
     p = plumbing.OneLineParser(description="The cited answer on the development sets.")
     p.add_argument("--context", action="store_true", help="print answer in context against prompt size")
     p.add_argument("--collect", action="store_true", help="ask the model the prompts not kept yet")
@@ -202,20 +203,24 @@ def main(argv=None) -> int:
     p.add_argument("--sets", default=",".join(devsets.SETS), help="development sets, by name (default: all)")
     p.add_argument("--cache", default=str(CACHE_DIR),
                    help=f"where vectors and replies are kept (default: {CACHE_DIR})")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
 
-    def run():
-        names = [devsets.pages(n) and n for n in args.sets.split(",")]     # one line if not fetched
-        embedder = CachedEmbedder("minilm")
-        found = retrieved(names, embedder, EmbeddingCache(args.cache))
-        context = print_context(context_table(found), names)
-        if args.collect:
-            collect(found, context, args.local_model, args.threads, args.questions, args.cache)
-        if not args.context:
-            from ragkit import gguf
-            print_scores(found, context, gguf.model_file(args.local_model)[0], args.cache)
-    return plumbing.run_cli(run)
+
+def run(args) -> None:
+    """The context table, the collected replies if --collect, then the scores unless --context."""
+    names = [devsets.pages(n) and n for n in args.sets.split(",")]     # one line if not fetched
+    embedder = CachedEmbedder("minilm")
+    found = retrieved(names, embedder, EmbeddingCache(args.cache))
+    context = print_context(context_table(found), names)
+    if args.collect:
+        collect(found, context, args.local_model, args.threads, args.questions, args.cache)
+    if not args.context:
+        from ragkit import gguf
+        print_scores(found, context, gguf.model_file(args.local_model)[0], args.cache)
+
+
+main = plumbing.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    plumbing.leave(main())

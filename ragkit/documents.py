@@ -19,7 +19,7 @@ from pathlib import Path
 from ragkit import readers
 from ragkit.plumbing import Progress, one_line, refuse_empty
 from ragkit.readers import Unreadable
-from ragkit.storage import usable_folder
+from ragkit.storage import regular_file_size, usable_folder
 from ragkit.text import plural, printable
 
 MAX_FILE_BYTES = 2_000_000   # bigger files are logs and dumps, not notes: skipped with one line
@@ -80,12 +80,9 @@ def checked_bytes(path: Path, root: Path, limit: int, read: bool = True) -> byte
     try:
         if root not in path.resolve().parents:
             raise Unreadable("it points outside the folder (a link); not read")
-        if not path.resolve().is_file():                  # a link to a FIFO would wait for ever
-            raise Unreadable("not a regular file (a FIFO, a socket or a device); not read")
-        size = path.stat().st_size
-        if size > limit:
-            raise Unreadable(f"{size / 1e6:.1f} MB is over the {limit / 1e6:.0f} MB limit for "
-                             f"one file (split it)")
+        regular_file_size(path, limit, "not a regular file (a FIFO, a socket or a device); not read",
+                          lambda size: f"{size / 1e6:.1f} MB is over the {limit / 1e6:.0f} MB limit for "
+                                       f"one file (split it)", error=Unreadable)
         return path.read_bytes() if read else None
     except (OSError, RuntimeError) as exc:                # RuntimeError: a loop of links
         raise Unreadable(f"cannot be read ({getattr(exc, 'strerror', None) or exc})") from None

@@ -36,7 +36,8 @@ import numpy as np
 
 import rag_from_scratch as rag
 from ragkit.plumbing import Progress, one_line, parse_json
-from ragkit.storage import claim_folder, folder_lock, sha256_bytes, sha256_file, usable_folder, write_atomic
+from ragkit.storage import (claim_folder, folder_lock, regular_file_size, sha256_bytes, sha256_file,
+                            usable_folder, write_atomic)
 
 MINILM = rag.defaults(rag.Embedder)["model"]      # "sentence-transformers/all-MiniLM-L6-v2"
 BULK = 64                # texts at once from which encoding uses every core
@@ -70,25 +71,23 @@ def check_model_files(folder: Path) -> None:
     ...) holds only regular files (or links to them, as in the Hugging Face cache), no more than
     MAX_MODEL_BYTES together, and each .safetensors file whole. Hashing or loading a pipe or a
     device (a link to /dev/zero) would never end; a file cut short fails deep inside a loader."""
-    import stat
     top = sorted(folder.iterdir())
     total = 0
     for path in top + [inner for sub in top if sub.is_dir() for inner in sorted(sub.iterdir())]:
+        if path.is_dir():                        # a link: what it points to
+            continue
         try:
-            info = path.stat()                   # a link: what it points to
+            size = regular_file_size(
+                path, MAX_MODEL_BYTES - total,
+                f"{path} is not a regular file (a pipe, a device or a socket): a model folder holds "
+                f"files only; check --model",
+                lambda _: f"the model folder {folder} holds more than {MAX_MODEL_BYTES / 2**30:g} GB: "
+                          f"not a model to embed with on a CPU; check --model")
         except OSError:
             raise ValueError(f"model file {path} cannot be read (a broken link?): check --model") from None
-        if stat.S_ISDIR(info.st_mode):
-            continue
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{path} is not a regular file (a pipe, a device or a socket): a model "
-                             f"folder holds files only; check --model")
-        total += info.st_size
-        if total > MAX_MODEL_BYTES:
-            raise ValueError(f"the model folder {folder} holds more than {MAX_MODEL_BYTES / 2**30:g} GB: "
-                             f"not a model to embed with on a CPU; check --model")
+        total += size
         if path.suffix == ".safetensors":
-            check_safetensors(path, info.st_size)
+            check_safetensors(path, size)
 
 
 def check_safetensors(path: Path, size: int) -> None:
@@ -146,7 +145,7 @@ def model_for(backend: str, name: str = MINILM) -> tuple[str, str]:
     except (RuntimeError, FileNotFoundError) as exc:
         if must:
             raise
-        print(f"[info] MiniLM unavailable ({exc}); using TF-IDF instead.", file=sys.stderr)
+        rag.Embedder.say_tfidf_instead(exc)          # the core's own line
         return "tfidf", name
     return backend, name if name == MINILM else folder
 

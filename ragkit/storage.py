@@ -17,6 +17,7 @@ ragkit/storage.py: how the kit writes to disk and to databases without harming w
 import contextlib
 import hashlib
 import os
+import stat
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -135,20 +136,26 @@ def folder_lock(folder):
         lock.release()
 
 
+def regular_file_size(path, max_bytes: int, not_regular: str, too_big, error=ValueError) -> int:
+    """A regular file's size (links followed), at most max_bytes; else error(your words for what is wrong)."""
+    info = os.stat(path)                               # a path, or an open file's number
+    if not stat.S_ISREG(info.st_mode):                 # a FIFO or a device could hang or never end
+        raise error(not_regular)
+    if info.st_size > max_bytes:
+        raise error(too_big(info.st_size))
+    return info.st_size
+
+
 def read_plain_file(path, max_bytes: int, digest: str | None = None) -> bytes:
     """The bytes of a regular file (never a link, FIFO or device, which could hang or never
     end) of at most `max_bytes`; OSError or ValueError otherwise, with the reason. Given the
     SHA-256 `digest` it should have, the file is hashed a piece at a time first, so one that
     differs (a damaged 3 GB file) is refused without ever being held in memory."""
-    import stat
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     fd = os.open(path, flags)                          # a link: ELOOP; a FIFO: no wait
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{path} is not a regular file")
-        if info.st_size > max_bytes:
-            raise ValueError(f"{path} is {info.st_size:,} bytes, over the {max_bytes:,} it may be")
+        regular_file_size(f.fileno(), max_bytes, f"{path} is not a regular file",
+                          lambda size: f"{path} is {size:,} bytes, over the {max_bytes:,} it may be")
         if digest is not None:
             hashed = hashlib.sha256()
             for piece in iter(lambda: f.read(1 << 20), b""):
