@@ -153,7 +153,12 @@ def run_alone(folder, *args, timeout=120):
                           cwd=folder, timeout=timeout)
 
 
-def press_ctrl_c(argv, at=None, may_finish=False, timeout=180, cwd=ROOT, nth=1):
+# A last resort only: a child that neither prints nor exits for this long hangs. The waits
+# below end on the child's own lines and on its exit, so a load of 10 only makes them longer.
+HANG_S = 1800
+
+
+def press_ctrl_c(argv, at=None, may_finish=False, cwd=ROOT, nth=1):
     """Run `python *argv` as a terminal would and press Ctrl-C at a defined point, never after a
     guessed sleep, so the test means the same on an idle and a busy machine.
     at=None: at the very first instant. SIGINT is held from before the interpreter starts,
@@ -164,6 +169,8 @@ def press_ctrl_c(argv, at=None, may_finish=False, timeout=180, cwd=ROOT, nth=1):
     may_finish: the child may finish in the instant between printing the line and being
     stopped (the line is near its end). Exit 0, or death by SIGINT while the interpreter
     shuts down (a shell shows 130), then count as a run the press came too late for.
+    Every wait is for something the child does (a line, its exit, the end of its output);
+    HANG_S is the last resort, and its failure names what the test waited for.
     Returns the exit status and everything the child printed."""
     import queue
     import signal
@@ -182,14 +189,19 @@ def press_ctrl_c(argv, at=None, may_finish=False, timeout=180, cwd=ROOT, nth=1):
     reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout] + [lines.put(None)],
                               daemon=True)
     reader.start()
-    seen = []
+    seen, ended = [], False       # ended: the child's output is over (None was read)
+
+    def next_line():
+        try:
+            return lines.get(timeout=HANG_S)
+        except queue.Empty:
+            raise AssertionError(f"the child printed nothing for {HANG_S} s while the test waited "
+                                 f"for a line holding {at!r}:\n{''.join(seen)}") from None
+
     try:
         if at is None:
             proc.send_signal(signal.SIGINT)
-        while at is not None:
-            line = lines.get(timeout=timeout)
-            if line is None:
-                break
+        while at is not None and not (ended := (line := next_line()) is None):
             seen.append(line)
             nth -= at in line
             if nth == 0:
@@ -197,12 +209,17 @@ def press_ctrl_c(argv, at=None, may_finish=False, timeout=180, cwd=ROOT, nth=1):
                 proc.send_signal(signal.SIGINT)
                 proc.send_signal(signal.SIGCONT)
                 break
-        proc.wait(timeout=timeout)
+        try:
+            proc.wait(timeout=HANG_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the child had not exited {HANG_S} s after Ctrl-C:\n"
+                                 f"{''.join(seen)}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
-    reader.join(timeout=30)
-    while (line := lines.get_nowait() if not lines.empty() else None) is not None:
+    reader.join(timeout=60)         # the child has exited: what it wrote is in the pipe
+    assert not reader.is_alive(), "the child exited, but a process it started holds its output open"
+    while not ended and not (ended := (line := lines.get_nowait()) is None):
         seen.append(line)
     output = "".join(seen)
     if at is not None:
