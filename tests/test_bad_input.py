@@ -519,7 +519,9 @@ FILE_ROWS = [
 ]
 
 
-@pytest.mark.parametrize("name, make, reason, caps", FILE_ROWS, ids=[row[0] for row in FILE_ROWS])
+@pytest.mark.parametrize("name, make, reason, caps", [
+    pytest.param(*row, id=row[0], marks=[pytest.mark.slow] if row[0] == "random.html" else [])  # 4.5 MB
+    for row in FILE_ROWS])
 def test_a_bad_file_is_one_skip_line_or_read_and_the_note_beside_it_reads(name, make, reason, caps, tmp_path,
                                                                          monkeypatch, capfd, caplog):
     for cap, value in caps.items():

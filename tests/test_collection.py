@@ -521,6 +521,7 @@ def write_smart(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow      # a second or more
 def test_cli_collection_json_is_one_object(minilm, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(rag, "load_minilm", lambda *args, **kwargs: minilm.model)   # no reload
     folder = write_smart(tmp_path / "tiny")

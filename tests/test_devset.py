@@ -35,6 +35,7 @@ def test_each_set_has_30_answerable_and_8_unanswerable_questions_and_its_pages_h
                        for page in q["relevant"]), (q["question"], fact)
 
 
+@pytest.mark.slow      # a second or more
 def test_the_questions_are_not_the_pages_headings():
     """Users' words: no question repeats a heading of the page that answers it."""
     for name in devsets.available():

@@ -76,6 +76,7 @@ def test_faiss_flat_ip_returns_numpys_scores_and_order(minilm, minilm_index, chu
     assert [round(float(s), 3) for s in scores] == [0.504, 0.252, 0.190]
 
 
+@pytest.mark.slow      # a second or more
 def test_chroma_cosine_distance_is_one_minus_numpys_score(minilm, minilm_index, chunks):
     client = vdb.chroma_client()
     fp = vdb.index_fingerprint(rag.CORPUS, minilm, 50, 10)
