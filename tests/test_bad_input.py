@@ -202,6 +202,8 @@ SLOW_ROWS = {("lab/check.py", "--module {missing}"), ("lab/check.py", "--module 
              ("lab/check.py", "--module {typo}"), ("lab/check.py", "--module {stopper}"),
              ("rageval.generation", "--generators nope"),
              ("rag_vector_db.py", "--backend tfidf --persist {foreign}"),
+             ("rag_vector_db.py", "--backend tfidf --persist {file}"),
+             ("rageval.devset", "--backend tfidf --docs {docs} --questions {missing}"),
              ("rag_from_scratch.py", "--backend minilm --model someone/not-here")}
 
 

@@ -57,6 +57,7 @@ def test_core_search_returns_the_same_ids_as_faiss_and_argsort(small_report):
     assert ids["core"] == np.argsort(-(index @ q))[:TOP_K].tolist()
 
 
+@pytest.mark.slow      # a second or more
 def test_text_report_prints_one_row_per_size(capsys):
     assert bench.main(SMALL) == 0
     out = capsys.readouterr().out

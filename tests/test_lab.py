@@ -88,6 +88,7 @@ def test_task3_holds_its_verdict_back_until_asked(minilm, capsys):
     assert "restores hit@1=1.00 at k=1" in capsys.readouterr().out
 
 
+@pytest.mark.slow      # a second or more
 def test_task3_measures_each_fix_separately(minilm, capsys):
     results = tasks.task3(minilm, reveal=True)
     out = capsys.readouterr().out

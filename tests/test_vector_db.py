@@ -94,6 +94,7 @@ def test_chroma_cosine_distance_is_one_minus_numpys_score(minilm, minilm_index, 
     assert collection.configuration_json["hnsw"]["space"] == "cosine"
 
 
+@pytest.mark.slow      # a second or more
 def test_script_prints_the_tutorial_figures_and_agreement(shared_minilm, capsys):
     code, lines, err = run_main(capsys, "--backend", "minilm")
     assert code == 0, err
