@@ -46,7 +46,9 @@ def test_the_questions_are_not_the_pages_headings():
 
 
 @pytest.mark.slow      # MiniLM builds of MkDocs' pages
-def test_mkdocs_figures_as_devset_prints_them(capsys):
+def test_mkdocs_figures_as_devset_prints_them(capsys, monkeypatch, minilm):
+    real = devset.CachedEmbedder                # the session's MiniLM, not a second load
+    monkeypatch.setattr(devset, "CachedEmbedder", lambda backend: minilm if backend == "minilm" else real(backend))
     assert devset.main(["--sets", "mkdocs"]) == 0
     out = capsys.readouterr().out
     assert ("\n== mkdocs: 38 answerable and 8 unanswerable questions ==\n"
