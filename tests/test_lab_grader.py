@@ -57,7 +57,6 @@ def test_pytest_lab_fails_the_starter_and_passes_the_reference():
     assert status == 0 and "5 passed" in out, out
 
 
-@pytest.mark.slow      # a second or more
 def test_pytest_on_the_whole_repository_does_not_collect_the_starter_grader():
     # the root folder as an explicit argument overrides any testpaths setting
     status, out = run("-m", "pytest", "--collect-only", "-p", "no:cacheprovider",
@@ -139,7 +138,6 @@ def student_file(tmp_path, body: str, head: str = STUDENT_SOLUTION) -> str:
     return str(path)
 
 
-@pytest.mark.slow      # a second or more
 def test_check_counts_sys_exit_at_import_as_five_fails_never_exit_0(tmp_path):
     status, out = run("lab/check.py", "--module", student_file(tmp_path, "import sys\nsys.exit(0)\n"))
     assert status == 1, out
@@ -185,8 +183,7 @@ def test_check_stops_an_endless_loop_at_the_time_limit(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["--module", "no_such_file.py"], "error: no file no_such_file.py to grade"),
-    pytest.param(["--module", "no_such_module"], "error: cannot load the module to grade: ModuleNotFoundError",
-                 marks=pytest.mark.slow),          # a grader's child process is started
+    (["--module", "no_such_module"], "error: cannot load the module to grade: ModuleNotFoundError"),
     (["--time-limit", "0"], "error: --time-limit and --memory-mb must be positive numbers"),
     (["--time-limit", "nan"], "error: --time-limit and --memory-mb must be positive numbers"),
     (["--time-limit", "inf"], "error: --time-limit and --memory-mb must be positive numbers"),
@@ -211,7 +208,6 @@ ENDLESS_CHUNKER = ("import sys\ndef chunk_text(text, chunk_size=50, overlap=10):
                    "    while True:\n        pass\n")
 
 
-@pytest.mark.slow      # a second or more
 def test_check_ctrl_c_says_interrupted_exits_130_and_ends_the_child(tmp_path):
     module = student_file(tmp_path, ENDLESS_CHUNKER)
     grader = subprocess.Popen([sys.executable, "lab/check.py", "--module", module,
@@ -353,7 +349,6 @@ def starter_with(tmp_path, tail: str) -> str:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups: POSIX")
-@pytest.mark.slow      # a second or more
 def test_what_the_graded_code_starts_in_the_background_ends_with_the_grader(tmp_path):
     tail = "import os, time\nif os.fork() == 0:\n    time.sleep(120)\n    os._exit(0)\n"
     module = starter_with(tmp_path, tail)
@@ -373,7 +368,6 @@ def test_a_fork_and_setsid_in_the_graded_code_ends_with_the_command_line_grader(
     assert all_end_soon(module)
 
 
-@pytest.mark.slow      # a second or more
 def test_a_buggy_search_is_blamed_not_the_correct_evaluate_retrieval_that_calls_it(tmp_path):
     """The student's own evaluate_retrieval calls the student's own (wrong) search."""
     head = "from rag_from_scratch import chunk_text, cosine_similarity, build_prompt, retrieval_metrics, average_metrics\n"
@@ -429,7 +423,6 @@ def open_dir():
     shutil.rmtree(folder)
 
 
-@pytest.mark.slow      # a second or more
 def test_an_error_message_is_one_fail_line_with_control_characters_written_out(tmp_path):
     tail = ("def chunk_text(text, chunk_size=50, overlap=10):\n"
             "    raise RuntimeError('\\x1b[2J\\nPASS  chunk_text')\n")
@@ -439,7 +432,6 @@ def test_an_error_message_is_one_fail_line_with_control_characters_written_out(t
     assert r"it raised RuntimeError: \x1b[2J PASS chunk_text (line" in out     # one line, escaped
 
 
-@pytest.mark.slow      # a second or more
 def test_a_crash_is_a_fail_that_names_the_line_never_a_traceback(tmp_path):
     body = ("class Stop(BaseException):\n    pass\n"
             "def chunk_text(text, chunk_size=50, overlap=10):\n"
@@ -458,7 +450,6 @@ def test_a_crash_is_a_fail_that_names_the_line_never_a_traceback(tmp_path):
     assert "3/5 functions pass" in out and "Traceback" not in err, out + err
 
 
-@pytest.mark.slow      # a second or more
 def test_what_the_graded_code_prints_is_shown_on_stderr_behind_a_bar(tmp_path):
     tail = ("import sys\nprint('PASS  chunk_text\\x1b[2J')\n"
             "print('PASS  search', file=sys.stderr)\n")
@@ -468,7 +459,6 @@ def test_what_the_graded_code_prints_is_shown_on_stderr_behind_a_bar(tmp_path):
     assert "\x1b" not in err
 
 
-@pytest.mark.slow      # a second or more
 def test_what_the_graded_code_prints_is_cut_to_its_first_20_lines_of_200_characters(tmp_path):
     tail = "for _ in range(100):\n    print('x' * 1000)\n"
     status, out, err = grade_cli(starter_with(tmp_path, tail))
@@ -688,7 +678,6 @@ def test_pytest_lab_leaves_no_process_behind(tmp_path, setsid_is_caught):
 # The reference solution is not the student's work: imported, it passes nothing (a wrapper
 # around it is left to whoever reads the code)
 # ---------------------------------------------------------------------------
-@pytest.mark.slow      # a second or more
 def test_a_file_that_only_imports_the_reference_functions_passes_none(tmp_path):
     path = tmp_path / "student.py"
     path.write_text(f"from rag_from_scratch import {', '.join(check.FUNCTIONS)}\n")
