@@ -153,7 +153,32 @@ def run_alone(folder, *args, timeout=120):
                           cwd=folder, timeout=timeout)
 
 
-def press_ctrl_c(argv, at=None, may_finish=False, timeout=180, cwd=ROOT, nth=1):
+# A last resort only: a child that neither prints nor exits for this long hangs. The waits
+# below end on the child's own lines and on its exit, so a load of 10 only makes them longer.
+HANG_S = 1800
+
+
+def output_lines(proc):
+    """A queue that gets each line of the child's output as it is printed, then None."""
+    import queue
+    import threading
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout] + [lines.put(None)],
+                     daemon=True).start()
+    return lines
+
+
+def next_line(lines, seen: list, waiting_for: str, seconds=HANG_S):
+    """The child's next line (None: its output has ended); failing after `seconds`, by name."""
+    import queue
+    try:
+        return lines.get(timeout=seconds)
+    except queue.Empty:
+        raise AssertionError(f"the child printed nothing for {seconds} s while the test waited for "
+                             f"{waiting_for}:\n{''.join(seen)}") from None
+
+
+def press_ctrl_c(argv, at=None, may_finish=False, cwd=ROOT, nth=1):
     """Run `python *argv` as a terminal would and press Ctrl-C at a defined point, never after a
     guessed sleep, so the test means the same on an idle and a busy machine.
     at=None: at the very first instant. SIGINT is held from before the interpreter starts,
@@ -164,11 +189,10 @@ def press_ctrl_c(argv, at=None, may_finish=False, timeout=180, cwd=ROOT, nth=1):
     may_finish: the child may finish in the instant between printing the line and being
     stopped (the line is near its end). Exit 0, or death by SIGINT while the interpreter
     shuts down (a shell shows 130), then count as a run the press came too late for.
+    Each wait ends on what the child does (a line, its output's end); HANG_S is a last resort.
     Returns the exit status and everything the child printed."""
-    import queue
     import signal
     import subprocess
-    import threading
 
     def as_from_a_terminal():
         signal.signal(signal.SIGINT, signal.SIG_DFL)   # background test runs ignore SIGINT
@@ -178,32 +202,22 @@ def press_ctrl_c(argv, at=None, may_finish=False, timeout=180, cwd=ROOT, nth=1):
     proc = subprocess.Popen([sys.executable, *argv], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, preexec_fn=as_from_a_terminal,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    lines = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout] + [lines.put(None)],
-                              daemon=True)
-    reader.start()
-    seen = []
+    lines, seen, line = output_lines(proc), [], ""
     try:
         if at is None:
             proc.send_signal(signal.SIGINT)
-        while at is not None:
-            line = lines.get(timeout=timeout)
-            if line is None:
-                break
+        while at is not None and nth and (line := next_line(lines, seen, f"a line holding {at!r}")):
             seen.append(line)
             nth -= at in line
-            if nth == 0:
-                proc.send_signal(signal.SIGSTOP)
-                proc.send_signal(signal.SIGINT)
-                proc.send_signal(signal.SIGCONT)
-                break
-        proc.wait(timeout=timeout)
+        if nth == 0:
+            for sig in (signal.SIGSTOP, signal.SIGINT, signal.SIGCONT):
+                proc.send_signal(sig)
+        while line is not None and (line := next_line(lines, seen, "its output to end")) is not None:
+            seen.append(line)
+        proc.wait()                  # its output has ended: it has exited, or is about to
     finally:
         if proc.poll() is None:
             proc.kill()
-    reader.join(timeout=30)
-    while (line := lines.get_nowait() if not lines.empty() else None) is not None:
-        seen.append(line)
     output = "".join(seen)
     if at is not None:
         assert any(at in line for line in seen), f"the child never printed {at!r}:\n{output}"

@@ -206,10 +206,38 @@ ROWS = [
 ]
 
 
-def params():
+# Rows that take a second or more in this process: they start the grader's child process, or
+# import chromadb, llama.cpp's bindings or sentence-transformers before they refuse.
+SLOW_ROWS = {("lab/check.py", "--module {missing}"), ("lab/check.py", "--module no_such_module"),
+             ("lab/check.py", "--module {typo}"), ("lab/check.py", "--module {stopper}"),
+             ("rageval.generation", "--generators nope"),
+             ("rag_vector_db.py", "--backend tfidf --persist {foreign}"),
+             ("rag_vector_db.py", "--backend tfidf --persist {file}"),
+             ("rageval.devset", "--backend tfidf --docs {docs} --questions {missing}"),
+             ("rag_from_scratch.py", "--backend minilm --model someone/not-here")}
+
+
+def params(rows=ROWS):
     """ROWS as pytest params, named by script and arguments."""
-    for script, args, expected in ROWS:
-        yield pytest.param(script, args, expected, id=f"{script} {args}")
+    for script, args, expected in rows:
+        marks = [pytest.mark.slow] if (script, args) in SLOW_ROWS else []
+        yield pytest.param(script, args, expected, id=f"{script} {args}", marks=marks)
+
+
+# Each script's first row runs as a learner runs it, a process of its own: its exit status is
+# what `python` returns. The others call the script's main() in this process (a fresh Python
+# for each of 190 rows took minutes): the same parser, the same one error path.
+FIRST_ROWS = list({script: (script, args, expected) for script, args, expected in reversed(ROWS)}.values())
+OTHER_ROWS = [row for row in ROWS if row not in FIRST_ROWS]
+
+
+def main_of(script: str):
+    """The main() that `python script` runs: a root file, a lab file or a package's module."""
+    import importlib
+    if script.startswith("lab/"):
+        import test_lab
+        return {"lab/check.py": test_lab.check, "lab/lab_tasks.py": test_lab.tasks}[script].main
+    return importlib.import_module(script.removesuffix(".py")).main
 
 
 @pytest.fixture(scope="module")
@@ -261,26 +289,49 @@ def snapshot(folder: Path) -> dict:
             for p in sorted(folder.rglob("*"))}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("script, args, expected", list(params()))
-def test_bad_input_is_one_line_a_nonzero_exit_and_nothing_touched(script, args, expected,
-                                                                  places, tmp_path):
+def argv_of(args: str, places: dict) -> list[str]:
     import shlex
-    named = {key: shlex.quote(str(path)) for key, path in places.items()}
-    argv = shlex.split(args.format(**named))
-    before = snapshot(tmp_path)
-    done = subprocess.run([sys.executable, *command(script), *argv], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    lines = [line for line in done.stderr.splitlines() if not line.startswith("waiting for")]
-    assert done.returncode != 0, done.stdout[-500:]
-    assert "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert len(lines) == 1, done.stderr
+    return shlex.split(args.format(**{key: shlex.quote(str(path)) for key, path in places.items()}))
+
+
+def check_one_line(status, out, err, expected, places):
+    lines = [line for line in err.splitlines() if not line.startswith("waiting for")]
+    assert status != 0, out[-500:]
+    assert "Traceback" not in err, err[-2000:]
+    assert len(lines) == 1, err
     assert expected.format(**{k: str(p) for k, p in places.items()}) in lines[0], lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, args, expected", list(params(FIRST_ROWS)))
+def test_bad_input_to_a_command_is_one_line_and_a_nonzero_exit_status(script, args, expected,
+                                                                        places, tmp_path):
+    before = snapshot(tmp_path)
+    done = subprocess.run([sys.executable, *command(script), *argv_of(args, places)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    check_one_line(done.returncode, done.stdout, done.stderr, expected, places)
+    assert snapshot(tmp_path) == before          # nothing created, changed or deleted
+
+
+@pytest.mark.parametrize("script, args, expected", list(params(OTHER_ROWS)))
+def test_bad_input_is_one_line_a_nonzero_exit_and_nothing_touched(script, args, expected,
+                                                                  places, tmp_path, capfd,
+                                                                  monkeypatch):
+    monkeypatch.chdir(ROOT)                     # where the command runs from
+    before = snapshot(tmp_path)
+    try:
+        status = main_of(script)(argv_of(args, places))
+    except SystemExit as stop:                  # argparse's exit, status 2
+        status = stop.code
+    captured = capfd.readouterr()
+    check_one_line(status, captured.out, captured.err, expected, places)
     assert snapshot(tmp_path) == before          # nothing created, changed or deleted
 
 
 def test_the_table_covers_every_entry_point_with_40_rows_or_more():
     scripts = {script for script, _, _ in ROWS}
+    assert {script for script, _, _ in FIRST_ROWS} == scripts          # each one as a command too
+    assert SLOW_ROWS <= {(script, args) for script, args, _ in ROWS}
     assert scripts == entry_points() | {"lab/check.py", "lab/lab_tasks.py"}
     assert len(ROWS) >= 40 and len({(s, a) for s, a, _ in ROWS}) == len(ROWS)
 
@@ -370,10 +421,12 @@ def test_ctrl_c_while_a_script_starts_is_one_line_and_exit_130(script, args, at,
     ("ragbench.search", ["--sizes", "1000"]), ("ragbench.learner", ["--part", "update", "--files", "20"]),
     ("lab/check.py", []), ("lab/lab_tasks.py", ["--backend", "tfidf"]), ("rageval.devset", ["--backend", "tfidf"]),
 ])
+@pytest.mark.slow      # a fresh Python each
 def test_ctrl_c_before_the_imports_of_every_other_script_is_one_line_and_exit_130(script, args):
     press_ctrl_c([*command(script), *args])
 
 
+@pytest.mark.slow      # MiniLM loads in the child
 def test_ctrl_c_inside_the_indexing_run_stops_bench_learner_with_exit_130():
     press_ctrl_c(["-m", "ragbench.learner", "--part", "update", "--files", "20"],
                  at="building a MiniLM index")
@@ -478,7 +531,9 @@ FILE_ROWS = [
 ]
 
 
-@pytest.mark.parametrize("name, make, reason, caps", FILE_ROWS, ids=[row[0] for row in FILE_ROWS])
+@pytest.mark.parametrize("name, make, reason, caps", [
+    pytest.param(*row, id=row[0], marks=[pytest.mark.slow] if row[0] == "random.html" else [])  # 4.5 MB
+    for row in FILE_ROWS])
 def test_a_bad_file_is_one_skip_line_or_read_and_the_note_beside_it_reads(name, make, reason, caps, tmp_path,
                                                                          monkeypatch, capfd, caplog):
     for cap, value in caps.items():

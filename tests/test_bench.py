@@ -57,6 +57,7 @@ def test_core_search_returns_the_same_ids_as_faiss_and_argsort(small_report):
     assert ids["core"] == np.argsort(-(index @ q))[:TOP_K].tolist()
 
 
+@pytest.mark.slow      # a second or more
 def test_text_report_prints_one_row_per_size(capsys):
     assert bench.main(SMALL) == 0
     out = capsys.readouterr().out
@@ -92,6 +93,7 @@ def test_tfidf_index_of_10k_cisi_chunks_stays_sparse_and_under_100_mb():
     assert (t["terms"], t["nonzeros"]) == (reference.shape[1], reference.nnz)
 
 
+@pytest.mark.slow      # a second or more
 def test_without_a_collection_the_text_is_made_up_and_zipf_like():
     chunks, source, questions = bench.text_chunks(400, None)
     assert len(chunks) == 400 and source.startswith("synthetic") and questions

@@ -454,6 +454,7 @@ def tiny_results(minilm):
     return rc.evaluate_collection(TINY, minilm, cache=None, k=2, folds=2)
 
 
+@pytest.mark.slow      # a second or more
 def test_evaluate_collection_scores_a_tiny_collection(tiny_results):
     assert list(tiny_results) == FIXED + PEERS + CV + ["in-sample best (curiosity)"]
     bm25 = tiny_results["bm25"]
@@ -488,6 +489,7 @@ def test_the_grid_lists_every_setting_once_and_a_missing_input_drops_its_methods
                                                       ["bm25 stemmed + rocchio"] * 192)
 
 
+@pytest.mark.slow      # a second or more
 def test_cv_row_is_the_mean_of_held_out_queries(tiny_results):
     # With 2 queries and 2 folds, each query is scored by the setting the other one chose.
     r = tiny_results["cv: bm25 stemmed"]
@@ -521,6 +523,7 @@ def write_smart(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow      # a second or more
 def test_cli_collection_json_is_one_object(minilm, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(rag, "load_minilm", lambda *args, **kwargs: minilm.model)   # no reload
     folder = write_smart(tmp_path / "tiny")

@@ -104,6 +104,7 @@ def test_minilm_evaluation_matches_the_tutorial(minilm, minilm_index, chunks, ca
                          "for a client visit and claim the costs afterwards?")
 
 
+@pytest.mark.slow      # a second or more
 def test_minilm_matches_a_plain_sentence_transformers_call(minilm, minilm_index, chunks):
     """Our batching, caching and normalising change nothing: same vectors as the library."""
     vectors = minilm.model.encode([c["text"] for c in chunks], normalize_embeddings=True)
@@ -240,6 +241,7 @@ def test_rag_answer_calls_any_llm_function_with_prompt_and_system(tfidf_setup, c
     assert out["retrieved"][0]["doc_id"] == "HR-01"
 
 
+@pytest.mark.slow      # a second or more
 def test_bedrock_request_is_valid_for_the_real_service_model():
     import boto3
     from botocore.stub import Stubber
@@ -279,6 +281,7 @@ def test_cli_tfidf_prints_the_tutorials_steps(capsys):
         assert line in text.splitlines(), line
 
 
+@pytest.mark.slow      # a second or more
 def test_cli_minilm_prints_the_tutorials_steps(capsys, minilm):
     status, text, err = cli(capsys, "--backend", "minilm")
     assert status == 0, err
@@ -329,6 +332,7 @@ def test_cli_bad_input_is_one_line_and_nonzero(capsys, args, message):
     assert "== Step 2" not in out                         # rejected before any slow work
 
 
+@pytest.mark.slow      # a second or more
 def test_cli_generate_without_credentials_says_what_to_set_up(tmp_path):
     empty = tmp_path / "empty"
     empty.write_text("")
@@ -406,6 +410,7 @@ def test_auto_falls_back_to_tfidf_at_once_and_never_asks_the_hub():
     assert asked == [] and elapsed < LATE_S + 15, f"fallback took {elapsed:.0f} s"
 
 
+@pytest.mark.slow      # a second or more
 def test_minilm_backend_without_a_model_fails_fast_with_advice():
     out = run_cli("--backend", "minilm", "--model", "someone/not-here",
                   env={"HF_HUB_OFFLINE": "1"})

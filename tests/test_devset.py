@@ -35,6 +35,7 @@ def test_each_set_has_30_answerable_and_8_unanswerable_questions_and_its_pages_h
                        for page in q["relevant"]), (q["question"], fact)
 
 
+@pytest.mark.slow      # a second or more
 def test_the_questions_are_not_the_pages_headings():
     """Users' words: no question repeats a heading of the page that answers it."""
     for name in devsets.available():
@@ -45,7 +46,9 @@ def test_the_questions_are_not_the_pages_headings():
 
 
 @pytest.mark.slow      # MiniLM builds of MkDocs' pages
-def test_mkdocs_figures_as_devset_prints_them(capsys):
+def test_mkdocs_figures_as_devset_prints_them(capsys, monkeypatch, minilm):
+    real = devset.CachedEmbedder                # the session's MiniLM, not a second load
+    monkeypatch.setattr(devset, "CachedEmbedder", lambda backend: minilm if backend == "minilm" else real(backend))
     assert devset.main(["--sets", "mkdocs"]) == 0
     out = capsys.readouterr().out
     assert ("\n== mkdocs: 38 answerable and 8 unanswerable questions ==\n"

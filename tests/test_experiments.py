@@ -85,12 +85,14 @@ size=12 overlap=4: 0.668 HR-04#1: leave. Fathers, partners and adoptive parents 
 @pytest.mark.parametrize("letter, expected", [("A", TUTORIAL_A), ("B", TUTORIAL_B),
                                               ("C", TUTORIAL_C), ("D", TUTORIAL_D),
                                               ("E", TUTORIAL_E)])
+@pytest.mark.slow      # every experiment once (the module's `run`)
 def test_experiments_a_to_e_print_the_tutorials_lines_verbatim(run, letter, expected):
     printed = block(run[1], letter)
     wanted = expected.splitlines()
     assert printed[:len(wanted)] == wanted
 
 
+@pytest.mark.slow      # every experiment once (the module's `run`)
 def test_experiment_a_numbers_and_the_one_question_gap(run):
     a = run[0]["A"]
     assert (a["tfidf"]["hit@1"], a["tfidf"]["recall@1"]) == (0.9, 0.85)
@@ -102,6 +104,7 @@ def test_experiment_a_numbers_and_the_one_question_gap(run):
     assert "  hit@1, minilm - tfidf: +0.10 [+0.00, +0.30]  (could be chance)" in block(run[1], "A")
 
 
+@pytest.mark.slow      # every experiment once (the module's `run`)
 def test_experiment_b_chunk_counts_and_rates(run):
     b = run[0]["B"]["settings"]
     got = {label: (r["chunks"], r["hit@1"], r["recall@1"], r["recall@3"]) for label, r in b.items()}
@@ -113,6 +116,7 @@ def test_experiment_b_chunk_counts_and_rates(run):
     assert sweep["hit@1"][0.0][rx.B_SWEEP.index(50)] == 1.0
 
 
+@pytest.mark.slow      # every experiment once (the module's `run`)
 def test_experiment_d_precision_and_prompt_length(run):
     d = run[0]["D"]["k"]
     assert {k: (round(r["precision"], 2), r["prompt_words"]) for k, r in d.items()} == \
@@ -120,6 +124,7 @@ def test_experiment_d_precision_and_prompt_length(run):
     assert all(d[k]["recall"] <= d[k2]["recall"] for k, k2 in zip(rx.D_KS, rx.D_KS[1:]))
 
 
+@pytest.mark.slow      # every experiment once (the module's `run`)
 def test_experiment_e_overlap_puts_the_answer_in_the_top_chunk(run):
     e = run[0]["E"]
     no_overlap, overlap = e["size=12 overlap=0"], e["size=12 overlap=4"]
@@ -151,6 +156,7 @@ def test_sentence_chunks_of_the_corpus_keep_every_word_in_order():
         assert all(len(p["text"].split()) <= 25 for p in pieces)
 
 
+@pytest.mark.slow      # every experiment once (the module's `run`)
 def test_experiment_f_sentence_chunks_measured(run):
     f = run[0]["F"]["settings"]
     got = {label: (r["chunks"], r["hit@1"], r["top"]["chunk_id"], r["has_answer"])
@@ -222,6 +228,7 @@ def test_stemming_matches_word_forms():
     assert retrieval.bm25_scores(["library"], vectorizer, weights)[0, 0] > 0
 
 
+@pytest.mark.slow      # every experiment once (the module's `run`)
 def test_bm25_worked_example_by_hand(run):
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
     count = lambda text: len([w for w in re.findall(r"\b\w\w+\b", text.lower())
@@ -267,6 +274,7 @@ def test_score_matrix_ranks_like_the_cores_search(minilm, minilm_index, chunks, 
                 {key: core[key] for key in ("hit_rate", "recall", "mrr", "ndcg")}
 
 
+@pytest.mark.slow      # every experiment once (the module's `run`)
 def test_experiment_g_hybrid_fixes_both_known_failures(run):
     g = run[0]["G"]
     fathers, vacation = rx.FATHERS, rag.EVAL_SET[0]["question"]
@@ -292,6 +300,7 @@ def test_best_threshold_by_hand():
     assert not best["separable"] and best["f1"] == pytest.approx(0.8)
 
 
+@pytest.mark.slow      # every experiment once (the module's `run`)
 def test_experiment_h_no_threshold_separates_the_questions(run):
     h = run[0]["H"]
     assert len(rx.UNANSWERABLE) >= 5 and set(h) == {"tfidf", "bm25", "minilm"}
@@ -334,6 +343,7 @@ def test_merge_of_the_corpus_chunks_rebuilds_the_document(chunks):
     assert len(merged) == 1 and merged[0]["text"] == " ".join(rag.CORPUS[0]["text"].split())
 
 
+@pytest.mark.slow      # every experiment once (the module's `run`)
 def test_experiment_i_prompts_shrink_and_keep_every_fact(run):
     i = run[0]["I"]
     assert i["size=50 overlap=10 k=3"] == {"words_before": 1475, "words_after": 1376, "shorter": 7,
@@ -351,6 +361,7 @@ def test_experiment_i_prompts_shrink_and_keep_every_fact(run):
 # ---------------------------------------------------------------------------
 # J: Rocchio pseudo-relevance feedback
 # ---------------------------------------------------------------------------
+@pytest.mark.slow      # every experiment once (the module's `run`)
 def test_experiment_j_rocchio_beside_the_plain_search(run):
     j = run[0]["J"]
     got = {m: (r["hit@1"], r["recall@1"], r["recall@3"], round(r["mrr@3"], 2)) for m, r in j.items()
@@ -391,6 +402,7 @@ def test_bootstrap_matches_scipy_percentile_interval():
     assert retrieval.bootstrap_ci([0.5] * 10) == (0.5, 0.5)
 
 
+@pytest.mark.slow      # every experiment once (the module's `run`)
 def test_each_text_is_embedded_once_per_backend(run, minilm, capsys):
     before = minilm.texts_encoded
     rx.run_experiments("BDEFI", minilm=minilm)         # every text was seen in the first run
@@ -418,6 +430,7 @@ def test_paired_bootstrap_resamples_questions_not_settings():
 # ---------------------------------------------------------------------------
 # Charts
 # ---------------------------------------------------------------------------
+@pytest.mark.slow      # every experiment once (the module's `run`)
 def test_plots_are_real_png_files(run):
     results, printed, folder = run
     names = sorted(Path(p).name for p in results["plots"])

@@ -78,6 +78,7 @@ def test_task2_prints_the_tutorial_output_line_for_line(minilm, capsys):
     assert results[1]["per_question"][0]["hit"] == 0.0          # vacation question: a MISS
 
 
+@pytest.mark.slow      # a second or more
 def test_task3_holds_its_verdict_back_until_asked(minilm, capsys):
     tasks.task3(minilm)
     out = capsys.readouterr().out
@@ -87,6 +88,7 @@ def test_task3_holds_its_verdict_back_until_asked(minilm, capsys):
     assert "restores hit@1=1.00 at k=1" in capsys.readouterr().out
 
 
+@pytest.mark.slow      # a second or more
 def test_task3_measures_each_fix_separately(minilm, capsys):
     results = tasks.task3(minilm, reveal=True)
     out = capsys.readouterr().out
@@ -145,6 +147,7 @@ def test_tfidf_part_b_shows_no_regression_and_names_the_miss_no_fix_reaches(caps
     assert len(quoted) >= 20 and [line for line in quoted if line not in printed] == []
 
 
+@pytest.mark.slow      # a second or more
 def test_tfidf_part_b_time_off_edit_fixes_the_fathers_question():
     snippet = re.search(r"```python\n(.*?)```", PART_B_TFIDF, flags=re.S).group(1)
     status, out = run("-c", snippet)
@@ -188,6 +191,7 @@ finally:
 """
 
 
+@pytest.mark.slow      # a second or more
 def test_lab_script_runs_on_tfidf_without_torch():
     status, out = run("-c", WITHOUT_TORCH.format(script="lab/lab_tasks.py",
                                                  argv=["--backend", "tfidf", "--task", "2"]))
@@ -230,6 +234,7 @@ def test_handouts_behave_like_the_core():
         assert inspect.signature(function) == inspect.signature(getattr(rag, name))
 
 
+@pytest.mark.slow      # a second or more
 def test_handouts_pasted_into_the_starter_pass_the_grader(tmp_path):
     starter = (LAB / "starter.py").read_text()
     for name in HANDOUTS:

@@ -82,6 +82,7 @@ def test_the_notebooks_legend_keeps_whole_words():
     assert "How many vacation days do I get each yea" not in labels
 
 
+@pytest.mark.slow      # a second or more
 def test_the_notebook_draws_three_pictures_and_writes_no_error_or_warning(executed):
     assert outputs(executed, "error") == []
     pictures = [o for o in outputs(executed, "display_data") if "image/png" in o["data"]]

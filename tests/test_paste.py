@@ -51,6 +51,7 @@ def test_pasted_in_file_order_into_a_fresh_kernel_they_reproduce_the_tfidf_figur
     assert prompt.startswith("Context:\n[HR-01] Annual leave policy\n")
 
 
+@pytest.mark.slow      # a second or more
 def test_pasted_in_file_order_the_minilm_path_reproduces_the_tutorial(minilm):
     kernel = {"np": np}
     for node in PIPELINE:

@@ -91,6 +91,7 @@ def cisi_table(minilm):
     return rq.cisi_quality(CISI, minilm)
 
 
+@pytest.mark.slow      # MiniLM over CISI's 1,460 documents
 def test_cisi_quality_table(cisi_table):
     pinned = {"float32": (0.132, 0.419, 1.0), "int8": (0.132, 0.419, 0.997),
               "int8 + rescore x4": (0.132, 0.419, 1.0), "binary": (0.108, 0.365, 0.586),
@@ -99,6 +100,7 @@ def test_cisi_quality_table(cisi_table):
             for name, m in cisi_table.items()} == pinned
 
 
+@pytest.mark.slow      # MiniLM over CISI's 1,460 documents
 def test_float32_row_is_the_core_metrics_on_full_cosine_scores(cisi_table, minilm):
     from rageval.ir_collection import load_collection
     from rageval.ir_scores import query_metrics
@@ -114,6 +116,7 @@ def test_float32_row_is_the_core_metrics_on_full_cosine_scores(cisi_table, minil
         (m[1], m[3]))
 
 
+@pytest.mark.slow      # MiniLM over CISI's 1,460 documents
 def test_command_prints_the_table(cisi_table, monkeypatch, capsys):
     monkeypatch.setattr(rq, "cisi_quality", lambda collection, rescores: cisi_table)
     assert rq.main([]) == 0
@@ -136,6 +139,7 @@ def test_bad_flags_are_one_line(capsys):
     assert capsys.readouterr().err == "error: argument --rescore: 0 is not between 1 and 10,000 (see --help)\n"
 
 
+@pytest.mark.slow      # MiniLM over CISI's 1,460 documents
 def test_deeper_rescoring_gives_binary_the_exact_top_10_the_docs_quote(minilm):
     m = rq.cisi_quality(CISI, minilm, rescores=(10,))["binary + rescore x10"]
     assert (round(m["exact"], 2), round(m["ndcg"], 3)) == (0.99, 0.417)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import press_ctrl_c
+from conftest import HANG_S, press_ctrl_c
 
 from ragkit import gguf
 
@@ -20,11 +20,18 @@ ASK = ["rag_from_scratch.py", "--docs", MKDOCS, "--question", "how do i install 
        "--generator", "local", "--threads", "2"]
 
 
-def test_local_loads_qwen_by_default_streams_and_shows_a_checked_quote_with_its_source():
+@pytest.fixture(scope="module")
+def ask(tmp_path_factory):
+    """ASK with an --index the module's runs share: the first builds it (MiniLM over the 463
+    chunks), the others reuse it, as a learner's second question does."""
+    return [*ASK, "--index", str(tmp_path_factory.mktemp("qwen") / "mkdocs-index")]
+
+
+def test_local_loads_qwen_by_default_streams_and_shows_a_checked_quote_with_its_source(ask):
     """One streamed answer (a blocking one takes the same path after the model: tests/test_generate.py
     runs it with SmolLM2): it ends cleanly, then the check, then the sources of what it kept."""
-    done = subprocess.run([sys.executable, *ASK, "--stream"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run([sys.executable, *ask, "--stream"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=HANG_S)   # a last resort: it ends on its own
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "loaded Qwen2.5-Coder-1.5B-Instruct Q4_K_M, xllamacpp" in done.stderr
     assert "[stream] first piece after " in done.stderr
@@ -43,6 +50,6 @@ def test_local_loads_qwen_by_default_streams_and_shows_a_checked_quote_with_its_
 # reading the prompt; writing the answer (its first "Quote:" line: the prompt printed before it
 # holds one too)
 @pytest.mark.parametrize("at, nth", [("== Step 7: the answer", 1), ("Quote:", 2)])
-def test_ctrl_c_in_the_middle_of_a_stream_is_one_line_and_130(at, nth):
-    status, output = press_ctrl_c([*ASK, "--stream"], at=at, nth=nth)
+def test_ctrl_c_in_the_middle_of_a_stream_is_one_line_and_130(ask, at, nth):
+    status, output = press_ctrl_c([*ask, "--stream"], at=at, nth=nth)
     assert status == 130 and output.rstrip().endswith("interrupted")

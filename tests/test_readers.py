@@ -98,6 +98,7 @@ def sections_of(docs, doc_id):
 
 
 # --- PDF ----------------------------------------------------------------------------------
+@pytest.mark.slow      # a second or more
 def test_a_pdf_is_read_page_by_page_with_bookmarked_headings_and_no_running_header(tmp_path, capsys):
     manual_pdf(tmp_path / "manual.pdf")
     docs = documents.load_documents(tmp_path)
@@ -282,6 +283,7 @@ def test_a_saved_wikipedia_page_gives_its_article_and_none_of_its_menus():
 
 
 # --- Word and notebooks ---------------------------------------------------------------------
+@pytest.mark.slow      # a second or more
 def test_a_docx_gives_headings_by_style_lists_tables_and_code(tmp_path):
     sections = readers.docx_sections(field_guide_docx(tmp_path / "guide.docx"))
     assert sections == [

@@ -74,6 +74,7 @@ def test_a_flate_bomb_is_one_skip_line_and_the_note_beside_it_reads(tmp_path, mo
                                "a PDF may use (a PDF bomb?), or is damaged (exit -6)"]
 
 
+@pytest.mark.slow      # a second or more
 def test_a_pdf_that_keeps_pdfium_busy_is_stopped_by_its_cpu_budget(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(readers, "PDF_SECONDS", 1)
     monkeypatch.setattr(readers, "PDF_MEMORY", 8 << 30)      # so that time runs out first
@@ -157,6 +158,7 @@ def test_a_docx_that_declares_entities_is_refused_before_mammoth_reads_it(tmp_pa
                                "(an entity bomb?)"]
 
 
+@pytest.mark.slow      # a second or more
 def test_a_docx_over_its_paragraph_or_tag_budget_is_refused_and_its_neighbours_read(tmp_path, capsys):
     bad.make_paragraphs_docx(tmp_path / "empty.docx", 0.2, "")                # 33,333 paragraphs
     runs = b"<w:p>" + b"<w:r><w:t>a</w:t></w:r>" * 30 + b"</w:p>"

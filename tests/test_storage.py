@@ -141,6 +141,7 @@ def test_the_next_save_cleans_what_a_killed_save_left_and_only_that(tmp_path):
         [storage.MARK_FILE, storage.LOCK_FILE, "vectors.npy", ".draft.partial"])
 
 
+@pytest.mark.slow      # a second or more
 def test_a_run_waiting_for_another_runs_lock_gives_up_at_its_deadline(tmp_path, monkeypatch, capsys):
     from filelock import FileLock
     folder = storage.claim_folder(tmp_path / "idx", "--index")

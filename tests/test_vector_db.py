@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import LATE_S
+from conftest import HANG_S, LATE_S, next_line, output_lines
 
 import rag_from_scratch as rag
 import rag_vector_db as vdb
@@ -76,6 +76,7 @@ def test_faiss_flat_ip_returns_numpys_scores_and_order(minilm, minilm_index, chu
     assert [round(float(s), 3) for s in scores] == [0.504, 0.252, 0.190]
 
 
+@pytest.mark.slow      # a second or more
 def test_chroma_cosine_distance_is_one_minus_numpys_score(minilm, minilm_index, chunks):
     client = vdb.chroma_client()
     fp = vdb.index_fingerprint(rag.CORPUS, minilm, 50, 10)
@@ -93,6 +94,7 @@ def test_chroma_cosine_distance_is_one_minus_numpys_score(minilm, minilm_index, 
     assert collection.configuration_json["hnsw"]["space"] == "cosine"
 
 
+@pytest.mark.slow      # a second or more
 def test_script_prints_the_tutorial_figures_and_agreement(shared_minilm, capsys):
     code, lines, err = run_main(capsys, "--backend", "minilm")
     assert code == 0, err
@@ -304,38 +306,32 @@ def test_a_partly_filled_collection_is_rebuilt():
 # ---------------------------------------------------------------------------
 @pytest.fixture()
 def chroma_server(tmp_path):
-    """Start `chroma run` on 127.0.0.1, wait for its heartbeat, and stop it by PID afterwards."""
+    """Start `chroma run` on 127.0.0.1, wait for the line it prints once it listens, and stop it
+    by PID afterwards."""
     chroma = Path(sys.executable).parent / "chroma"
     if not chroma.exists():
         pytest.skip(f"the chroma command is not installed next to {sys.executable}")
     port = free_port()
-    log = open(tmp_path / "server.log", "w")
     env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
     server = subprocess.Popen([str(chroma), "run", "--host", "127.0.0.1", "--port", str(port),
-                               "--path", str(tmp_path / "server_db")],
-                              stdout=log, stderr=subprocess.STDOUT, env=env)
+                               "--path", str(tmp_path / "server_db")], text=True, errors="replace",
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    lines, seen = output_lines(server), []       # read on to the end: the pipe never fills
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"chroma run exited with {server.returncode}: "
-                            f"{(tmp_path / 'server.log').read_text()[-2000:]}")
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("chroma run did not answer its heartbeat within 60 s")
-                time.sleep(0.25)
+        while not seen or "listening on address" not in seen[-1]:
+            line = next_line(lines, seen, "chroma run's line 'Frontend server listening on address'")
+            if line is None:
+                pytest.fail(f"chroma run exited with {server.wait()}: {''.join(seen)[-2000:]}")
+            seen.append(line)
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=LATE_S)
         yield port
     finally:
         server.send_signal(signal.SIGTERM)
         try:
-            server.wait(timeout=15)
+            server.wait(timeout=HANG_S)               # a last resort: it stops on SIGTERM
         except subprocess.TimeoutExpired:
             server.kill()
-            server.wait(timeout=15)
-        log.close()
+            server.wait()
 
 
 @pytest.mark.slow
