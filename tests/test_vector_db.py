@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -304,6 +305,20 @@ def test_a_partly_filled_collection_is_rebuilt():
 # ---------------------------------------------------------------------------
 # A real Chroma server (`chroma run`) on a free local port
 # ---------------------------------------------------------------------------
+def heartbeat(port: int) -> None:
+    """Chroma's heartbeat, answered: the server prints its "listening" line a moment before the
+    port accepts, so a refused connection is tried again (within HANG_S, a last resort)."""
+    give_up = time.monotonic() + HANG_S
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=LATE_S)
+            return
+        except urllib.error.URLError as exc:
+            if not isinstance(exc.reason, ConnectionRefusedError) or time.monotonic() > give_up:
+                raise
+            time.sleep(0.1)
+
+
 @pytest.fixture()
 def chroma_server(tmp_path):
     """Start `chroma run` on 127.0.0.1, wait for the line it prints once it listens, and stop it
@@ -323,7 +338,7 @@ def chroma_server(tmp_path):
             if line is None:
                 pytest.fail(f"chroma run exited with {server.wait()}: {''.join(seen)[-2000:]}")
             seen.append(line)
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=LATE_S)
+        heartbeat(port)
         yield port
     finally:
         server.send_signal(signal.SIGTERM)
