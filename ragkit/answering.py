@@ -55,7 +55,7 @@ def print_found(found: list[dict], plain: bool) -> None:
 def passages_for(question: str, retrieve, k: int) -> tuple[list[dict], list[dict]]:
     """(what retrieve found, the passages a prompt gets): with cosine alone, a chunk at 0.000
     is no match (rag.matched) and stays out of the prompt, unless nothing else is found."""
-    found = retrieve(question, k)
+    found = retrieve(question, k, report=True)          # a rerank's time, said on stderr
     if not retrieve.cosine_only:
         return found, found
     return found, rag.matched(found) or found

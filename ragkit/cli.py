@@ -200,7 +200,6 @@ def run(args) -> None:
     if args.compare:
         better_retrieval.print_compare(eval_set, chunks, index, embedder, k, chosen, context)
     if args.question or args.generator:
-        retrieve.report = True            # the reranker's time, said on stderr
         llm = None
         if args.generator:
             llm = generators.make_generator(args.generator, args, args.stream, embedder, chunks)

@@ -304,7 +304,6 @@ class Retriever:
     hybrid: object = None    # None, "rrf" or BM25's weight
     bm25: tuple | None = None            # (vectorizer, weights) with hybrid
     reranker: object = None
-    report: bool = False     # say each rerank's time on stderr
     timing: dict = field(default_factory=lambda: {"seconds": 0.0, "queries": 0})   # reranking's
 
     @property
@@ -317,8 +316,8 @@ class Retriever:
         """What orders the results, in words a learner can read."""
         return ranking_name(self.hybrid, self.reranker)
 
-    def __call__(self, question: str, k: int) -> list[dict]:
-        """The k best chunks for the question."""
+    def __call__(self, question: str, k: int, report: bool = False) -> list[dict]:
+        """The k best chunks for the question (report: say the rerank's time on stderr)."""
         allowed = self.allowed
         scores, dense, keyword = (v if v is None else v[allowed]          # filter first
                                   for v in first_stage(question, self.index, self.embedder,
@@ -333,7 +332,7 @@ class Retriever:
         seconds = time.perf_counter() - start
         self.timing["seconds"] += seconds
         self.timing["queries"] += 1
-        if self.report:
+        if report:
             print(f"reranked {len(best)} candidates in {1000 * seconds:.1f} ms", file=sys.stderr)
         return found
 

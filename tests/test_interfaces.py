@@ -144,9 +144,9 @@ def test_each_check_flags_the_old_code_it_forbids(check, code):
 
 
 def test_plain_types_and_the_guards_own_filter_pass():
-    fine = ("@dataclass\nclass Retriever:\n    report: bool = False\n"
-            "    def __call__(self, q, k):\n        self.timing['queries'] += 1\n"
-            "retrieve = Retriever()\nretrieve.report = True\nif retrieve.cosine_only:\n    pass\n"
+    fine = ("@dataclass\nclass Retriever:\n    hybrid: object = None\n"
+            "    def __call__(self, q, k, report=False):\n        self.timing['queries'] += 1\n"
+            "retrieve = Retriever()\nfound = retrieve('q', 3, report=True)\nif retrieve.cosine_only:\n    pass\n"
             "x = getattr(args, name)\n")
     assert decorated_functions(fine) == display_string_branches(fine) == prompt_parsers(fine) == []
     fence = "FENCE_MARKER = re.compile(r'<<BEGIN|<<END')\n"
