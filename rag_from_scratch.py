@@ -371,8 +371,8 @@ def generate_with_bedrock(prompt: str, system_prompt: str = None,
     if not model_id or model_id.startswith("<"):
         raise ValueError("the model id is still the placeholder: pass a Bedrock model id or "
                          "inference-profile id enabled in your account")
-    import sys
     if client is None:               # each of 2 attempts waits at most 5 s to connect, 60 s to read
+        import sys
         import boto3
         from botocore.config import Config
         config = Config(connect_timeout=5, read_timeout=60, retries={"max_attempts": 2, "mode": "standard"})

@@ -67,8 +67,9 @@ class CitedPrompt:
 
 
 def source_name(chunk: dict) -> str:
-    """What a passage is cited as: its title when that names the file ("notes.md > Setup"),
-    else its doc id and title ("HR-04 > Parental leave"); never a quote mark or line break."""
+    """What a passage is cited as, in both answer forms (grounded.py's too): its title when that
+    names the file ("notes.md > Setup"), else its doc id and title ("HR-04 > Parental leave");
+    never a quote mark, '<' or line break, and a heading's `code` as written."""
     titled = chunk["title"].startswith(chunk["doc_id"])
     name = chunk["title"] if titled else f"{chunk['doc_id']} > {chunk['title']}"
     return SAFE_SOURCE.sub("_", name)[:200]

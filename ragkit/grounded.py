@@ -27,6 +27,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from ragkit.citations import source_name
 from ragkit.text import split_sentences
 from ragkit.words import content_words, idf_weights, stop_words, supported_share
 
@@ -59,7 +60,6 @@ INSTRUCTION = "quote-two"
 STRICTNESS = ("exact", "any-passage", "loose", "section")   # how a quote is checked: see where()
 SECTION_WORDS = 40         # a heading quoted stands for at most this many words under it
 MIN_QUOTE_WORDS = 3        # "yes" or "`x`" alone proves nothing about an answer
-SAFE_SOURCE = re.compile(r"[^\w .,/#()+>`-]")   # no quotes, no '<', no line breaks; `code` kept
 
 
 def fence_tag(question: str, seed: str | None) -> str:
@@ -68,15 +68,6 @@ def fence_tag(question: str, seed: str | None) -> str:
     if seed is None:
         return secrets.token_hex(8)
     return hashlib.sha256(f"{seed}\n{question}".encode()).hexdigest()[:16]
-
-
-def source_name(chunk: dict) -> str:
-    """What a passage is cited as: its title when that names the file ("notes.md > Setup"),
-    else its doc id and title ("HR-04 > Parental leave"); never a quote, '<' or line break,
-    and a heading's `code` as written ("api.md > `extra_forbidden`")."""
-    titled = chunk["title"].startswith(chunk["doc_id"])
-    name = chunk["title"] if titled else f"{chunk['doc_id']} > {chunk['title']}"
-    return SAFE_SOURCE.sub("_", name)[:200]
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ LAYERS = {
     # the grounded prompt and its quote check
     "ragkit.storage": 1, "ragkit.markdown": 1,
     "ragkit.embeddings": 2, "ragkit.readers": 2, "ragkit.saved_index": 2, "ragkit.gguf": 2,
-    "ragkit.grounded": 2, "ragkit.citations": 2, "ragkit.model_progress": 2,
+    "ragkit.grounded": 2, "ragkit.citations": 1, "ragkit.model_progress": 2,
     # 3-4: your own files as chunks; the shared flags; what the kit shows of an answer
     "ragkit.documents": 3, "ragkit.chunking": 3, "ragkit.arguments": 3, "ragkit.guard": 3,
     "ragkit.answering": 3,
