@@ -14,6 +14,8 @@ is read for its quotes, each quote looked for in the passage it names, and only 
 found are shown, with the sources they come from.
 """
 
+import sys
+
 import rag_from_scratch as rag
 from ragkit import citations, grounded
 from ragkit.text import plural, printable
@@ -26,6 +28,42 @@ from ragkit.text import plural, printable
 STRICTNESS = "exact"
 MIN_TOPIC = 0.2
 UNCHECKED = "refuse"
+
+
+def check_length(size: int, limit: int, where: str) -> None:
+    """ValueError for a question of more than `limit` characters: a question, not a document,
+    which must fit a small model's context beside the passages."""
+    if size > limit:
+        raise ValueError(f"{where} is {size:,} characters, more than the {limit:,} a question "
+                         f"may be: ask a question, not a document")
+
+
+def typed_questions(stream, limit: int):
+    """Yield one question a line of `stream` (--interactive): typed at a prompt on a terminal,
+    or piped from a file. Blank lines are skipped; a line over `limit` characters is one error
+    line on stderr, then the next line is read (no line is held whole past the limit)."""
+    typing = stream.isatty()
+    if typing:
+        print("ask a question, one a line (Ctrl-D to stop)", file=sys.stderr)
+    number = 0
+    while True:
+        if typing:
+            print("\nquestion> ", end="", file=sys.stderr, flush=True)
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        number += 1
+        question, size = line.strip(), len(line.rstrip("\n"))
+        while size > limit and line and not line.endswith("\n"):    # the rest of it, dropped
+            line = stream.readline(limit + 1)
+            size += len(line.rstrip("\n"))
+        try:
+            check_length(size, limit, f"line {number}")
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            continue
+        if question:
+            yield question
 
 
 def name_of(chunk: dict) -> str:

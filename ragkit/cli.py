@@ -15,6 +15,7 @@ main() -> run(), which goes through the modules in this order:
 """
 
 import argparse
+import sys
 from dataclasses import dataclass
 
 import rag_from_scratch as rag
@@ -61,6 +62,10 @@ def parser():
     generators.add_model_arguments(g)   # --llm-url, --llm-model, --api-key-env, --max-tokens, ...
     g.add_argument("--stream", action="store_true",
                    help="print the answer piece by piece as it is written, then check it")
+    g.add_argument("--interactive", action="store_true",
+                   help="load the index and the model once, then answer one question per line, "
+                        "typed at the prompt or piped from a file (an empty line is skipped; "
+                        "Ctrl-D or the file's end stops)")
     g.add_argument("--cite", choices=("quotes", "sentences"), default="quotes",
                    help="how a model's answer shows its sources: quotes it copies, each checked "
                         "against the passages, or sentences it cites by number and the kit shows "
@@ -110,6 +115,8 @@ def parse_args(argv=None):
     if args.generate and args.generator not in (None, "bedrock"):
         raise ValueError("choose one: --generate (Amazon Bedrock, as in the tutorial) or --generator NAME")
     args.generator = "bedrock" if args.generate else args.generator
+    if args.interactive and args.question:
+        raise ValueError("choose one: --question Q (one question) or --interactive (one a line)")
     if args.stream and not args.generator:
         raise ValueError("--stream shows an answer as it is written: add --generator NAME")
     if args.cite == "sentences" and args.generator in (None, "extractive"):
@@ -135,9 +142,8 @@ class Checked:
 def check_args(args) -> Checked:
     """Every flag's value, before any slow work: nothing is loaded, started or built here."""
     rag.check_args(args)
-    if args.question and len(args.question) > MAX_QUESTION_CHARS:
-        raise ValueError(f"--question is {len(args.question):,} characters, more than the "
-                         f"{MAX_QUESTION_CHARS:,} a question may be: ask a question, not a document")
+    if args.question:
+        answering.check_length(len(args.question), MAX_QUESTION_CHARS, "--question")
     checked = Checked(*embeddings.model_for(args.backend, args.model))   # --model: one line now
     if args.docs is not None or args.index is not None or args.eval is not None or args.exclude \
             or args.max_pages is not None or args.notebook_outputs:
@@ -174,7 +180,7 @@ def run(args) -> None:
         print_docs_settings(args)
         chunks, index, embedder = folder_index.index_folder(args)
         context = index if args.context else None       # --context: the index embeds titles
-    elif args.question or args.generator:
+    elif args.question or args.generator or args.interactive:
         chunks, index, embedder = rag.index_sample(args)
     else:
         chunks, index, embedder = rag.run_demo(args)
@@ -191,7 +197,7 @@ def run(args) -> None:
         eval_file.print_answer_in_context(eval_set, found, k)
     elif args.docs:
         eval_set = None
-        if not args.question:
+        if not (args.question or args.interactive):
             print('next: add --question "..." to ask about these files')
     elif better_retrieval_flags(args) and not (args.question or args.generator):
         found = [retrieve(item["question"], k) for item in eval_set]
@@ -199,14 +205,18 @@ def run(args) -> None:
                                           retrieve.timing)
     if args.compare:
         better_retrieval.print_compare(eval_set, chunks, index, embedder, k, chosen, context)
-    if args.question or args.generator:
+    if args.question or args.generator or args.interactive:
         llm = None
-        if args.generator:
+        if args.generator:                # built once: a local model loads at the first question
             llm = generators.make_generator(args.generator, args, args.stream, embedder, chunks)
-        if args.cite == "sentences":      # sentences cited by number, shown whole
-            answering.ask_cited(args.question or rag.VACATION_Q, retrieve, llm)
-        else:
-            answering.ask(args.question or rag.VACATION_Q, retrieve, k, llm)
+        questions = [args.question or rag.VACATION_Q]
+        if args.interactive:              # one a line, typed or piped, all with this index and model
+            questions = answering.typed_questions(sys.stdin, MAX_QUESTION_CHARS)
+        for question in questions:
+            if args.cite == "sentences":  # sentences cited by number, shown whole
+                answering.ask_cited(question, retrieve, llm)
+            else:
+                answering.ask(question, retrieve, k, llm)
 
 
 def main(argv=None) -> int:

@@ -47,6 +47,8 @@ ROWS = [
     ("rag_from_scratch.py", "--backend tfidf --question q --cite words", "invalid choice: 'words'"),
     ("rag_from_scratch.py", "--backend tfidf --generator local --question " + "w" * 2001,
      "--question is 2,001 characters, more than the 2,000 a question may be"),
+    ("rag_from_scratch.py", "--backend tfidf --interactive --question q", "choose one: --question Q"),
+    ("rag_from_scratch.py", "--backend tfidf --interactive=yes", "ignored explicit argument"),
     ("rag_from_scratch.py", "--backend tfidf --docs {missing}", "not found"),
     ("rag_from_scratch.py", "--backend tfidf --docs ''", "empty string"),
     ("rag_from_scratch.py", "--backend tfidf --docs {docs} --index {foreign}", "did not create"),
