@@ -11,6 +11,8 @@ ragbench/learner.py: what a learner waits for, measured on their (busy) laptop.
     python -m ragbench.learner --part stream    # streamed SmolLM2 answers: first token, tokens/s
     python -m ragbench.learner --part stream --long     # and a long --docs prompt, k=8
     python -m ragbench.learner --part answer    # Qwen and SmolLM2 answering development questions
+    python -m ragbench.learner --part session   # --interactive: a first and a next question, and
+                                                # the prompt's rate against a direct llama.cpp call
     python -m ragbench.learner --part exits --repeats 20 --model smollm2   # streams end cleanly
 
 Each build and stream row is a fresh process (`openai`: a fresh `rageval.generation --serve`);
@@ -65,6 +67,20 @@ stamps = [time.perf_counter() for _ in llm(prompt, system)]
 tokens = llm.usage["completion_tokens"]
 print(stamps[0] - start, (tokens - 1) / max(stamps[-1] - stamps[0], 1e-9), llm.usage["prompt_tokens"],
       stamps[-1] - start)"""
+# A direct llama.cpp call, no kit code: the same prompt, model, threads, context and batch as the
+# kit's, in a fresh process. [prompt, system, model path, threads, n_ctx, max tokens] on stdin;
+# llama.cpp's timings on stdout.
+RUN_DIRECT = """import json, sys, xllamacpp
+prompt, system, path, threads, n_ctx, max_tokens = json.load(sys.stdin)
+params = xllamacpp.CommonParams()
+params.model.path, params.n_ctx, params.n_parallel, params.n_batch = path, n_ctx, 1, 512
+params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
+params.use_jinja, params.verbosity, params.warmup, params.cache_ram_mib = True, -1, False, 0
+reply = xllamacpp.Server(params).handle_chat_completions({"temperature": 0.0, "seed": 0,
+    "max_tokens": max_tokens, "messages": [{"role": "system", "content": system},
+                                           {"role": "user", "content": prompt}]})
+print(json.dumps(reply["timings"]))"""
+KIT_RATE = re.compile(r"\[local\] read ([\d,]+) prompt tokens in [\d.]+ s \(([\d,.]+) tokens/s\)")
 LONG_PROMPT = ["--docs", "data/devsets/mkdocs/docs", "--question", "how do i install mkdocs", "--k", "8"]
 
 
@@ -278,6 +294,79 @@ def bench_answer(questions: int, max_tokens: int, models=("qwen", "smollm2")) ->
               f"{int(tokens):14}")
 
 
+def session(index: list, questions: list[str], model: str, threads: int) -> dict:
+    """One --interactive session in a fresh process, the questions piped in: seconds from the
+    start to the end of the first answer, and of each next one; the prompts; llama.cpp's prompt
+    tokens and rate as the kit printed them; the model's context. Timed on what it printed."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "rag_from_scratch.py", *index, "--generator", "local", "--cite", "sentences",
+            "--local-model", model, "--threads", str(threads), "--interactive"]
+    with tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=err, text=True, env=env)
+        proc.stdin.write("".join(q + "\n" for q in questions))
+        proc.stdin.close()
+        lines = [(time.perf_counter(), line) for line in proc.stdout]
+        if proc.wait() != 0:
+            err.seek(0)
+            raise RuntimeError(f"a session failed: {err.read().strip()[-300:]}")
+        err.seek(0)
+        printed_err = err.read()
+    ends = [t for t, line in lines if line.startswith("== Your question")][1:] + [lines[-1][0]]
+    text = "".join(line for _, line in lines)
+    prompts = [block.split("\n\n== Step 7")[0] for block in text.split("-- the prompt a model would read --\n")[1:]]
+    rates = [(int(n.replace(",", "")), float(r.replace(",", ""))) for n, r in KIT_RATE.findall(printed_err)]
+    context = int(re.search(r"context ([\d,]+) tokens", printed_err)[1].replace(",", ""))
+    return {"first": ends[0] - start, "next": [b - a for a, b in zip(ends, ends[1:])],
+            "prompts": prompts, "rates": rates, "context": context}
+
+
+def direct_rate(prompt: str, model: str, threads: int, context: int) -> float:
+    """Prompt tokens/s of a direct llama.cpp call (RUN_DIRECT) on the kit's prompt."""
+    import json
+
+    from ragkit import citations, gguf
+    stdin = json.dumps([prompt, citations.SYSTEM_PROMPT, str(gguf.model_file(model)[0]), threads,
+                        context, 8])
+    run = subprocess.run([sys.executable, "-c", RUN_DIRECT], cwd=ROOT, input=stdin, text=True,
+                         capture_output=True, timeout=1800)
+    if run.returncode != 0:
+        raise RuntimeError(f"the direct llama.cpp call failed: {run.stderr.strip()[-200:]}")
+    return json.loads(run.stdout)["prompt_per_second"]
+
+
+def bench_session(questions: int, model: str, repeats: int) -> None:
+    """--interactive on the MkDocs pages (a saved index, --cite sentences): the first answer of a
+    fresh session, the next ones, and the kit's prompt rate against a direct llama.cpp call on
+    the same prompts, threads and batch, in the same run; idle and beside a busy process."""
+    import json
+
+    from rageval.devsets import DEVSET
+    asked = [json.loads(line)["question"] for line in (DEVSET / "questions.jsonl").read_text().splitlines()]
+    work = Path(tempfile.mkdtemp(prefix="rag-bench-"))
+    try:
+        index = ["--docs", str(DEVSET / "docs"), "--backend", "minilm", "--index", str(work / "index")]
+        print("building the saved index ...", file=sys.stderr, flush=True)
+        cpu_and_wall([sys.executable, "rag_from_scratch.py", *index])
+        print(f"== --interactive, {model} on {plural(CORES, 'thread')}: {plural(questions, 'MkDocs question')} "
+              f"a session, {plural(repeats, 'session')} (medians; prompt rates in tokens/s) ==")
+        print("  load  first answer (s)  next answer (s)  prompt tokens  kit's rate  direct rate")
+        for load in ("idle", "busy"):
+            print(f"{load} ...", file=sys.stderr, flush=True)
+            with busy(load == "busy"):
+                runs = [session(index, asked[r * questions:(r + 1) * questions], model, CORES)
+                        for r in range(repeats)]
+                direct = [direct_rate(p, model, CORES, run["context"]) for run in runs for p in run["prompts"]]
+            later = [t for run in runs for t in run["next"]] or [float("nan")]
+            rates = [r for run in runs for r in run["rates"]]
+            print(f"  {load:<4} {statistics.median(r['first'] for r in runs):17.1f} "
+                  f"{statistics.median(later):16.1f} {statistics.median(n for n, _ in rates):14.0f} "
+                  f"{statistics.median(r for _, r in rates):11.1f} {statistics.median(direct):12.1f}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def write_notes(folder: Path, n: int) -> None:
     """n short Markdown notes, each a different made-up ticket."""
     for i in range(n):
@@ -373,11 +462,13 @@ def parse_args(argv=None):
     p = plumbing.OneLineParser(description="What a learner waits for: demo start-up, index "
                                           "updates and builds, questions, streamed answers.")
     p.add_argument("--part", default="all",
-                   choices=["demo", "update", "build", "question", "stream", "answer", "exits", "all"])
+                   choices=["demo", "update", "build", "question", "stream", "answer", "session", "exits",
+                            "all"])
     p.add_argument("--model", default="smollm2", choices=["qwen", "smollm2"],
-                   help="exits part: the local model (default: %(default)s)")
+                   help="exits and session parts: the local model (default: %(default)s)")
     p.add_argument("--questions", type=plumbing.bounded(int, 1, 46), default=3,
-                   help="answer part: MkDocs questions to time (median; default: %(default)s)")
+                   help="answer and session parts: MkDocs questions to time (median; default: "
+                        "%(default)s)")
     whole = lambda low, high: plumbing.bounded(int, low, high)       # every one has a range
     p.add_argument("--files", type=whole(2, 100_000), default=2000, help="notes in the update benchmark")
     p.add_argument("--repeats", type=whole(1, 1000), default=3, help="runs per demo or stream row (median)")
@@ -404,6 +495,8 @@ def run(args) -> None:
         bench_stream(args.repeats, args.long, args.max_tokens)
     if args.part in ("answer", "all"):
         bench_answer(args.questions, args.max_tokens)
+    if args.part in ("session", "all"):
+        bench_session(args.questions, args.model, args.repeats)
     if args.part in ("exits", "all"):
         bench_exits(args.repeats, args.model)
 

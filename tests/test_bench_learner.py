@@ -67,3 +67,21 @@ def test_the_stream_benchmark_prints_first_token_and_tokens_per_second_for_every
                                          for threads in ("1", "2") for load in ("idle", "busy")]
     assert all(float(row[3]) > 0 and float(row[4]) > 0 for row in rows)
     assert len({row[5] for row in rows}) == 1 and int(rows[0][5]) > 300     # one prompt, as --stream
+
+
+@pytest.mark.slow
+@needs_local
+def test_a_session_times_each_answer_and_the_kit_reads_the_prompt_at_the_direct_rate(tmp_path):
+    """Two questions piped into one --interactive process (SmolLM2, a 2-note folder): the first
+    answer's time includes the start, the next one's does not; both prompts are caught as printed,
+    llama.cpp's rate as the kit printed it, and a direct llama.cpp call reads the same prompt."""
+    (tmp_path / "leave.md").write_text("# Leave\n\nStaff get 24 days of paid leave a year.\n")
+    (tmp_path / "vpn.md").write_text("# VPN\n\nAlways connect through the company VPN at home.\n")
+    got = learner.session(["--docs", str(tmp_path), "--backend", "tfidf"],
+                          ["How many days of leave?", "Do I need the VPN?"], "smollm2", 1)
+    assert got["first"] > 0 and len(got["next"]) == 1 and got["next"][0] > 0
+    assert [p.splitlines()[0] for p in got["prompts"]] == ["Question: How many days of leave?",
+                                                           "Question: Do I need the VPN?"]
+    assert len(got["rates"]) == 2 and all(n > 50 and r > 0 for n, r in got["rates"])
+    assert got["context"] >= 2048
+    assert learner.direct_rate(got["prompts"][0], "smollm2", 1, got["context"]) > 0
