@@ -3,6 +3,7 @@ rageval/tuning.py: the --docs settings, chosen on the development sets by leavin
 
     python -m rageval.tuning                   # retrieval, then the extractive answer
     python -m rageval.tuning --part retrieval  # chunk size, --context and the BM25 share only
+    python -m rageval.tuning --part answer     # the extractive answer alone, at the kit's retrieval
 
 For each of the five projects, each setting is chosen on the other four and the held-out
 project is scored with it: its figure is what a folder nobody tuned on gets. The kit ships
@@ -29,7 +30,7 @@ import numpy as np
 
 from rageval import devsets
 from rageval import generation as gen
-from ragkit import chunking, documents, eval_file, extractive, grounded, plumbing, retrieval
+from ragkit import answering, chunking, documents, eval_file, extractive, grounded, plumbing, retrieval
 from ragkit.embeddings import CachedEmbedder, EmbeddingCache
 
 K = 5                                          # passages scored when choosing retrieval
@@ -126,7 +127,7 @@ def answer_cases(name: str, setting, k: int, embedder, cache, store) -> list[dic
         candidates = extractive.candidate_sentences(prompt.passages, stop)
         idf = extractive.idf_weights([c["words"] for c in candidates])
         features = extractive.features(question, candidates, idf, stop, embedder.encode)
-        cases.append({"item": item, "candidates": candidates, "features": features,
+        cases.append({"item": item, "prompt": prompt, "candidates": candidates, "features": features,
                       "new_word": not set(extractive.content_words(question, stop)) <= known})
     return cases
 
@@ -161,7 +162,8 @@ def fit_answer(cases: list[dict], strength: float = 1.0):
                           for group in (False, True))
 
 
-GATE_SCORE = {"right": 1, "partial": 0, "wrong": -1, "answered (wrong)": -1}   # answered
+# answered (the check may still refuse it)
+GATE_SCORE = {"right": 1, "partial": 0, "wrong": -2, "answered (wrong)": -2, "refused (right)": 1}
 REFUSED_SCORE = {True: 0, False: 1}          # refused: an answerable question 0, an unanswerable +1
 
 
@@ -194,22 +196,27 @@ def choose_strength(cases_by_set: dict) -> float:
 
 
 def verdicts(cases: list[dict], weights: dict, refuse_below: tuple, each: bool = False):
-    """verdict -> how many of these questions the extractive answer gets it (each=True: the
-    list of verdicts, one a question)."""
+    """verdict -> how many of these questions the extractive answer gets, as the user reads it
+    after the kit's quote check (each=True: the list of verdicts, one a question)."""
     from rageval.devset import counts, verdict
     rows = []
     for case in cases:
         chosen = extractive.pick(case["candidates"], case["features"], weights,
                                  refuse_below[case["new_word"]])
-        answer = "\n".join(f'"{p}" [{c["source"]}]' for c in chosen for p in c["quote"]) or grounded.REFUSAL
-        rows.append({"verdict": verdict(answer, case["item"], grounded.REFUSAL)})
+        reply = "\n".join(f'Quote: "{p}" [{c["number"]}]' for c in chosen for p in c["quote"])
+        _, shown = answering.checked_answer(reply or grounded.REFUSAL, case["prompt"])
+        rows.append({"verdict": verdict(shown, case["item"], grounded.REFUSAL)})
     return [r["verdict"] for r in rows] if each else counts(rows)
 
 
-def print_answers(names: list[str], table: dict, embedder, cache) -> None:
+def print_answers(names: list[str], table: dict | None, embedder, cache) -> None:
     """Each held-out project answered with every setting chosen on the other four: retrieval,
-    passages per prompt, weights and thresholds; then what the five together choose."""
+    passages per prompt, weights and thresholds; then what the five together choose. table
+    None: retrieval and passages as the kit ships them, only the answer chosen."""
     store, k_tables, cases = {}, {}, {}
+    fixed = table is None
+    if fixed:                               # the kit's retrieval: the only setting to choose from
+        table = {(chunking.WORDS, True, retrieval.DOCS_HYBRID): {n: 0.0 for n in names}}
     print(f"\n== Passages per prompt and extractive answers: each project held out, everything "
           f"chosen on the other four ==")
     for held in names + [None]:
@@ -217,7 +224,7 @@ def print_answers(names: list[str], table: dict, embedder, cache) -> None:
         setting = choose(table, others)
         if setting not in k_tables:
             k_tables[setting] = k_table(names, setting, embedder, cache)
-        k = choose_k(k_tables[setting], others)
+        k = documents.K if fixed else choose_k(k_tables[setting], others)
         if (setting, k) not in cases:
             cases[setting, k] = {n: answer_cases(n, setting, k, embedder, cache, store) for n in names}
         strength = choose_strength({n: cases[setting, k][n] for n in others})
@@ -258,6 +265,9 @@ def run(args) -> None:
         raise RuntimeError(f"tuning needs at least 3 development sets here, found {len(names)}: "
                            f"run `python -m rageval.downloads` once")
     embedder, cache = CachedEmbedder("minilm"), EmbeddingCache(args.cache)
+    if args.part == "answer":
+        print_answers(names, None, embedder, cache)
+        return
     table = retrieval_table(names, embedder, cache, args.words)
     print_choice(f"Retrieval: answer in context at k={K}", table, names,
                  lambda s: f"{s[0]} words, context {'on' if s[1] else 'off'}, BM25 share {s[2]}")
@@ -269,7 +279,7 @@ def run(args) -> None:
 def parse_args(argv=None):
     """--part, --cache."""
     p = plumbing.OneLineParser(description="Choose the --docs settings, leaving one project out.")
-    p.add_argument("--part", choices=["retrieval", "all"], default="all")
+    p.add_argument("--part", choices=["retrieval", "answer", "all"], default="all")
     p.add_argument("--sets", help=f"comma-separated, at least 3, from {', '.join(devsets.SETS)} "
                                   f"(default: every one here)")
     p.add_argument("--words", type=plumbing.bounded(int, 10, 2000), nargs="+", default=WORDS,

@@ -167,6 +167,6 @@ def print_check(checked: dict) -> None:
     if checked["stray_numbers"]:
         print(f"(checked: the answer states {', '.join(checked['stray_numbers'])}, which no quote "
               f"holds; not shown)")
-    if not checked["checked"] and not checked["refused"] and checked["answer"]:
+    if not checked["found"] and not checked["refused"] and checked["answer"]:
         print("(checked: the model's answer quoted nothing found in the passages, so it is not "
               "shown; --stream shows a reply as it is written)")

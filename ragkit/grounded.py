@@ -138,11 +138,41 @@ def read_reply(reply: str) -> tuple[list[tuple[str, str]], str]:
     return quotes, " ".join(answer.split())
 
 
-def normalised(text: str) -> str:
+def folded(text: str) -> str:
     """Text as quotes are compared: lower case, one kind of quote mark, no Markdown emphasis or
-    backticks, one space between words, no end punctuation."""
+    backticks, one space between words."""
     text = text.lower().translate(str.maketrans("‘’“”", "''\"\"", "`*_"))
-    return " ".join(text.split()).strip(" .,;:!?\"'")
+    return " ".join(text.split())
+
+
+def normalised(text: str) -> str:
+    """folded(text) without its end punctuation."""
+    return folded(text).strip(" .,;:!?\"'")
+
+
+LIST_MARK = re.compile(r"(?m)^\s*(?:[-*+>]|\d+[.)])\s+")     # "- ", "2. ", "> " opening a line
+
+
+def whole_sentences(quote: str, passage: str) -> bool:
+    """Is the quote whole sentences of the passage, end to end (a line counts as one, a list
+    item's mark is left out, the last full stop may be dropped)? A fragment is not, however
+    true its words: "delete the backup folder" of "Do not delete the backup folder." drops
+    the "not". Linear in the passage: one find per place the quote occurs."""
+    text, starts, ends = "", set(), set()
+    for line in LIST_MARK.sub("", passage).splitlines():
+        for sentence in split_sentences(line):
+            text += " " if text else ""
+            starts.add(len(text))
+            text += folded(sentence)
+            ends.add(len(text))
+    q = folded(LIST_MARK.sub("", quote)).strip(" \"'")
+    at = text.find(q) if q else -1
+    while at != -1:
+        end = at + len(q)
+        if at in starts and (end in ends or end + 1 in ends and text[end] in ".!?:;,"):
+            return True
+        at = text.find(q, at + 1)
+    return False
 
 
 def words_of(text: str) -> list[str]:
@@ -255,6 +285,8 @@ def check_reply(reply: str, prompt: GroundedPrompt, strictness: str = "exact",
     checked, failed = [], []
     for quote, number in quotes:
         found, why, shown = where(quote, number, passages, strictness)
+        if found is not None and not whole_sentences(shown, passages[found][1]):
+            found, why = None, "not whole sentences of its passage"    # a fragment can drop a "not"
         if found is None:
             failed.append((quote, number, why))
         elif all(q != shown for q, _, _ in checked):
@@ -264,7 +296,7 @@ def check_reply(reply: str, prompt: GroundedPrompt, strictness: str = "exact",
     topic = on_topic(question, " ".join([answer, *(q for q, _, _ in checked)]), passages) if checked else 0.0
     refused = normalised(REFUSAL)[:12] in normalised(reply) and not checked
     kept = checked if not stray and topic >= min_topic else []
-    return {"answer": answer, "checked": kept, "failed": failed, "stray_numbers": stray,
+    return {"answer": answer, "checked": kept, "found": len(checked), "failed": failed, "stray_numbers": stray,
             "topic": topic, "off_topic": bool(checked) and topic < min_topic, "refused": refused,
             "reply": reply}
 

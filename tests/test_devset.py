@@ -7,7 +7,7 @@ import re
 import pytest
 
 from rageval import devset, devsets, tuning
-from ragkit import chunking, documents, eval_file, extractive
+from ragkit import chunking, documents, eval_file, extractive, grounded
 
 FETCH = "the fetched development sets are missing: run `python -m rageval.downloads`"
 
@@ -56,8 +56,8 @@ def test_mkdocs_figures_as_devset_prints_them(capsys, monkeypatch, minilm):
             "0 with markup left, 6 of ten words or fewer\n"
             "retrieval by file: hit@1 0.68  hit@5 1.00  mrr@5 0.83\n"
             "answer in context (every gold fact in the 8 passages): 0.95\n"
-            "extractive: right 14, partial 7, wrong 10, refused 7 of 38 answerable; "
-            "refused 4 of 8 unanswerable; 55 of 56 quotes found in the passages") in out
+            "extractive: right 14, partial 7, wrong 9, refused 8 of 38 answerable; "
+            "refused 4 of 8 unanswerable; 54 of 56 quotes found in the passages") in out
 
 
 def test_artefacts_are_counted_in_prose_not_in_code():
@@ -93,14 +93,19 @@ def test_each_held_out_project_gets_the_setting_best_on_the_others_ties_to_the_f
 
 
 def case(answerable: bool, rows: list[tuple[float, float, bool]], new_word: bool = False):
-    """A tuning case: candidates with (meaning, words) features; True marks the one stating the fact."""
-    candidates = [{"text": "the fact" if right else f"other {i}", "source": "a.md", "rank": 0,
-                   "quote": ["the fact" if right else f"other {i}"]} for i, (_, _, right) in enumerate(rows)]
+    """A tuning case: candidates with (meaning, words) features; True marks the one stating the
+    fact. Its prompt holds them all in one passage, so the kit's quote check finds each."""
+    texts = ["where the fact stands" if right else f"other fact number {i}" for i, (_, _, r) in
+             enumerate(rows) for right in [r]]
+    prompt = grounded.grounded_prompt("where is the fact", [{"doc_id": "a.md", "title": "a.md",
+                                                             "text": ". ".join(texts) + "."}])
+    candidates = [{"text": t, "source": "a.md", "rank": 0, "number": 1, "quote": [t]} for t in texts]
     features = [[{"meaning": m, "words": w, "names": 0.0, "code": 0.0, "asks": 0.0, "rank": 0.0}
                  for m, w, _ in rows]]
-    item = {"answerable": answerable, "question": "q", "relevant": {"a.md"},
-            "answer": [re.compile("the fact")] if answerable else []}
-    return {"item": item, "candidates": candidates, "features": features, "new_word": new_word}
+    item = {"answerable": answerable, "question": "where is the fact", "relevant": {"a.md"},
+            "answer": [re.compile("the fact stands")] if answerable else []}
+    return {"item": item, "prompt": prompt, "candidates": candidates, "features": features,
+            "new_word": new_word}
 
 
 def test_fitted_weights_favour_the_answering_sentence_and_the_gate_refuses_what_costs_more():
@@ -121,6 +126,9 @@ def test_the_gate_threshold_counts_a_wrong_answer_against_a_refusal():
     t = tuning.best_threshold(cases)
     assert 0.3 < t <= 0.8        # refuses 0.5 and below: +2 right, 0 for the refused right one,
                                  # 0 + 0 for the two wrong ones refused, +1 for the unanswerable
+    # a wrong answer costs two right ones: answering all three scores 1 - 2 + 1 = 0, refusing
+    # the last two 1 + 0 + 0 (at -1 a wrong, the two would tie and the lower threshold win)
+    assert 0.5 < tuning.best_threshold([(0.9, "right"), (0.5, "wrong"), (0.4, "right")]) <= 0.9
     assert tuning.best_threshold([]) == float("-inf")
 
 def test_a_sample_of_ten_spreads_over_a_set_and_takes_its_unanswerable_share():

@@ -132,3 +132,22 @@ def test_a_true_quote_about_another_matter_is_set_aside_by_the_topic_share(promp
     on = grounded.check_reply('Quote: "Nightly backups are kept for 35 days in the cold-storage bucket." [1]',
                               prompt, "exact", min_topic=0.3)
     assert not on["off_topic"] and on["topic"] > 0.5 and on["checked"]
+
+
+def test_a_quote_is_shown_only_as_whole_sentences_so_it_cannot_drop_a_not():
+    """The fifth sweep's case: a fragment of a true sentence that says the opposite."""
+    passage = {"doc_id": "backups.md", "title": "backups.md > Backups",
+               "text": "Do not delete the backup folder before the migration finishes. "
+                       "Never restart the replica.\n- Keep two copies."}
+    prompt = grounded.grounded_prompt("Can I delete the backup folder?", [passage])
+    forged = ('Quote: "delete the backup folder before the migration finishes" [1]\n'
+              'Answer: Delete the backup folder.')
+    checked = grounded.check_reply(forged, prompt)
+    assert checked["checked"] == [] and checked["failed"][0][2] == "not whole sentences of its passage"
+    assert grounded.shown_answer(checked) == grounded.REFUSAL
+    whole = 'Quote: "Do not delete the backup folder before the migration finishes" [1]\nAnswer: No.'
+    assert grounded.check_reply(whole, prompt)["checked"][0][0].startswith("Do not delete")
+    assert grounded.whole_sentences("Keep two copies.", passage["text"])           # a list item
+    assert grounded.whole_sentences("Do not delete the backup folder before the migration "
+                                    "finishes. Never restart the replica", passage["text"])
+    assert not grounded.whole_sentences("restart the replica.", passage["text"])
