@@ -189,8 +189,6 @@ def load_guarded(path: Path) -> None:
         log.seek(0)
         errors = LOG_ERROR.findall(log.read(LOG_BYTES).decode("utf-8", "replace"))
     code = child.exitcode
-    if code == 0 and not stalled:
-        return
     if stalled:
         raise RuntimeError(f"{file} did not load within {LOAD_WAIT_S} s (a stalled disk, or a "
                            f"chat template that never ends)")
@@ -199,9 +197,10 @@ def load_guarded(path: Path) -> None:
                            f"loading: its chat template never ends, or it is no model for a CPU")
     if code < 0:
         raise RuntimeError(f"{file} crashed llama.cpp while loading (signal {signal.Signals(-code).name}): "
-                           f"its chat template or weights are broken, or it needs more than {memory >> 20:,} MB")
-    why = printable(" ".join(errors[0].split()), lines=False)[:300] if errors else f"exit status {code}"
-    raise RuntimeError(f"llama.cpp could not load {file}: {why}")
+                           f"its chat template or weights are broken (or it needs over {memory >> 20:,} MB)")
+    if code > 0:                           # llama.cpp's first error line says why
+        why = printable(" ".join(errors[0].split()), lines=False)[:300] if errors else f"exit status {code}"
+        raise RuntimeError(f"llama.cpp could not load {file} within {bounds}: {why}")
 
 
 def chat_request(prompt: str, system_prompt: str, max_tokens: int) -> dict:

@@ -232,7 +232,7 @@ def items_with_deadline(what: str, seconds: float, items, check: str):
         asks.put(False)
 
 
-# == Children: a library that may crash or spin, bounded in a forked process ================================================================
+# == Children: a library that may crash or spin, bounded in a forked process ===============
 def address_space_limit(extra_bytes: int) -> int | None:
     """The address space this process uses now plus extra_bytes (for RLIMIT_AS); None off Linux."""
     try:
