@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ import rag_from_scratch as rag
 from ragkit import chat_http, model_progress
 from ragkit.grounded import GroundedPrompt
 from ragkit.guard import Guarded
-from ragkit.plumbing import bounded, threads_without_ctrl_c
+from ragkit.plumbing import bounded, forked, limit_child, threads_without_ctrl_c
 from ragkit.text import plural, printable
 
 # The longest answer the local and OpenAI-compatible generators may write: a quote or two and
@@ -105,11 +106,11 @@ def context_for(text_chars: int, max_tokens: int) -> int:
     return max(2048, -(-int(need) // CONTEXT_STEP) * CONTEXT_STEP)
 
 
-def start_llama(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096,
-                reuse_prefix: bool = False):
-    """Load a GGUF model into an xllamacpp Server; it also listens on 127.0.0.1 (port 0: a free
-    one). Its chat template is the one in the file. reuse_prefix: keep the last prompt's
-    computed start for the next one that begins the same way (the development runs)."""
+def llama_params(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096,
+                 reuse_prefix: bool = False):
+    """xllamacpp's settings for a GGUF model served on 127.0.0.1 (port 0: a free one). Its chat
+    template is the one in the file. reuse_prefix: keep the last prompt's computed start for
+    the next one that begins the same way (the development runs)."""
     try:
         import xllamacpp
     except ImportError:
@@ -123,9 +124,83 @@ def start_llama(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096,
     params.cache_prompt = reuse_prefix  # off: the same prompt always gives the same text
     params.cache_ram_mib, params.port = 0, port
     params.n_batch = 512          # a prompt_progress event every 512 tokens, as n_ubatch reads them
+    return params
+
+
+def start_llama(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096,
+                reuse_prefix: bool = False):
+    """Load a GGUF model into an xllamacpp Server, set up by llama_params."""
+    import xllamacpp
+    params = llama_params(path, threads, port, n_ctx, reuse_prefix)
     with threads_without_ctrl_c():   # its threads must never take Ctrl-C (ragkit/plumbing.py)
         SERVERS.append(xllamacpp.Server(params))   # kept: freeing a server mid-Ctrl-C can hang
     return SERVERS[-1]
+
+
+# A model file of your own is data from the internet, and llama.cpp runs its chat template (a
+# Jinja program inside the file) as it starts: a template that loops, or multiplies or doubles a
+# string, hung the load at 2.4 to 4.2 GB, deaf to Ctrl-C; one that calls itself crashed the
+# process (SIGSEGV) without a word. So such a file is first loaded in a child process (a fork),
+# with a small context, within LOAD_SECONDS of CPU and its own size plus LOAD_MEMORY of address
+# space; it is loaded here only once that child has started it. qwen and smollm2 are pinned
+# (ragkit/gguf.py) and loaded at once.
+LOAD_SECONDS = 30         # of CPU: Qwen2.5-Coder-1.5B loads in 3 s
+LOAD_MEMORY = 2 << 30     # bytes beyond the file (mapped whole): Qwen's load takes 1 GB more
+LOAD_WAIT_S = 300         # wall-clock: a load stalled on a slow disk
+LOAD_CONTEXT = 256        # tokens: enough to start, and to render llama.cpp's test chat
+LOG_BYTES = 1 << 20       # of the child's log read back for the reason a load failed
+LOG_ERROR = re.compile(r"^[\d.]+ E (.+)$", re.M)    # "0.00.560.872 E common_chat_...: error: ..."
+
+
+def load_child(params, log, memory: int) -> None:
+    """The child: bounded, llama.cpp's log written to `log`, the model loaded; exit 0 once it starts."""
+    import xllamacpp
+    limit_child(LOAD_SECONDS, memory)
+    os.dup2(log.fileno(), 2)
+    try:
+        xllamacpp.Server(params)
+    except Exception:                      # noqa: BLE001 - llama.cpp's log says why
+        os._exit(1)
+    os._exit(0)                            # the server is never freed: nothing else to do
+
+
+def load_guarded(path: Path) -> None:
+    """Load a model file of your own in a child first (load_child); RuntimeError in one line
+    that names the file if llama.cpp crashes, spins, outgrows its bounds or fails on it. The
+    wait ends on Ctrl-C too: the child is killed. Without fork (Windows) nothing is checked."""
+    import signal
+    import tempfile
+    params = llama_params(path, 1, n_ctx=LOAD_CONTEXT)
+    params.verbosity = 3                   # errors and warnings, for the reason a load failed
+    memory = path.stat().st_size + LOAD_MEMORY
+    file = printable(str(path), lines=False)
+    bounds = f"{LOAD_SECONDS} s of CPU and {memory >> 20:,} MB"
+    print(f"loading {file} in a child process first (within {bounds}) ...", file=sys.stderr, flush=True)
+    with tempfile.TemporaryFile() as log:
+        child = forked(load_child, params, log, memory)
+        if child is None:
+            return
+        try:
+            child.join(LOAD_WAIT_S)
+            stalled = child.is_alive()
+        finally:                           # Ctrl-C, or the wall-clock limit
+            child.kill()
+            child.join()
+        log.seek(0)
+        errors = LOG_ERROR.findall(log.read(LOG_BYTES).decode("utf-8", "replace"))
+    code = child.exitcode
+    if stalled:
+        raise RuntimeError(f"{file} did not load within {LOAD_WAIT_S} s (a stalled disk, or a "
+                           f"chat template that never ends)")
+    if code == -signal.SIGXCPU:
+        raise RuntimeError(f"{file} kept llama.cpp busy for over {LOAD_SECONDS} s of CPU while "
+                           f"loading: its chat template never ends, or it is no model for a CPU")
+    if code < 0:
+        raise RuntimeError(f"{file} crashed llama.cpp while loading (signal {signal.Signals(-code).name}): "
+                           f"its chat template or weights are broken (or it needs over {memory >> 20:,} MB)")
+    if code > 0:                           # llama.cpp's first error line says why
+        why = printable(" ".join(errors[0].split()), lines=False)[:300] if errors else f"exit status {code}"
+        raise RuntimeError(f"llama.cpp could not load {file} within {bounds}: {why}")
 
 
 def chat_request(prompt: str, system_prompt: str, max_tokens: int) -> dict:
@@ -257,7 +332,7 @@ class LocalModel:
     """A GGUF model on llama.cpp in this process, greedy, on `threads` CPU threads: the lesson's
     llm_fn, model(prompt, system_prompt). It is loaded at the first question, with a context
     sized to that prompt (a longer prompt later: loaded anew), or of `context` tokens for every
-    prompt (a run of many)."""
+    prompt (a run of many). A file of your own is loaded in a guarded child first (load_guarded)."""
     path: Path
     runtime: str                     # "SmolLM2-135M-Instruct Q4_1, xllamacpp ..., 1 thread"
     threads: int = THREADS
@@ -265,6 +340,7 @@ class LocalModel:
     streams: bool = False
     reuse_prefix: bool = False
     context: int | None = None
+    checked: bool = True             # False for a file of your own until a child has loaded it
     truncated: bool = False
     usage: dict = field(default_factory=dict)
     loaded: dict = field(default_factory=dict, repr=False)     # n_ctx -> server: at most one
@@ -279,6 +355,9 @@ class LocalModel:
         n_ctx = self.context or context_for(len(prompt) + len(system_prompt), self.max_tokens)
         if self.loaded and max(self.loaded) >= n_ctx:
             return self.loaded[max(self.loaded)]
+        if not self.checked:
+            load_guarded(self.path)
+            self.checked = True
         start = time.perf_counter()
         self.loaded.clear()
         self.loaded[n_ctx] = start_llama(self.path, self.threads, n_ctx=n_ctx,
@@ -318,7 +397,8 @@ def local_generator(model: str | None = None, threads: int = THREADS, max_tokens
     path, name = gguf.model_file(model)
     version = runtime_versions()["xllamacpp"]
     runtime = f"{printable(name, lines=False)}, xllamacpp {version}, {plural(threads, 'thread')}"
-    return LocalModel(path, runtime, threads, max_tokens, stream, reuse_prefix, context)
+    own = model not in (None, *gguf.NAMES)        # qwen and smollm2 are pinned
+    return LocalModel(path, runtime, threads, max_tokens, stream, reuse_prefix, context, not own)
 
 
 def serve(port: int = 0, threads: int = THREADS, model: str | None = None) -> None:
@@ -326,6 +406,8 @@ def serve(port: int = 0, threads: int = THREADS, model: str | None = None) -> No
     127.0.0.1 until Ctrl-C (port 0: a free one)."""
     from ragkit import gguf
     path, name = gguf.model_file(model)
+    if model not in (None, *gguf.NAMES):           # a file of your own: tried in a child first
+        load_guarded(path)
     server = start_llama(path, threads, port, n_ctx=8192)
     print(f"serving {name} at {server.listening_address}/v1 (Ctrl-C stops it)", flush=True)
     while True:                     # the server runs in its own threads; keep them alive

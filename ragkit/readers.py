@@ -28,7 +28,7 @@ import warnings
 from collections import Counter
 
 from ragkit.markdown import read_markdown
-from ragkit.plumbing import address_space_limit, one_line, progress
+from ragkit.plumbing import forked, limit_child, one_line, progress, soft_limit
 
 # suffix -> (the extra in pyproject.toml, the modules it needs, what `pip install` takes)
 EXTRAS = {
@@ -148,23 +148,13 @@ def pdfium_reads(path, max_pages: int):
 def pdfium_child(path, max_pages: int, send) -> None:
     """The child: its limits set, stderr sent nowhere, each item of pdfium_reads sent as
     ("item", value), then ("done", None), or ("error", why) for an unreadable file."""
-    import faulthandler
     import resource
-    faulthandler.disable()                           # an abort here is no crash to report
+    limit_child(PDF_SECONDS, PDF_MEMORY)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
     sys.stderr = open(os.devnull, "w")              # noqa: SIM115 - for the child's whole life
-
-    def limit(kind, soft: int) -> None:            # within the hard limit the child was given
-        hard = resource.getrlimit(kind)[1]
-        resource.setrlimit(kind, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
-    limit(resource.RLIMIT_CORE, 0)                   # a PDFium that aborts leaves no core file
-    limit(resource.RLIMIT_CPU, PDF_SECONDS)          # a fork's CPU time starts at 0
-    memory = address_space_limit(PDF_MEMORY)         # None off Linux
-    if memory is not None:
-        limit(resource.RLIMIT_AS, memory)
     try:
         for n, item in enumerate(pdfium_reads(path, max_pages)):
-            limit(resource.RLIMIT_CPU, math.ceil(PDF_SECONDS + PAGE_SECONDS * n))
+            soft_limit(resource.RLIMIT_CPU, math.ceil(PDF_SECONDS + PAGE_SECONDS * n))
             send.send(("item", item))
         send.send(("done", None))
     except Unreadable as exc:
@@ -180,17 +170,13 @@ def pdfium_guarded(path, max_pages: int):
     with the reason, if the child dies, goes silent or finds the file unreadable."""
     import multiprocessing
     import signal
-    if "fork" not in multiprocessing.get_all_start_methods():
+    receive, send = multiprocessing.Pipe(duplex=False)
+    child = forked(pdfium_child, path, max_pages, send)
+    if child is None:                               # no fork (Windows): PDFium runs here
+        receive.close()
+        send.close()
         yield from pdfium_reads(path, max_pages)
         return
-    context = multiprocessing.get_context("fork")
-    receive, send = context.Pipe(duplex=False)
-    sys.stdout.flush()                              # or the child would write them out again
-    sys.stderr.flush()
-    child = context.Process(target=pdfium_child, args=(path, max_pages, send), daemon=True)
-    with warnings.catch_warnings():                 # Python 3.12 warns of forking beside threads:
-        warnings.simplefilter("ignore", DeprecationWarning)   # the child runs PDFium alone
-        child.start()
     send.close()
     items = 0
     try:
