@@ -175,11 +175,12 @@ def load_guarded(path: Path) -> None:
     memory = path.stat().st_size + LOAD_MEMORY
     file = printable(str(path), lines=False)
     bounds = f"{LOAD_SECONDS} s of CPU and {memory >> 20:,} MB"
-    print(f"loading {file} in a child process first (within {bounds}) ...", file=sys.stderr, flush=True)
     with tempfile.TemporaryFile() as log:
         child = forked(load_child, params, log, memory)
         if child is None:
             return
+        print(f"loading {file} in a child process first (within {bounds}) ...", file=sys.stderr,
+              flush=True)                  # once the child is there: Ctrl-C after it lands on the wait
         try:
             child.join(LOAD_WAIT_S)
             stalled = child.is_alive()

@@ -144,7 +144,7 @@ def test_ctrl_c_at_the_terminal_ends_a_spinning_load_within_5_s(tmp_path):
             line = next_line(lines, seen, "the guarded load's line")
             assert line is not None, "".join(seen)
             seen.append(line)
-        time.sleep(1)            # past the fork: the press lands on the wait, not before it
+        # the line comes once the child is forked: the press lands on the wait, not before it
         pressed = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=30)
