@@ -315,7 +315,8 @@ def session(index: list, questions: list[str], model: str, threads: int) -> dict
         printed_err = err.read()
     ends = [t for t, line in lines if line.startswith("== Your question")][1:] + [lines[-1][0]]
     text = "".join(line for _, line in lines)
-    prompts = [block.split("\n\n== Step 7")[0] for block in text.split("-- the prompt a model would read --\n")[1:]]
+    blocks = text.split("-- the prompt a model would read --\n")[1:]
+    prompts = [block.split("\n\n== Step 7")[0] for block in blocks]
     rates = [(int(n.replace(",", "")), float(r.replace(",", ""))) for n, r in KIT_RATE.findall(printed_err)]
     context = int(re.search(r"context ([\d,]+) tokens", printed_err)[1].replace(",", ""))
     return {"first": ends[0] - start, "next": [b - a for a, b in zip(ends, ends[1:])],
@@ -349,7 +350,8 @@ def bench_session(questions: int, model: str, repeats: int) -> None:
         index = ["--docs", str(DEVSET / "docs"), "--backend", "minilm", "--index", str(work / "index")]
         print("building the saved index ...", file=sys.stderr, flush=True)
         cpu_and_wall([sys.executable, "rag_from_scratch.py", *index])
-        print(f"== --interactive, {model} on {plural(CORES, 'thread')}: {plural(questions, 'MkDocs question')} "
+        print(f"== --interactive, {model} on {plural(CORES, 'thread')}: "
+              f"{plural(questions, 'MkDocs question')} "
               f"a session, {plural(repeats, 'session')} (medians; prompt rates in tokens/s) ==")
         print("  load  first answer (s)  next answer (s)  prompt tokens  kit's rate  direct rate")
         for load in ("idle", "busy"):
@@ -357,7 +359,8 @@ def bench_session(questions: int, model: str, repeats: int) -> None:
             with busy(load == "busy"):
                 runs = [session(index, asked[r * questions:(r + 1) * questions], model, CORES)
                         for r in range(repeats)]
-                direct = [direct_rate(p, model, CORES, run["context"]) for run in runs for p in run["prompts"]]
+                direct = [direct_rate(p, model, CORES, run["context"])
+                          for run in runs for p in run["prompts"]]
             later = [t for run in runs for t in run["next"]] or [float("nan")]
             rates = [r for run in runs for r in run["rates"]]
             print(f"  {load:<4} {statistics.median(r['first'] for r in runs):17.1f} "

@@ -121,9 +121,9 @@ def interleaved(found: dict, questions: int | None) -> list[tuple[str, int, dict
 
 def collect(found: dict, context, model: str | None, threads: int, questions: int | None, folder) -> None:
     """Ask the model every prompt not kept yet (with its grammar), keeping each reply at once."""
-    from ragkit import gguf, llm
+    from ragkit import gguf, llama, llm
     path, name = gguf.model_file(model)
-    server = llm.start_llama(path, threads, n_ctx=4096)
+    server = llama.start_llama(path, threads, n_ctx=4096)
     out_path = kept_path(path, folder)
     kept = devset.read_kept(out_path)
     todo = [row for row in interleaved(found, questions)

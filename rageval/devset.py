@@ -30,7 +30,7 @@ import rag_from_scratch as rag
 from rageval import devsets
 from rageval import generation as gen
 from rageval.generation import KEPT_SEED
-from ragkit import chunking, documents, eval_file, grounded, llm, plumbing, retrieval
+from ragkit import chunking, documents, eval_file, grounded, llama, llm, plumbing, retrieval
 from ragkit.arguments import add_backend
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
 from ragkit.guard import Guarded
@@ -238,7 +238,7 @@ def generator(spec: str, args):
     flags = argparse.Namespace(**{**vars(args), "local_model": model or args.local_model})
     if name != "local":
         return gen.make_generator(name, flags)
-    local = llm.local_generator(flags.local_model, flags.threads or llm.free_cores(), flags.max_tokens)
+    local = llm.local_generator(flags.local_model, flags.threads or llama.free_cores(), flags.max_tokens)
     return Guarded(Keeping(local, Path(args.cache or CACHE_DIR)))
 
 

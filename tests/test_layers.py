@@ -22,7 +22,7 @@ LAYERS = {
     "ragkit.documents": 3, "ragkit.chunking": 3, "ragkit.arguments": 3, "ragkit.guard": 3,
     "ragkit.answering": 3,
     "ragkit.eval_file": 4, "ragkit.folder_index": 4, "ragkit.retrieval": 4, "ragkit.extractive": 4,
-    "ragkit.bedrock": 4, "ragkit.chat_http": 4,
+    "ragkit.bedrock": 4, "ragkit.chat_http": 4, "ragkit.llama": 4,
     # 5-6: the generators and the retrieval flags, then the command line on top
     "ragkit.llm": 5, "ragkit.better_retrieval": 5,
     "ragkit.cli": 6,

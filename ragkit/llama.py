@@ -1,0 +1,152 @@
+"""
+ragkit/llama.py: llama.cpp in this process, through xllamacpp: how many threads it gets, how big
+a context, and loading a GGUF model file, a file of your own first in a guarded child.
+
+    server = start_llama(path, threads=free_cores(), n_ctx=context_for(len(prompt), 200))
+    load_guarded(path)      # a file of your own: crashes, endless templates, Ctrl-C are one line
+
+ragkit/llm.py's LocalModel answers with the server; ragkit/gguf.py finds the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+from ragkit.plumbing import forked, limit_child, threads_without_ctrl_c
+from ragkit.text import printable
+
+THREADS = 1               # llama.cpp threads where they cannot be counted: see free_cores()
+INSTALL_LOCAL = ".venv/bin/pip install xllamacpp==2026.10.11549"   # as the README writes it
+
+
+def free_cores(sample_s: float = 0.25) -> int:
+    """The cores no other process is using right now, at least 1: all of them on an idle
+    machine, one fewer for each that another process keeps busy. llama.cpp's threads wait on
+    each other when a core is taken (measured: docs/generation.md), so --generator local uses
+    this many unless --threads says otherwise. Linux only (/proc); elsewhere THREADS."""
+    def busy_ticks():       # (ticks of every core busy, ticks this process used)
+        cpu = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+        mine = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+        return sum(cpu) - cpu[3] - cpu[4], int(mine[11]) + int(mine[12])   # idle, iowait out
+    try:
+        (all0, mine0), _ = busy_ticks(), time.sleep(sample_s)
+        all1, mine1 = busy_ticks()
+    except (OSError, ValueError, IndexError):
+        return THREADS
+    others = max(0, (all1 - all0) - (mine1 - mine0)) / (os.sysconf("SC_CLK_TCK") * sample_s)
+    cores = os.cpu_count() or 1
+    return max(1, min(cores, round(cores - others)))
+
+
+SERVERS = []     # every llama.cpp server this process started; they end with the process
+CONTEXT_STEP = 1024      # the context is sized to the prompt, in steps of this many tokens
+CHARS_PER_TOKEN = 2.5    # fewer than any tokenizer gives English or code: an upper bound
+
+
+def context_for(text_chars: int, max_tokens: int) -> int:
+    """Tokens of context for a prompt of `text_chars` characters and an answer of `max_tokens`:
+    rounded up to CONTEXT_STEP, at least 2,048."""
+    need = text_chars / CHARS_PER_TOKEN + max_tokens + 64
+    return max(2048, -(-int(need) // CONTEXT_STEP) * CONTEXT_STEP)
+
+
+def llama_params(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096,
+                 reuse_prefix: bool = False):
+    """xllamacpp's settings for a GGUF model served on 127.0.0.1 (port 0: a free one). Its chat
+    template is the one in the file. reuse_prefix: keep the last prompt's computed start for
+    the next one that begins the same way (the development runs)."""
+    try:
+        import xllamacpp
+    except ImportError:
+        raise RuntimeError(f"xllamacpp is not installed: run `{INSTALL_LOCAL}`") from None
+    params = xllamacpp.CommonParams()
+    params.model.path = str(path)
+    params.n_ctx, params.n_parallel, params.warmup = n_ctx, 1, False
+    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
+    params.use_jinja = True             # the file's own chat template, as its makers wrote it
+    params.verbosity = -1               # llama.cpp logs every request otherwise
+    params.cache_prompt = reuse_prefix  # off: the same prompt always gives the same text
+    params.cache_ram_mib, params.port = 0, port
+    params.n_batch = 512          # a prompt_progress event every 512 tokens, as n_ubatch reads them
+    return params
+
+
+def start_llama(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096,
+                reuse_prefix: bool = False):
+    """Load a GGUF model into an xllamacpp Server, set up by llama_params."""
+    import xllamacpp
+    params = llama_params(path, threads, port, n_ctx, reuse_prefix)
+    with threads_without_ctrl_c():   # its threads must never take Ctrl-C (ragkit/plumbing.py)
+        SERVERS.append(xllamacpp.Server(params))   # kept: freeing a server mid-Ctrl-C can hang
+    return SERVERS[-1]
+
+
+# A model file of your own is data from the internet, and llama.cpp runs its chat template (a
+# Jinja program inside the file) as it starts: a template that loops, or multiplies or doubles a
+# string, hung the load at 2.4 to 4.2 GB, deaf to Ctrl-C; one that calls itself crashed the
+# process (SIGSEGV) without a word. So such a file is first loaded in a child process (a fork),
+# with a small context, within LOAD_SECONDS of CPU and its own size plus LOAD_MEMORY of address
+# space; it is loaded here only once that child has started it. qwen and smollm2 are pinned
+# (ragkit/gguf.py) and loaded at once.
+LOAD_SECONDS = 30         # of CPU: Qwen2.5-Coder-1.5B loads in 3 s
+LOAD_MEMORY = 2 << 30     # bytes beyond the file (mapped whole): Qwen's load takes 1 GB more
+LOAD_WAIT_S = 300         # wall-clock: a load stalled on a slow disk
+LOAD_CONTEXT = 256        # tokens: enough to start, and to render llama.cpp's test chat
+LOG_BYTES = 1 << 20       # of the child's log read back for the reason a load failed
+LOG_ERROR = re.compile(r"^[\d.]+ E (.+)$", re.M)    # "0.00.560.872 E common_chat_...: error: ..."
+
+
+def load_child(params, log, memory: int) -> None:
+    """The child: bounded, llama.cpp's log written to `log`, the model loaded; exit 0 once it starts."""
+    import xllamacpp
+    limit_child(LOAD_SECONDS, memory)
+    os.dup2(log.fileno(), 2)
+    try:
+        xllamacpp.Server(params)
+    except Exception:                      # noqa: BLE001 - llama.cpp's log says why
+        os._exit(1)
+    os._exit(0)                            # the server is never freed: nothing else to do
+
+
+def load_guarded(path: Path) -> None:
+    """Load a model file of your own in a child first (load_child); RuntimeError in one line
+    that names the file if llama.cpp crashes, spins, outgrows its bounds or fails on it. The
+    wait ends on Ctrl-C too: the child is killed. Without fork (Windows) nothing is checked."""
+    import signal
+    import tempfile
+    params = llama_params(path, 1, n_ctx=LOAD_CONTEXT)
+    params.verbosity = 3                   # errors and warnings, for the reason a load failed
+    memory = path.stat().st_size + LOAD_MEMORY
+    file = printable(str(path), lines=False)
+    bounds = f"{LOAD_SECONDS} s of CPU and {memory >> 20:,} MB"
+    with tempfile.TemporaryFile() as log:
+        child = forked(load_child, params, log, memory)
+        if child is None:
+            return
+        print(f"loading {file} in a child process first (within {bounds}) ...", file=sys.stderr,
+              flush=True)                  # once the child is there: Ctrl-C after it lands on the wait
+        try:
+            child.join(LOAD_WAIT_S)
+            stalled = child.is_alive()
+        finally:                           # Ctrl-C, or the wall-clock limit
+            child.kill()
+            child.join()
+        log.seek(0)
+        errors = LOG_ERROR.findall(log.read(LOG_BYTES).decode("utf-8", "replace"))
+    code = child.exitcode
+    if stalled:
+        raise RuntimeError(f"{file} did not load within {LOAD_WAIT_S} s (a stalled disk, or a "
+                           f"chat template that never ends)")
+    if code == -signal.SIGXCPU:
+        raise RuntimeError(f"{file} kept llama.cpp busy for over {LOAD_SECONDS} s of CPU while "
+                           f"loading: its chat template never ends, or it is no model for a CPU")
+    if code < 0:
+        raise RuntimeError(f"{file} crashed llama.cpp while loading (signal {signal.Signals(-code).name}): "
+                           f"its chat template or weights are broken (or it needs over {memory >> 20:,} MB)")
+    if code > 0:                           # llama.cpp's first error line says why
+        why = printable(" ".join(errors[0].split()), lines=False)[:300] if errors else f"exit status {code}"
+        raise RuntimeError(f"llama.cpp could not load {file} within {bounds}: {why}")
