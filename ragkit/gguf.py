@@ -104,9 +104,9 @@ def is_checked(target: Path) -> bool:
         return False
 
 
-def write_stamp(target: Path) -> None:
-    """Record that `target` (as it is now) has the pinned SHA-256."""
-    stamp = {**file_state(target), "sha256": QWEN_SHA256}
+def write_stamp(target: Path, state: dict) -> None:
+    """Record that `target`, in the state it had when it was hashed, has the pinned SHA-256."""
+    stamp = {**state, "sha256": QWEN_SHA256}
     write_atomic(stamp_path(target), json.dumps(stamp).encode())
 
 
@@ -133,9 +133,10 @@ def join_qwen(parts: list[Path], target: Path) -> None:
         if is_checked(target):                          # another run did it while we waited
             return
         if target.is_file():
+            state = file_state(target)       # taken first: a change while it is hashed shows
             why = why_not_pinned(target)
             if why is None:
-                write_stamp(target)
+                write_stamp(target, state)
                 return
             print(f"{target} is not the pinned {QWEN} ({why}): joining it again from the "
                   f"installed parts", file=sys.stderr, flush=True)
@@ -148,7 +149,7 @@ def join_qwen(parts: list[Path], target: Path) -> None:
                 raise RuntimeError(f"the installed parts of {QWEN} do not give the pinned file "
                                    f"(SHA-256 differs): reinstall them with --force-reinstall")
         write_atomic(target, read_blocks(parts, digest, f"joining {QWEN}"), whole)
-        write_stamp(target)
+        write_stamp(target, file_state(target))
 
 
 def installed_qwen_parts() -> list[Path]:
