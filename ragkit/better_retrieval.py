@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit import documents, embeddings, readers
+from ragkit import documents, embeddings
 from ragkit.plumbing import refuse_empty
 from ragkit.text import plural
 from ragkit.retrieval import (GET_RERANKER, RERANK_DEPTH, RERANKER, bootstrap_ci, check_filters,
@@ -112,8 +112,7 @@ def check_args(args) -> None:
             import contextlib
             import io
             with contextlib.redirect_stderr(io.StringIO()):   # its [skip] lines come later, once
-                docs = documents.load_documents(args.docs, args.exclude,
-                                                args.max_pages or readers.MAX_PAGES, args.notebook_outputs)
+                docs = documents.load_folder(args)
         check_filters(docs, args.source, args.tag)
     if args.rerank not in (None, "auto") and not embeddings.model_folder(args.rerank):
         if embeddings.looks_like_folder(args.rerank):

@@ -28,6 +28,7 @@ from ragkit.plumbing import bounded, run_cli
 # A question, not a document: with the passages it must fit a small model's context, and a
 # 126 KB one took 2.5 GB of memory before llama.cpp said it did not fit.
 MAX_QUESTION_CHARS = 2_000
+MAX_FOLDER_MB = 1_000_000     # --max-folder-mb: a terabyte of notes is no folder to read on a laptop
 DOCS_DEFAULTS = {"chunk_size": chunking.WORDS, "k": documents.K, "hybrid": str(retrieval.DOCS_HYBRID),
                  "context": True}
 
@@ -82,6 +83,9 @@ def parser():
                         "'reference/*' (repeat it for more)")
     g.add_argument("--max-pages", type=bounded(int, 1, 100_000), metavar="N",
                    help=f"with --docs: read at most N pages of each PDF (default: {readers.MAX_PAGES})")
+    g.add_argument("--max-folder-mb", type=bounded(int, 1, MAX_FOLDER_MB), metavar="N",
+                   help=f"with --docs: read at most N MB of files from the folder; the files past it "
+                        f"are skipped and counted (default: {documents.MAX_FOLDER_MB})")
     g.add_argument("--notebook-outputs", action="store_true",
                    help="with --docs: read what the code cells of .ipynb notebooks printed, too")
     g = p.add_argument_group("better retrieval (ragkit/better_retrieval.py)")
@@ -146,7 +150,7 @@ def check_args(args) -> Checked:
         answering.check_length(len(args.question), MAX_QUESTION_CHARS, "--question")
     checked = Checked(*embeddings.model_for(args.backend, args.model))   # --model: one line now
     if args.docs is not None or args.index is not None or args.eval is not None or args.exclude \
-            or args.max_pages is not None or args.notebook_outputs:
+            or args.max_pages is not None or args.max_folder_mb is not None or args.notebook_outputs:
         documents.check_args(args)
     if args.eval:
         from ragkit import eval_file

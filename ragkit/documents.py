@@ -23,6 +23,8 @@ from ragkit.storage import regular_file_size, usable_folder
 from ragkit.text import plural, printable
 
 MAX_FILE_BYTES = 2_000_000   # bigger files are logs and dumps, not notes: skipped with one line
+MAX_FOLDER_MB = 200          # bytes of files read from one folder (--max-folder-mb): a docs
+                             # folder fits with room; the files past it are skipped and counted
 MAX_DEPTH = 32               # folders nested deeper than this are named and skipped
 SUFFIXES = (".md", ".txt")
 K = 8                        # passages a --docs answer is written from (rageval/tuning.py chose it)
@@ -153,11 +155,27 @@ def reader_document(doc_id: str, sections: list) -> dict:
     return {"doc_id": doc_id, "title": doc_id, "text": text, "tags": [], "sections": sections}
 
 
+def bytes_to_read(path: Path) -> int:
+    """What a reader would read of `path`: its size, or 0 for a file no reader (or no installed
+    extra) takes, or one over its own limit (skipped for that, unread)."""
+    suffix = path.suffix.lower()
+    limit = MAX_FILE_BYTES if suffix in SUFFIXES else readers.MAX_BYTES.get(suffix)
+    if limit is None or (suffix in readers.EXTRAS and readers.missing(suffix)):
+        return 0
+    try:
+        size = os.stat(path).st_size
+    except OSError:                               # reading it will say why
+        return 0
+    return size if size <= limit else 0
+
+
 def load_documents(folder, exclude=(), max_pages: int = readers.MAX_PAGES,
-                   outputs: bool = False) -> list[dict]:
+                   outputs: bool = False, max_bytes: int = MAX_FOLDER_MB * 1_000_000) -> list[dict]:
     """Every file under `folder` that a reader takes, as {doc_id, title, text, tags} (and the
     sections a reader made); doc_id is the path inside the folder, which `exclude`'s glob
-    patterns match ("reference/*"). What was read and what was skipped is said on stderr."""
+    patterns match ("reference/*"). Files are read in path order until `max_bytes` are read;
+    a file that would take the total past it is skipped. What was read and what was skipped
+    is said on stderr."""
     if not str(folder).strip():
         raise ValueError("--docs needs a folder path, got an empty string")
     root = Path(folder).expanduser().resolve()
@@ -168,12 +186,18 @@ def load_documents(folder, exclude=(), max_pages: int = readers.MAX_PAGES,
     paths = [path for path in folder_files(root)
              if not any(fnmatch.fnmatch(path.relative_to(root).as_posix(), pattern)
                         for pattern in exclude or ())]
-    docs, read, skipped, needed = [], Counter(), [], {}
+    docs, read, skipped, needed, over, used = [], Counter(), [], {}, [], 0
     with Progress("reading files", len(paths), " files") as bar:   # shows if it takes a while
         for path in paths:
             rel = path.relative_to(root).as_posix()
             bar.update(0, now=rel)                # a slow file (a long PDF) is named while it reads
-            found = read_one(path, rel, root, max_pages, outputs, skipped, needed)
+            size = bytes_to_read(path)
+            if used + size > max_bytes:           # past the folder's budget: counted, not read
+                over.append(rel)
+                found = []
+            else:
+                used += size
+                found = read_one(path, rel, root, max_pages, outputs, skipped, needed)
             bar.update(1)
             if found:
                 docs += found
@@ -182,10 +206,21 @@ def load_documents(folder, exclude=(), max_pages: int = readers.MAX_PAGES,
         installs = "".join(f"; {plural(len(names), 'file')} need{'s' if len(names) == 1 else ''} "
                            f"{packages} (pip install {packages})"
                            for packages, names in needed.items())
+        if over:
+            installs += f"; {past_budget(len(over), max_bytes)}"
         raise ValueError(f"no readable .md or .txt files (nor {', '.join(sorted(readers.EXTRAS))}) "
                          f"in {folder}{installs}")
     print_read_and_skipped(read, docs, skipped, needed)
+    if over:
+        print(f"skipped {past_budget(len(over), max_bytes)}", file=sys.stderr)
     return docs
+
+
+def past_budget(files: int, max_bytes: int) -> str:
+    """past_budget(12, 200_000_000) -> "12 files past the 200 MB folder budget (--max-folder-mb
+    raises it)"."""
+    return (f"{plural(files, 'file')} past the {max_bytes / 1e6:g} MB folder budget "
+            f"(--max-folder-mb raises it)")
 
 
 def read_one(path: Path, rel: str, root: Path, max_pages: int, outputs: bool,
@@ -252,13 +287,20 @@ def print_biggest_file(chunks: list[dict]) -> None:
 
 
 # == For the command line (ragkit/cli.py) =================================================
+def load_folder(args) -> list[dict]:
+    """load_documents with what --docs, --exclude, --max-pages, --notebook-outputs and
+    --max-folder-mb say."""
+    return load_documents(args.docs, args.exclude, args.max_pages or readers.MAX_PAGES,
+                          args.notebook_outputs, (args.max_folder_mb or MAX_FOLDER_MB) * 1_000_000)
+
+
 def check_args(args) -> None:
     """--docs, --index and --eval: what can be checked before any slow work."""
     refuse_empty(args, ("docs", "index", "eval"), "a path")
     if args.docs is None and (args.index or args.eval or args.exclude or args.max_pages is not None
-                              or args.notebook_outputs):
-        raise ValueError("--index, --eval, --exclude, --max-pages and --notebook-outputs work with "
-                         "--docs FOLDER")
+                              or args.notebook_outputs or args.max_folder_mb is not None):
+        raise ValueError("--index, --eval, --exclude, --max-pages, --max-folder-mb and "
+                         "--notebook-outputs work with --docs FOLDER")
     if args.exclude and not all(pattern.strip() for pattern in args.exclude):
         raise ValueError("--exclude needs a pattern, got an empty string")
     if args.index:

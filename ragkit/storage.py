@@ -15,6 +15,7 @@ ragkit/storage.py: how the kit writes to disk and to databases without harming w
 """
 
 import contextlib
+import glob
 import hashlib
 import os
 import stat
@@ -107,6 +108,17 @@ def write_atomic(path, data, check=None) -> str | None:
     return sha256_bytes(data) if isinstance(data, bytes) else None
 
 
+def remove_partials(folder, name: str = "") -> None:
+    """Remove the temporary files that a write_atomic killed mid-way (kill -9, a power cut) left
+    in `folder`: of the file `name` only, if given ("model.gguf": ".model.gguf.x1y2z3" + PARTIAL).
+    Call it holding the lock the writers take, so no write is under way. Only regular files
+    with a name write_atomic makes are removed; anything else is left as it is."""
+    pattern = f".{glob.escape(name)}.*{PARTIAL}" if name else f".*{PARTIAL}"
+    for left in Path(folder).glob(pattern):
+        if left.is_file() and not left.is_symlink():
+            left.unlink(missing_ok=True)
+
+
 @contextmanager
 def folder_lock(folder):
     """Hold filelock's lock on `folder` while saving; another run waits its turn, and says so."""
@@ -129,8 +141,7 @@ def folder_lock(folder):
     except OSError as exc:
         raise ValueError(f"cannot lock {path} ({exc.strerror or exc})") from None
     try:
-        for left in Path(folder).glob(f".*{PARTIAL}"):  # a save killed mid-way left these: the
-            left.unlink(missing_ok=True)               # lock is ours, so no save is running
+        remove_partials(folder)         # the lock is ours, so no save is running
         yield Path(folder)
     finally:
         lock.release()

@@ -1,11 +1,12 @@
 """ragkit/gguf.py: which model file --generator local loads. The Qwen parts are joined once and
 the whole file's SHA-256 checked; a file of your own is checked before llama.cpp reads it."""
 import hashlib
+import json
 import os
 
 import pytest
 
-from ragkit import gguf
+from ragkit import gguf, storage
 
 
 def fake_parts(folder, blocks):
@@ -79,3 +80,88 @@ def test_the_default_is_qwen_once_installed_else_smollm2(monkeypatch):
     monkeypatch.setattr(gguf, "package_folder", lambda name: None)
     with pytest.raises(RuntimeError, match="requirements-qwen.txt"):
         gguf.model_file()
+
+
+# --- the joined file is what it claims: hashed at first use and whenever it changed -----------
+@pytest.fixture
+def fake_qwen(tmp_path, monkeypatch):
+    """Three small parts standing in for Qwen's 22, and the cache folder under tmp_path."""
+    blocks = [b"GGUF" + b"a" * 1000, b"b" * 3000, b"c" * 5]
+    whole = b"".join(blocks)
+    monkeypatch.setattr(gguf, "QWEN_SHA256", hashlib.sha256(whole).hexdigest())
+    monkeypatch.setattr(gguf, "QWEN_BYTES", len(whole))
+    parts = fake_parts(tmp_path, blocks)
+    monkeypatch.setattr(gguf, "qwen_parts", lambda: parts)
+    monkeypatch.setenv("RAG_CACHE_DIR", str(tmp_path / "cache"))
+    return whole
+
+
+@pytest.fixture
+def hashed(monkeypatch):
+    """The names of the files read and hashed from here on (the join's parts are not counted)."""
+    names, real = [], gguf.read_blocks
+
+    def read_blocks(paths, digest, what):
+        if what.startswith("checking"):
+            names.extend(path.name for path in paths)
+        return real(paths, digest, what)
+    monkeypatch.setattr(gguf, "read_blocks", read_blocks)
+    return names
+
+
+def test_first_use_hashes_the_file_and_stamps_it_then_trusts_the_stamp(fake_qwen, hashed, capsys):
+    target = gguf.qwen_path()                              # joined: hashed as it was copied
+    stamp = json.loads(gguf.stamp_path(target).read_text())
+    assert target.read_bytes() == fake_qwen and hashed == []
+    assert stamp == {"size": len(fake_qwen), "mtime_ns": target.stat().st_mtime_ns,
+                     "inode": target.stat().st_ino, "sha256": gguf.QWEN_SHA256}
+    gguf.stamp_path(target).unlink()                       # a file joined before stamps existed
+    capsys.readouterr()
+    assert gguf.qwen_path() == target and hashed == [target.name]    # hashed once, at first use
+    assert gguf.stamp_path(target).is_file() and capsys.readouterr().err == ""
+    assert gguf.qwen_path() == target and hashed == [target.name]    # then the stamp is trusted
+
+
+def test_a_replaced_file_of_the_same_size_is_joined_again_with_one_line(fake_qwen, hashed, capsys):
+    target = gguf.qwen_path()
+    target.write_bytes(b"GGUF" + b"z" * (len(fake_qwen) - 4))      # a padded other model
+    capsys.readouterr()
+    assert gguf.qwen_path() == target and target.read_bytes() == fake_qwen
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"{target} is not the pinned {gguf.QWEN} (its SHA-256 differs): joining it again " \
+                     f"from the installed parts" and "joining the 22 parts" in err[1]
+    assert hashed == [target.name] and gguf.is_checked(target)
+
+
+def test_a_touched_file_is_hashed_again_and_kept_when_it_is_still_the_pinned_one(fake_qwen, hashed,
+                                                                                   capsys):
+    target = gguf.qwen_path()
+    inode = target.stat().st_ino
+    os.utime(target, ns=(1, 1))                            # same bytes, new mtime
+    assert not gguf.is_checked(target)
+    capsys.readouterr()
+    assert gguf.qwen_path() == target and hashed == [target.name]
+    assert target.stat().st_ino == inode and capsys.readouterr().err == ""   # not joined again
+    assert json.loads(gguf.stamp_path(target).read_text())["mtime_ns"] == 1
+
+
+def test_a_damaged_stamp_means_hash_again_never_an_error(fake_qwen, hashed):
+    target = gguf.qwen_path()
+    gguf.stamp_path(target).write_text("[" * 3000)
+    assert gguf.qwen_path() == target and hashed == [target.name] and gguf.is_checked(target)
+
+
+def test_the_next_join_removes_stale_partials_and_nothing_the_kit_did_not_make(fake_qwen, tmp_path):
+    cache = tmp_path / "cache" / "rag-from-scratch"
+    cache.mkdir(parents=True)
+    stale = cache / f".{gguf.QWEN_FILE}.k9x2ab_q{storage.PARTIAL}"    # a join killed with kill -9
+    stale.write_bytes(b"half a model")
+    theirs = [cache / "notes.txt", cache / f"{gguf.QWEN_FILE}.partial", cache / f".{gguf.QWEN_FILE}.mine",
+              cache / f".other.gguf.k9x2ab_q{storage.PARTIAL}"]     # another file's partial: not this join's
+    for path in theirs:
+        path.write_text("keep me")
+    folder = cache / f".{gguf.QWEN_FILE}.folder{storage.PARTIAL}"    # named like ours, but a folder
+    folder.mkdir()
+    assert gguf.qwen_path().read_bytes() == fake_qwen
+    assert not stale.exists() and folder.is_dir()
+    assert all(path.read_text() == "keep me" for path in theirs)

@@ -201,3 +201,33 @@ def test_a_notebook_nbformat_would_spend_a_minute_validating_is_read_at_once(tmp
             + ", ".join([output] * 20_000) + ']}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
     sections, seconds = cpu(readers.notebook_sections, data.encode())      # the old way: 20 s
     assert sections == [("", [("code", "```python\nread()\n```")])] and seconds < 2
+
+
+# --- the folder's budget: bytes read in all, in path order ---------------------------------
+def test_files_past_the_folder_budget_are_skipped_and_counted_in_one_line(tmp_path, capsys):
+    for name in ["a.md", "b.md", "c.md", "d.md", "e.md"]:
+        (tmp_path / name).write_text(f"# {name}\n\n" + "word " * 18)      # 100 bytes each
+    (tmp_path / "big.md").write_bytes(b"x" * (documents.MAX_FILE_BYTES + 1))   # over its own cap
+    (tmp_path / "video.mp4").write_bytes(b"\0" * 10_000)                 # no reader: not read
+    docs = documents.load_documents(tmp_path, max_bytes=350)
+    assert [d["doc_id"] for d in docs] == ["a.md", "b.md", "c.md"]
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == "skipped 2 files past the 0.00035 MB folder budget (--max-folder-mb raises it)"
+    assert "[skip] big.md: 2.0 MB is over the 2 MB limit for one file (split it)" in err
+
+
+def test_a_budget_too_small_for_any_file_says_so_in_its_one_error(tmp_path):
+    (tmp_path / "a.md").write_text("# a\n\n" + "word " * 18)
+    with pytest.raises(ValueError, match=r"no readable .* 1 file past the 1e-05 MB folder budget "
+                                         r"\(--max-folder-mb raises it\)"):
+        documents.load_documents(tmp_path, max_bytes=10)
+
+
+def test_max_folder_mb_is_the_budget_in_megabytes(tmp_path, capsys):
+    from ragkit import cli
+    for name in ["a.md", "b.md", "c.md"]:
+        (tmp_path / name).write_text(f"# {name}\n\n" + "word " * 80_000)   # 400 KB each
+    args = cli.parse_args(["--docs", str(tmp_path), "--max-folder-mb", "1"])
+    assert [d["doc_id"] for d in documents.load_folder(args)] == ["a.md", "b.md"]
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        "skipped 1 file past the 1 MB folder budget (--max-folder-mb raises it)"
