@@ -43,6 +43,25 @@ def per_mode(p, dest: str, docs_value) -> None:
             action.default = None
 
 
+def add_docs_flags(g) -> None:
+    """--docs and the flags that go with it, in their group of the parser."""
+    g.add_argument("--docs", metavar="FOLDER", help="use your own files instead of the sample: .md, .txt, "
+                                                    "and with their extras .pdf, .html, .docx, .ipynb")
+    g.add_argument("--index", metavar="DIR", help="with --docs: save the index here and reuse it")
+    g.add_argument("--eval", metavar="FILE", help='with --docs: JSON Lines of {"question": ..., '
+                                                  '"relevant": [file, ...]} to score retrieval')
+    g.add_argument("--exclude", metavar="GLOB", action="append",
+                   help="with --docs: leave out files whose path matches, e.g. CHANGELOG.md or "
+                        "'reference/*' (repeat it for more)")
+    g.add_argument("--max-pages", type=bounded(int, 1, 100_000), metavar="N",
+                   help=f"with --docs: read at most N pages of each PDF (default: {readers.MAX_PAGES})")
+    g.add_argument("--max-folder-mb", type=bounded(int, 1, MAX_FOLDER_MB), metavar="N",
+                   help=f"with --docs: read at most N MB of files from the folder; the files past it "
+                        f"are skipped and counted (default: {documents.MAX_FOLDER_MB})")
+    g.add_argument("--notebook-outputs", action="store_true",
+                   help="with --docs: read what the code cells of .ipynb notebooks printed, too")
+
+
 def parser():
     """The tutorial's flags (the core's own parser), then the kit's, each group naming the
     file that does its work; --help states each default, per mode (docs/flags.md agrees)."""
@@ -72,22 +91,7 @@ def parser():
                         "against the passages, or sentences it cites by number and the kit shows "
                         "whole (ragkit/citations.py; with local, a grammar allows only real numbers) "
                         "(default: %(default)s)")
-    g = p.add_argument_group("your own files (ragkit/documents.py, ragkit/folder_index.py)")
-    g.add_argument("--docs", metavar="FOLDER", help="use your own files instead of the sample: .md, .txt, "
-                                                    "and with their extras .pdf, .html, .docx, .ipynb")
-    g.add_argument("--index", metavar="DIR", help="with --docs: save the index here and reuse it")
-    g.add_argument("--eval", metavar="FILE", help='with --docs: JSON Lines of {"question": ..., '
-                                                  '"relevant": [file, ...]} to score retrieval')
-    g.add_argument("--exclude", metavar="GLOB", action="append",
-                   help="with --docs: leave out files whose path matches, e.g. CHANGELOG.md or "
-                        "'reference/*' (repeat it for more)")
-    g.add_argument("--max-pages", type=bounded(int, 1, 100_000), metavar="N",
-                   help=f"with --docs: read at most N pages of each PDF (default: {readers.MAX_PAGES})")
-    g.add_argument("--max-folder-mb", type=bounded(int, 1, MAX_FOLDER_MB), metavar="N",
-                   help=f"with --docs: read at most N MB of files from the folder; the files past it "
-                        f"are skipped and counted (default: {documents.MAX_FOLDER_MB})")
-    g.add_argument("--notebook-outputs", action="store_true",
-                   help="with --docs: read what the code cells of .ipynb notebooks printed, too")
+    add_docs_flags(p.add_argument_group("your own files (ragkit/documents.py, ragkit/folder_index.py)"))
     g = p.add_argument_group("better retrieval (ragkit/better_retrieval.py)")
     g.add_argument("--hybrid", nargs="?", const="rrf", metavar="rrf|WEIGHT",
                    help="fuse BM25 with the vectors: by rank (rrf, when no value is given) or WEIGHT "
