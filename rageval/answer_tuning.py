@@ -15,8 +15,8 @@ computed for the last one: a question costs one long read and several short ones
 
 Choosing costs no model: every setting's verdicts come from the kept replies. For each project,
 the setting with the best score on the other four is scored on it; that figure is what a folder
-nobody tuned on gets. Score: right +1, partial 0, refused 0, wrong -1, and for a question the
-pages cannot answer, refused +1, answered -1. A wrong answer costs more than a refusal.
+nobody tuned on gets. Score: right +1, partial 0, refused 0, wrong -2, and for a question the
+pages cannot answer, refused +1, answered -2: a wrong answer costs twice what a right one earns.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ UNCHECKED = ["refuse", "flag"]
 MIN_TOPICS = [0.0, 0.2, 0.3, 0.4, 0.5]        # the share of the question the quotes must speak to
 MAX_TOKENS = llm.MAX_TOKENS          # as the kit asks: kept replies are then the kit's own
 CONTEXT = 8192                       # tokens: more than the longest prompt of 8 passages needs
-SCORE = {"right": 1, "partial": 0, "refused (wrong)": 0, "wrong": -1,
-         "refused (right)": 1, "answered (wrong)": -1}
+SCORE = {"right": 1, "partial": 0, "refused (wrong)": 0, "wrong": -2,
+         "refused (right)": 1, "answered (wrong)": -2}
 
 
 # == Asking ==================================================================================
@@ -147,8 +147,8 @@ def verdicts(answers: dict, setting) -> dict:
 
 
 def score(verdict_list: list[str]) -> int:
-    """Right +1, wrong -1, a refusal of an answerable question 0; unanswerable: refused +1,
-    answered -1 (see the top of this file)."""
+    """Right +1, wrong -2, a refusal of an answerable question 0; unanswerable: refused +1,
+    answered -2 (see the top of this file)."""
     return sum(SCORE[v] for v in verdict_list)
 
 
