@@ -25,7 +25,6 @@ import itertools
 import json
 import sys
 import time
-from pathlib import Path
 
 from rageval import devset, devsets
 from rageval import generation as gen
@@ -76,26 +75,28 @@ def collect(names, model: str | None, threads: int, questions: int | None = None
     path = kept_file(local.path, folder)
     kept = read_kept(path)
     key = lambda prompt: request_key(str(local.path), prompt.system, prompt.text, MAX_TOKENS)
-    for name in names:
-        todo = [p for p in prompts_of(name, embedder, cache, questions, plan)
-                if key(p["prompt"]) not in kept]
-        print(f"{name}: {len(todo)} prompts to ask", file=sys.stderr, flush=True)
-        with open(path, "a", encoding="utf-8") as out:
-            for n, p in enumerate(todo, 1):
-                start = time.perf_counter()
-                reply = local.answer(p["prompt"])
-                usage = local.usage
-                out.write(json.dumps({"key": key(p["prompt"]), "set": name, "item": p["item"], "k": p["k"],
-                                      "instruction": p["instruction"], "reply": reply,
-                                      "seconds": round(time.perf_counter() - start, 2),
-                                      "prompt_tokens": usage.get("prompt_tokens"),
-                                      "reused_tokens":
-                                          usage.get("prompt_tokens_details", {}).get("cached_tokens"),
-                                      "tokens": usage.get("completion_tokens"),
-                                      "threads": threads}) + "\n")
-                out.flush()
-                if n % 10 == 0:
-                    print(f"{name}: {n} of {len(todo)}", file=sys.stderr, flush=True)
+    def questions_of(name):          # each question's prompts together: they share their start
+        asked = [p for p in prompts_of(name, embedder, cache, questions, plan)
+                 if key(p["prompt"]) not in kept]
+        return [list(group) for _, group in itertools.groupby(asked, key=lambda p: p["item"])]
+    todo = [p for group in devset.in_turn([questions_of(name) for name in names]) for p in group]
+    print(f"{len(todo)} prompts to ask", file=sys.stderr, flush=True)
+    with open(path, "a", encoding="utf-8") as out:
+        for n, p in enumerate(todo, 1):
+            start = time.perf_counter()
+            reply = local.answer(p["prompt"])
+            usage = local.usage
+            out.write(json.dumps({"key": key(p["prompt"]), "set": p["set"], "item": p["item"], "k": p["k"],
+                                  "instruction": p["instruction"], "reply": reply,
+                                  "seconds": round(time.perf_counter() - start, 2),
+                                  "prompt_tokens": usage.get("prompt_tokens"),
+                                  "reused_tokens":
+                                      usage.get("prompt_tokens_details", {}).get("cached_tokens"),
+                                  "tokens": usage.get("completion_tokens"),
+                                  "threads": threads}) + "\n")
+            out.flush()
+            if n % 10 == 0:
+                print(f"{n} of {len(todo)}", file=sys.stderr, flush=True)
 
 
 # == Choosing =================================================================================

@@ -19,7 +19,6 @@ answered -2.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -113,10 +112,9 @@ def request_key(model_path, prompt: str) -> str:
 
 def interleaved(found: dict, questions: int | None) -> list[tuple[str, int, dict, list]]:
     """(set, number, item, passages) spread over each set, taken from the sets in turn."""
-    lists = [[(name, i, item, found[name][i][1])
-              for i, item in devset.spread([r[0] for r in rows], questions)] for name, rows in found.items()]
-    return [row for group in zip(*lists) for row in group] + \
-        [row for rows in lists for row in rows[min(map(len, lists)):]]
+    return devset.in_turn([[(name, i, item, found[name][i][1])
+                            for i, item in devset.spread([r[0] for r in rows], questions)]
+                           for name, rows in found.items()])
 
 
 def collect(found: dict, context, model: str | None, threads: int, questions: int | None, folder) -> None:

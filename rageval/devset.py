@@ -61,6 +61,13 @@ def spread(gold: list, questions: int | None) -> list[tuple[int, dict]]:
     return [(i * len(gold) // questions, gold[i * len(gold) // questions]) for i in range(questions)]
 
 
+def in_turn(lists: list[list]) -> list:
+    """The items of several lists taken from each in turn, so that a run stopped early has
+    asked every set alike: in_turn([[a1, a2, a3], [b1]]) -> [a1, b1, a2, a3]."""
+    return [row for group in zip(*lists) for row in group] + \
+        [row for rows in lists for row in rows[min(map(len, lists), default=0):]]
+
+
 def build(folder, embedder, cache=None, context: bool = True):
     """(chunks, vectors of the variant in use): the folder read and chunked as --docs does it,
     each chunk embedded once (through the disk cache when one is given)."""
