@@ -190,7 +190,7 @@ def minilm_vectors(collection) -> tuple[np.ndarray, np.ndarray]:
     them (encoded once, then read from .rag_cache)."""
     from ragbench.ann import real_texts
     from ragkit.embeddings import EmbeddingCache
-    from ragkit.retrieval import unit_rows
+    from rageval.score_matrices import unit_rows
     col = load_collection(collection)
     cache, embedder = EmbeddingCache(), rag.Embedder("minilm")
     queries = [q["text"] for q in col["queries"]]
