@@ -30,9 +30,10 @@ from pathlib import Path
 from rageval import answer_variants, devset, devsets
 from rageval import generation as gen
 from rageval.devset import kept_file, read_kept, request_key
+from rageval.embedding_cache import EmbeddingCache
 from rageval.generation import KEPT_SEED as SEED
 from ragkit import grounded, llm, plumbing
-from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
+from ragkit.embeddings import CACHE_DIR, CachedEmbedder
 
 # The prompts asked for each question, in this order: the biggest first, so the others reuse
 # its start (see above). Both instructions at 8 passages; the better one (on the first 30

@@ -22,10 +22,11 @@ import time
 
 import numpy as np
 
+from rageval.embedding_cache import EmbeddingCache
 from rageval.ir_collection import DEFAULT_COLLECTION, GRADE_READINGS, load_collection
 from ragkit import embeddings, plumbing
 from ragkit.arguments import add_cache
-from ragkit.embeddings import CACHE_DIR, EmbeddingCache, minilm_embedder
+from ragkit.embeddings import CACHE_DIR, minilm_embedder
 from ragkit.retrieval import BM25_B, BM25_K1  # light: NumPy only at import
 
 # ---------------------------------------------------------------------------
