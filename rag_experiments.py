@@ -26,11 +26,11 @@ import numpy as np
 
 import rag_from_scratch as rag
 from ragkit import plumbing
+from rageval.score_matrices import ROCCHIO_A, ROCCHIO_B, ROCCHIO_M, evaluate_scores, rocchio
 from ragkit.arguments import add_cache, add_collection
 from ragkit.embeddings import dense
-from ragkit.retrieval import (BM25_B, BM25_K1, ROCCHIO_A, ROCCHIO_B, ROCCHIO_M, SEED, bm25_matrix,
-                              bm25_scores, bootstrap_ci, evaluate_scores, hybrid_scores,
-                              paired_bootstrap, per_question, reciprocal_rank_fusion, rocchio)
+from ragkit.retrieval import (BM25_B, BM25_K1, SEED, bm25_matrix, bm25_scores, bootstrap_ci,
+                              hybrid_scores, paired_bootstrap, per_question, reciprocal_rank_fusion)
 from ragkit.text import split_sentences
 
 # The lab's new holiday policy and its question (tutorial, hands-on lab, task 2): with it,
@@ -43,7 +43,8 @@ HR05_DOC = {"doc_id": "HR-05", "title": "Public and floating holidays", "text": 
 HR05_QUESTION = {"question": "Can I take a day off for a festival that is not on the holiday list?",
                  "relevant": {"HR-05"}}
 
-# The one place the defaults live; the retrieval maths' own (BM25_K1, ...) are in ragkit/retrieval.py.
+# The one place the defaults live; the retrieval maths' own (BM25_K1, ...) are in ragkit/retrieval.py,
+# Rocchio's (ROCCHIO_A, ...) in rageval/score_matrices.py.
 SIZE, OVERLAP = rag.defaults(rag.build_chunks).values()   # the tutorial's 50 words, 10 shared
 CHUNKS = rag.build_chunks(rag.CORPUS, SIZE, OVERLAP)      # its 17 chunks: A, D, G, H and J
 EXPERIMENTS = "ABCDEFGHIJ"

@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
+from rageval.embedding_cache import EmbeddingCache
 from rageval.ir_collection import DEFAULT_COLLECTION, load_collection
+from rageval.score_matrices import unit_rows
 from ragkit import plumbing
 from ragkit.arguments import add_cache, add_collection, add_k
-from ragkit.embeddings import EmbeddingCache
-from ragkit.retrieval import unit_rows
 from ragkit.text import split_sentences
 
 SIZES = [10_000, 100_000]

@@ -189,8 +189,8 @@ def minilm_vectors(collection) -> tuple[np.ndarray, np.ndarray]:
     """MiniLM vectors of CISI's distinct texts and of its queries, as ragbench/ann.py reads
     them (encoded once, then read from .rag_cache)."""
     from ragbench.ann import real_texts
-    from ragkit.embeddings import EmbeddingCache
-    from ragkit.retrieval import unit_rows
+    from rageval.embedding_cache import EmbeddingCache
+    from rageval.score_matrices import unit_rows
     col = load_collection(collection)
     cache, embedder = EmbeddingCache(), rag.Embedder("minilm")
     queries = [q["text"] for q in col["queries"]]

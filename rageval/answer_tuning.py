@@ -7,7 +7,7 @@ checked, and what an answer with no checked quote becomes.
     python -m rageval.answer_tuning                        # choose, from the answers kept
 
 --collect asks Qwen2.5-Coder-1.5B (or --local-model) every question of every set, with the
-instructions (ragkit/grounded.py) and numbers of passages in PLAN, and keeps each reply in
+instructions (rageval/answer_variants.py) and numbers of passages in PLAN, and keeps each reply in
 a JSON Lines file under .rag_cache keyed by the model and the exact request: a rerun asks only
 what is not there yet, so it can be stopped and started again. The prompts of one question
 begin alike (the passages come first, the biggest k first), so llama.cpp reuses what it
@@ -26,12 +26,13 @@ import json
 import sys
 import time
 
-from rageval import devset, devsets
+from rageval import answer_variants, devset, devsets
 from rageval import generation as gen
 from rageval.devset import kept_file, read_kept, request_key
+from rageval.embedding_cache import EmbeddingCache
 from rageval.generation import KEPT_SEED as SEED
 from ragkit import grounded, llm, plumbing
-from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
+from ragkit.embeddings import CACHE_DIR, CachedEmbedder
 
 # The prompts asked for each question, in this order: the biggest first, so the others reuse
 # its start (see above). Both instructions at 8 passages; the better one (on the first 30
@@ -60,7 +61,8 @@ def prompts_of(name: str, embedder, cache, questions: int | None = None, plan=PL
         found = retrieve(item["question"], max(k for k, _ in plan))
         for k, instruction in plan:
             out.append({"set": name, "item": i, "k": k, "instruction": instruction,
-                        "prompt": grounded.grounded_prompt(item["question"], found[:k], instruction, SEED)})
+                        "prompt": grounded.grounded_prompt(item["question"], found[:k],
+                                                          answer_variants.INSTRUCTIONS[instruction], SEED)})
     return out
 
 
@@ -125,13 +127,12 @@ def settings(plan=PLAN) -> list[tuple]:
     """Every (instruction, k, strictness, unchecked, topic) to score, in the order ties go."""
     return [(instruction, k, strictness, unchecked, topic) for k, instruction in plan
             for strictness, unchecked, topic
-            in itertools.product(grounded.STRICTNESS, UNCHECKED, MIN_TOPICS)]
+            in itertools.product(answer_variants.STRICTNESS, UNCHECKED, MIN_TOPICS)]
 
 
 def verdicts(answers: dict, setting) -> dict:
     """{set: [verdict of each question]} under one setting (instruction, k, strictness, unchecked),
     and the share of the model's quotes that were found in the passages."""
-    from ragkit.answering import checked_answer
     from ragkit.guard import guarded_reply
     instruction, k, strictness, unchecked, topic = setting
     out, quotes, found = {}, 0, 0
@@ -139,8 +140,8 @@ def verdicts(answers: dict, setting) -> dict:
         out[name] = []
         for item, replies in questions:
             prompt, reply = replies[k, instruction]          # as the kit shows it: guarded first
-            checked, shown = checked_answer(guarded_reply(reply, prompt), prompt, strictness, unchecked,
-                                            topic)
+            checked, shown = answer_variants.checked_answer(guarded_reply(reply, prompt), prompt, strictness,
+                                                            unchecked, topic)
             out[name].append(devset.verdict(shown, item, grounded.REFUSAL))
             quotes += len(checked["checked"]) + len(checked["failed"])
             found += len(checked["checked"])
@@ -209,7 +210,6 @@ def choose(names, model: str | None, questions=None, folder=CACHE_DIR, worst: in
 def print_worst(answers: dict, verdicts_of: dict, setting, n: int) -> None:
     """The first n answers the kit would show wrongly under the setting, verbatim: an answer
     to a question the pages cannot answer, then one stating none of the facts."""
-    from ragkit.answering import checked_answer
     from ragkit.guard import guarded_reply
     instruction, k, strictness, unchecked, topic = setting
     rows = [(name, item, replies[k, instruction], v) for name, questions in answers.items()
@@ -217,7 +217,8 @@ def print_worst(answers: dict, verdicts_of: dict, setting, n: int) -> None:
     rows.sort(key=lambda row: row[3] != "answered (wrong)")
     print(f"\n== The worst answers under it, verbatim ({min(n, len(rows))} of {len(rows)}) ==")
     for name, item, (prompt, reply), v in rows[:n]:
-        shown = checked_answer(guarded_reply(reply, prompt), prompt, strictness, unchecked, topic)[1]
+        shown = answer_variants.checked_answer(guarded_reply(reply, prompt), prompt, strictness, unchecked,
+                                               topic)[1]
         facts = ", ".join(p.pattern for p in item["answer"]) or "none: the pages cannot answer it"
         print(f"[{name}, {v}] {item['question']}\n  facts wanted: {facts}\n  shown: "
               + shown.replace("\n", "\n         "))

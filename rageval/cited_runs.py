@@ -27,8 +27,9 @@ from pathlib import Path
 
 from rageval import devset, devsets
 from rageval import generation as gen
+from rageval.embedding_cache import EmbeddingCache
 from ragkit import citations, eval_file, grounded, plumbing
-from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
+from ragkit.embeddings import CACHE_DIR, CachedEmbedder
 
 SEED = "devset"                 # the markers' tag is fixed per question, so a rerun asks the same
 FOUND = 8                       # passages retrieved per question, as --docs gives them

@@ -29,10 +29,11 @@ import numpy as np
 import rag_from_scratch as rag
 from rageval import devsets
 from rageval import generation as gen
+from rageval.embedding_cache import EmbeddingCache
 from rageval.generation import KEPT_SEED
 from ragkit import chunking, documents, eval_file, grounded, llama, llm, plumbing, retrieval
 from ragkit.arguments import add_backend
-from ragkit.embeddings import CACHE_DIR, CachedEmbedder, EmbeddingCache
+from ragkit.embeddings import CACHE_DIR, CachedEmbedder
 from ragkit.guard import Guarded
 from ragkit.text import CODE
 

@@ -22,10 +22,11 @@ import time
 
 import numpy as np
 
+from rageval.embedding_cache import EmbeddingCache
 from rageval.ir_collection import DEFAULT_COLLECTION, GRADE_READINGS, load_collection
 from ragkit import embeddings, plumbing
 from ragkit.arguments import add_cache
-from ragkit.embeddings import CACHE_DIR, EmbeddingCache, minilm_embedder
+from ragkit.embeddings import CACHE_DIR, minilm_embedder
 from ragkit.retrieval import BM25_B, BM25_K1  # light: NumPy only at import
 
 # ---------------------------------------------------------------------------
@@ -46,7 +47,7 @@ NEIGHBOURS = 10          # neighbours of a document for neighbour_smoothed
 def query_metrics(scores: np.ndarray, doc_ids: list[str], relevant: list[dict],
                   k: int = CUTOFF) -> np.ndarray:
     """(queries x 4) array of hit@1, recall@k, reciprocal rank and nDCG@k, by the core's metrics."""
-    from ragkit.retrieval import evaluate_scores
+    from rageval.score_matrices import evaluate_scores
     m = evaluate_scores(scores, [{"doc_id": d} for d in doc_ids],
                         [{"relevant": gains} for gains in relevant], k)
     return np.array([(q["hit1"], q["recall"], q["rr"], q["ndcg"]) for q in m["per_question"]])
@@ -84,7 +85,8 @@ def score_inputs(collection: dict, minilm=None, cache=None) -> dict:
     from sklearn.feature_extraction.text import CountVectorizer
 
     import rag_from_scratch as rag
-    from ragkit.retrieval import unit_rows, word_analyzer
+    from rageval.score_matrices import unit_rows
+    from ragkit.retrieval import word_analyzer
     from ragkit.text import split_sentences
     judged = [q for q in collection["queries"] if q["qid"] in collection["qrels"]]
     if not judged:
@@ -128,7 +130,7 @@ def bm25_from_counts(inputs: dict, k1: float = BM25_K1, b: float = BM25_B):
 def bm25_feedback(inputs: dict, weights, first: np.ndarray, b: float, m: int) -> np.ndarray:
     """BM25 scores of Rocchio-moved queries in BM25's term space: unit query counts plus
     b * the mean unit row of W over the m documents `first` ranks highest (b = 0: unmoved)."""
-    from ragkit.retrieval import rocchio, unit_rows
+    from rageval.score_matrices import rocchio, unit_rows
     queries = inputs["counts"][1]
     if b:
         queries = rocchio(unit_rows(queries.astype(np.float64)), unit_rows(weights), first,
@@ -142,7 +144,8 @@ def settings(inputs: dict) -> list[tuple]:
     from functools import cache, partial
     from itertools import product
 
-    from ragkit.retrieval import hybrid_scores, minmax, reciprocal_rank_fusion, rocchio
+    from rageval.score_matrices import rocchio
+    from ragkit.retrieval import hybrid_scores, minmax, reciprocal_rank_fusion
     q, index = inputs["tfidf"]
     plain = (q @ index.T).toarray()
     dense = inputs.get("minilm")
@@ -199,7 +202,8 @@ def fused_feedback(inputs: dict, bm25, dense: dict) -> list[tuple]:
     from functools import cache, lru_cache, partial
     from itertools import product
 
-    from ragkit.retrieval import hybrid_scores, minmax, neighbour_smoothed, top_rows, unit_rows
+    from rageval.score_matrices import neighbour_smoothed, top_rows, unit_rows
+    from ragkit.retrieval import hybrid_scores, minmax
     docs = dense["docs"]
 
     @cache

@@ -103,7 +103,7 @@ def cisi_quality(collection=None, embedder=None, k=10, rescores=(4,)) -> dict:
     import rag_from_scratch as rag
     from rageval.ir_collection import DEFAULT_COLLECTION, load_collection
     from rageval.ir_scores import query_metrics
-    from ragkit.embeddings import EmbeddingCache
+    from rageval.embedding_cache import EmbeddingCache
     col = load_collection(collection or DEFAULT_COLLECTION)
     judged = [q for q in col["queries"] if q["qid"] in col["qrels"]]
     cache, embedder = EmbeddingCache(), embedder or rag.Embedder("minilm")

@@ -30,8 +30,9 @@ import numpy as np
 
 from rageval import devsets
 from rageval import generation as gen
+from rageval.embedding_cache import EmbeddingCache
 from ragkit import answering, chunking, documents, eval_file, extractive, grounded, plumbing, retrieval
-from ragkit.embeddings import CachedEmbedder, EmbeddingCache
+from ragkit.embeddings import CachedEmbedder
 
 K = 5                                          # passages scored when choosing retrieval
 KS = [3, 5, 8]                                 # how many passages a prompt may hold

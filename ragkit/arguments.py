@@ -40,5 +40,5 @@ def add_collection(p, default=None, help: str = "a SMART test collection folder"
 
 
 def add_cache(p, help: str = "where encoded vectors are kept") -> None:
-    """--cache: the folder of cached document vectors (ragkit/embeddings.py)."""
+    """--cache: the folder of cached document vectors (rageval/embedding_cache.py)."""
     p.add_argument("--cache", metavar="DIR", help=f"{help} (default: {CACHE_DIR})")

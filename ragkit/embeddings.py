@@ -3,41 +3,34 @@ ragkit/embeddings.py: the models behind the core's Embedder: found on disk, name
 
     folder = local_model("sentence-transformers/all-MiniLM-L6-v2")   # never a download
     embedder = CachedEmbedder("minilm")          # each distinct text encoded once
-    cache = EmbeddingCache(".rag_cache")
-    vectors = cache.encode(embedder, texts)      # run it twice: the second reads from disk
+    vectors = encode_in_pieces(embedder, texts)  # with a progress bar
 
   local_model       a folder holding a model, found by the core's find_model; else one line
                     saying what to do; its files checked first (regular files, a sane size,
                     safetensors whole)
   model_identity    a model's name and a hash of its weights: the one staleness rule for saved
-                    vectors (a saved --index, this cache's files)
+                    vectors (a saved --index, rageval/embedding_cache.py's files)
   CachedEmbedder    an Embedder for long runs: a text is encoded once; a question runs on one
                     thread (two on a busy laptop wait on each other), a build on every core
   QuickMiniLM       MiniLM's forward pass with torch alone, for questions on a saved index
-  EmbeddingCache    vectors kept on disk, one file per model identity
   dense             a NumPy array from a dense or a sparse (TF-IDF) matrix
 
-Cache files are `<folder>/<model>-<hash>.npz`, holding `keys` (the SHA-256 of each text, so
-equal texts share one vector) and `vectors` (float32 rows). The folder carries the kit's mark
-(ragkit/storage.py): a folder holding anything else is refused, never written to. Files are
-written whole or not at all, under the folder's lock; a damaged file (cut short, a flipped
-byte) is ignored with one line and rebuilt. Pickle is never used.
+The evaluation's and the benchmarks' vectors kept on disk (EmbeddingCache) are
+rageval/embedding_cache.py's; their default folder, CACHE_DIR, is named here, where
+ragkit/arguments.py's shared --cache flag reads it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import sys
 from pathlib import Path
 
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit.plumbing import Progress, one_line, parse_json
-from ragkit.storage import (claim_folder, folder_lock, regular_file_size, sha256_bytes, sha256_file,
-                            usable_folder, write_atomic)
+from ragkit.plumbing import Progress, parse_json
+from ragkit.storage import regular_file_size, sha256_bytes, sha256_file
 
 MINILM = rag.defaults(rag.Embedder)["model"]      # "sentence-transformers/all-MiniLM-L6-v2"
 BULK = 64                # texts at once from which encoding uses every core
@@ -348,83 +341,3 @@ def minilm_embedder() -> CachedEmbedder:
 def dense(matrix) -> np.ndarray:
     """A NumPy array from a dense or a sparse (TF-IDF) matrix."""
     return matrix.toarray() if hasattr(matrix, "toarray") else np.asarray(matrix)
-
-
-# == Vectors kept on disk ===================================================================
-def text_key(text: str) -> str:
-    """The cache key of one text: its SHA-256, so equal texts share one vector."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-class EmbeddingCache:
-    """Vectors on disk keyed by model and text; hits, misses and repeats count the work done."""
-
-    def __init__(self, folder=None):
-        self.folder = usable_folder(folder or CACHE_DIR, "--cache")   # now, before any slow work
-        self.hits = 0        # texts read from disk
-        self.misses = 0      # distinct texts that had to go through the model
-        self.repeats = 0     # new texts equal to another new text: encoded once for both
-
-    def path_for(self, embedder) -> Path:
-        """The cache file of this embedder's model."""
-        readable = re.sub(r"[^A-Za-z0-9]+", "-", embedder.model_name).strip("-")[-60:]
-        identity = text_key(model_identity(embedder.backend, embedder.model_name))
-        return self.folder / f"{readable}-{identity[:8]}.npz"
-
-    def encode(self, embedder, texts: list[str], what: str = "texts") -> np.ndarray:
-        """Vectors of `texts` in order, encoding with `embedder` only those not on disk."""
-        if embedder.backend == "tfidf":
-            raise ValueError("TF-IDF vectors depend on the corpus the vectorizer was fitted on, "
-                             "so they are not cached: build them with build_index instead")
-        path = self.path_for(embedder)
-        keys, vectors = self._load(path)
-        stored, wanted = set(keys), [text_key(t) for t in texts]
-        new = {key: text for key, text in zip(wanted, texts) if key not in stored}
-        needed = sum(key in new for key in wanted)
-        self.misses += len(new)
-        self.repeats += needed - len(new)
-        self.hits += len(texts) - needed
-        if new:
-            fresh = self._encode_new(embedder, list(new.values()), what, len(texts) - needed)
-            if vectors is not None and vectors.shape[1] != fresh.shape[1]:
-                keys, vectors = keys[:0], None         # the model changed size: start over
-            keys = np.concatenate([keys, np.array(list(new), dtype="<U64")])
-            vectors = fresh if vectors is None else np.concatenate([vectors, fresh])
-            self._save(path, keys, vectors)
-        if vectors is None:                            # no texts, and no file yet
-            return np.zeros((0, 0), dtype=np.float32)
-        row = {key: i for i, key in enumerate(keys)}
-        return vectors[[row[key] for key in wanted]]
-
-    @staticmethod
-    def _encode_new(embedder, texts: list[str], what: str, cached: int) -> np.ndarray:
-        """Encode in pieces of ENCODE_PIECE, saying first how many; a bar shows if it is slow."""
-        if len(texts) > ENCODE_PIECE:
-            print(f"encoding {len(texts):,} {what} with {embedder.model_name.split('/')[-1]} "
-                  f"({cached:,} read from the cache) ...", file=sys.stderr, flush=True)
-        return encode_in_pieces(embedder, texts, what)
-
-    def _load(self, path: Path):
-        """(keys, vectors) from disk, or empty if there is no readable cache file yet."""
-        empty = np.zeros(0, dtype="<U64"), None
-        if not path.is_file():
-            return empty
-        try:
-            with np.load(path, allow_pickle=False) as saved:
-                keys, vectors = saved["keys"], saved["vectors"]
-            if (keys.ndim != 1 or keys.dtype.kind != "U" or vectors.ndim != 2
-                    or vectors.dtype.kind != "f" or len(keys) != len(vectors)):
-                raise ValueError("its keys and vectors do not fit together")
-            return keys, vectors
-        except Exception as exc:   # cut short, a flipped byte, not a zip: whatever it is, rebuild
-            print(f"[info] ignoring unreadable cache {path} ({one_line(exc)}); rebuilding it",
-                  file=sys.stderr)
-            return empty
-
-    def _save(self, path: Path, keys: np.ndarray, vectors: np.ndarray) -> None:
-        """Claim the folder (mark first), then write the file whole under the folder's lock."""
-        import io
-        buffer = io.BytesIO()
-        np.savez(buffer, keys=keys, vectors=vectors, allow_pickle=False)
-        with folder_lock(claim_folder(self.folder, "--cache")):
-            write_atomic(path, buffer.getvalue())

@@ -1,18 +1,18 @@
 """
-ragkit/retrieval.py: the retrieval maths beyond cosine: BM25, fusion, query feedback, intervals,
-reranking, and the kit's retriever made from them.
+ragkit/retrieval.py: the retrieval maths beyond cosine: BM25, fusion, intervals, reranking,
+and the kit's retriever made from them.
 
     vectorizer, W = bm25_matrix(texts)                # sparse: W[d, t] = BM25 weight of term t in d
     keyword = bm25_scores(["new fathers"], vectorizer, W)
     fused = hybrid_scores(minmax(keyword), minmax(dense), weight=0.3)
     fused = reciprocal_rank_fusion([keyword, dense])  # by rank alone
-    q2 = rocchio(q, doc_vectors, q @ doc_vectors.T)   # pseudo-relevance feedback
     retrieve = make_retriever(chunks, index, embedder, hybrid=0.3, context=True)   # a Retriever
 
-Sections 1-4 take and return score matrices (one row per query, one column per document) or
-vectors, so a grid of settings costs matrix products, not new searches. Section 5 reranks with a
-cross-encoder; section 6 puts it all into one Retriever: retrieve(question, k). The flags that
-ask for them are ragkit/better_retrieval.py's.
+Sections 1-3 take and return score matrices (one row per query, one column per document) or
+vectors, so a grid of settings costs matrix products, not new searches. Section 4 reranks with a
+cross-encoder; section 5 puts it all into one Retriever: retrieve(question, k). The flags that
+ask for them are ragkit/better_retrieval.py's. Query feedback and neighbour smoothing, which
+only the experiments and the evaluation run, are rageval/score_matrices.py's.
 
 Nothing here loads a model at import; scikit-learn, SciPy and the reranker are imported inside
 the functions that need them.
@@ -36,9 +36,6 @@ BM25_B = 0.75            # how strongly long documents are penalised (0 = not at
 HYBRID_WEIGHT = 0.5      # share of the keyword score in a weighted hybrid
 RRF_K = 60               # reciprocal rank fusion constant (Cormack, Clarke and Buettcher, 2009)
 DOCS_HYBRID = 0.3        # --docs: BM25's share of the fused score (rageval/tuning.py chose it)
-ROCCHIO_A = 1.0          # weight of the query itself in Rocchio feedback
-ROCCHIO_B = 0.75         # weight of the feedback documents' mean (SMART's classic beta)
-ROCCHIO_M = 3            # how many top documents count as (pseudo-)relevant
 RESAMPLES = 2000         # bootstrap resamples of the question set
 SEED = 0                 # fixes every bootstrap interval, so reruns print the same numbers
 
@@ -135,46 +132,7 @@ def reciprocal_rank_fusion(score_list: list[np.ndarray], k: int = RRF_K) -> np.n
     return sum(1.0 / (k + ranks(scores)) for scores in score_list)
 
 
-# == 3. Moving the query (Rocchio) and the documents (neighbours) ==========================
-def unit_rows(vectors):
-    """Each row divided by its length (dense or sparse); a zero row stays zero."""
-    from sklearn.preprocessing import normalize
-    return normalize(vectors)
-
-
-def top_rows(scores: np.ndarray, m: int):
-    """Sparse (queries x docs) matrix with 1/m at each row's m best scores: @ docs = their mean."""
-    from scipy import sparse
-    scores = np.asarray(scores)
-    m = min(m, scores.shape[1])
-    best = np.argsort(-scores, axis=1, kind="stable")[:, :m]
-    return sparse.csr_matrix((np.full(best.size, 1.0 / m), best.ravel(),
-                              np.arange(0, best.size + 1, m)), shape=scores.shape)
-
-
-def rocchio(queries, docs, scores: np.ndarray, a: float = ROCCHIO_A, b: float = ROCCHIO_B,
-            m: int = ROCCHIO_M):
-    """Pseudo-relevance feedback: q' = a*q + b*mean of the m top-scoring docs, unit length.
-
-    queries and docs are dense or sparse rows; scores (queries x docs) picks the m docs taken
-    as relevant. Only b / a changes the ranking, since the length is normalised away.
-    """
-    if a < 0 or b < 0 or m < 1:
-        raise ValueError(f"Rocchio needs a >= 0, b >= 0 and m >= 1, got a={a}, b={b}, m={m}")
-    return unit_rows(a * queries + b * (top_rows(scores, m) @ docs))
-
-
-def neighbour_smoothed(docs: np.ndarray, g: float = 0.5, neighbours: int = 10) -> np.ndarray:
-    """Each unit document vector plus g * the mean of its nearest neighbours, unit length:
-    Rocchio's move applied to the documents (the cluster hypothesis)."""
-    if g < 0 or neighbours < 1:
-        raise ValueError(f"need g >= 0 and neighbours >= 1, got g={g}, neighbours={neighbours}")
-    similar = docs @ docs.T
-    np.fill_diagonal(similar, -np.inf)               # a document is not its own neighbour
-    return unit_rows(docs + g * (top_rows(similar, neighbours) @ docs))
-
-
-# == 4. Bootstrap intervals over questions =================================================
+# == 3. Bootstrap intervals over questions =================================================
 def bootstrap_ci(values, resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float]:
     """95% interval for the mean of per-question values, resampling questions with replacement."""
     values = np.asarray(values, dtype=float)
@@ -213,14 +171,7 @@ def evaluate_retriever(eval_set: list[dict], retrieve, k: int, verbose: bool = F
     return scored(eval_set, rankings, k, verbose)
 
 
-def evaluate_scores(scores: np.ndarray, chunks: list[dict], eval_set: list[dict], k: int) -> dict:
-    """The core's Step 6 metrics for rankings given as scores (row i: question i's score for
-    every chunk), so a grid of settings costs matrix products, not new searches."""
-    rankings = [[chunks[i]["doc_id"] for i in rag.top_k(row, k)] for row in scores]
-    return scored(eval_set, rankings, k)
-
-
-# == 5. Re-ranking with a cross-encoder ====================================================
+# == 4. Re-ranking with a cross-encoder ====================================================
 RERANKER = "cross-encoder/ms-marco-MiniLM-L6-v2"
 RERANK_DEPTH = 4         # the reranker sees RERANK_DEPTH x k candidates and keeps k
 GET_RERANKER = (f"download it once where the network is open (`hf download {RERANKER}`) and "
@@ -247,7 +198,7 @@ def rerank(question: str, candidates: list[dict], texts: list[str], reranker, k:
             for i in np.argsort(-scores, kind="stable")[:k]]
 
 
-# == 6. A retriever: filters, context, hybrid, rerank ========================================
+# == 5. A retriever: filters, context, hybrid, rerank ========================================
 def in_filters(doc: dict, source: str | None, tag: str | None) -> bool:
     """True if a document (or chunk) is under --source PREFIX and carries --tag TAG."""
     prefix = (source or "").removeprefix("./")

@@ -163,8 +163,8 @@ def test_quantized_rows_have_recall_against_exact_and_memory_per_million(small_r
 def cisi_minilm(minilm):
     """CISI's document and query vectors (cached): real structure, as MiniLM rows need."""
     from rageval.ir_collection import load_collection
-    from ragkit.embeddings import EmbeddingCache
-    from ragkit.retrieval import unit_rows
+    from rageval.embedding_cache import EmbeddingCache
+    from rageval.score_matrices import unit_rows
     col, cache = load_collection(CISI), EmbeddingCache()
     return (unit_rows(cache.encode(minilm, [d["text"] for d in col["docs"]])),
             unit_rows(cache.encode(minilm, [q["text"] for q in col["queries"]])))

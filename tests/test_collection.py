@@ -14,9 +14,10 @@ import rag_experiments as rx
 import rag_from_scratch as rag
 from rageval import ir_collection as ic
 from rageval import ir_scores as rc
+from rageval.embedding_cache import EmbeddingCache, text_key
 from rageval.ir_collection import load_collection
 from ragkit import storage
-from ragkit.embeddings import CACHE_DIR, EmbeddingCache, text_key
+from ragkit.embeddings import CACHE_DIR
 
 
 def write(folder, files: dict, newline="\n"):

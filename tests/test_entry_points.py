@@ -12,8 +12,8 @@ import pytest
 from conftest import CISI, HANG_S
 
 from rageval import answer_tuning, devset, devsets
+from rageval.embedding_cache import EmbeddingCache
 from ragkit import chunking, gguf
-from ragkit.embeddings import EmbeddingCache
 
 ROOT = Path(__file__).resolve().parent.parent
 MKDOCS = ROOT / "data" / "devsets" / "mkdocs"

@@ -12,6 +12,7 @@ import pytest
 
 import rag_experiments as rx
 import rag_from_scratch as rag
+from rageval import score_matrices
 from ragkit import retrieval
 from ragkit.text import split_sentences
 
@@ -381,9 +382,10 @@ def test_experiment_j_moves_the_query_as_the_formula_says(chunks, tfidf_setup):
     embedder, index = tfidf_setup
     q = embedder.encode([rx.FATHERS], sparse=True)
     scores = (q @ index.T).toarray()
-    top = np.argsort(-scores[0], kind="stable")[:retrieval.ROCCHIO_M]
-    by_hand = retrieval.ROCCHIO_A * q.toarray()[0] + retrieval.ROCCHIO_B * index[top].toarray().mean(axis=0)
-    np.testing.assert_allclose(retrieval.rocchio(q, index, scores).toarray()[0],
+    top = np.argsort(-scores[0], kind="stable")[:score_matrices.ROCCHIO_M]
+    feedback = index[top].toarray().mean(axis=0)
+    by_hand = score_matrices.ROCCHIO_A * q.toarray()[0] + score_matrices.ROCCHIO_B * feedback
+    np.testing.assert_allclose(score_matrices.rocchio(q, index, scores).toarray()[0],
                                by_hand / np.linalg.norm(by_hand), rtol=1e-5)
 
 

@@ -126,7 +126,7 @@ def test_cli_bad_input_is_one_line_and_exit_1(capsys):
 def test_the_prompt_carries_its_question_and_passages_beside_its_text(chunks):
     retrieved = [dict(c, score=1.0) for c in chunks[:3]]
     prompt = grounded.grounded_prompt("How long?", retrieved)
-    assert prompt.question == "How long?" and prompt.text.endswith(grounded.INSTRUCTIONS[grounded.INSTRUCTION])
+    assert prompt.question == "How long?" and prompt.text.endswith(grounded.INSTRUCTION)
     assert [(p.number, p.source, p.text) for p in prompt.passages] == [
         (n, SOURCE[c["doc_id"]], c["text"]) for n, c in enumerate(retrieved, 1)]
 

@@ -1,10 +1,12 @@
 """ragkit/grounded.py: the prompt that asks for quotes, and the check that keeps every shown
 source honest. Forged quotes, wrong or invented passage numbers, headings passed off as
-sentences and numbers no quote holds: none of them is ever shown as a source."""
+sentences and numbers no quote holds: none of them is ever shown as a source, under the kit's
+check or the looser ones rageval/answer_variants.py compares with it."""
 import random
 
 import pytest
 
+from rageval import answer_variants
 from ragkit import grounded
 
 PASSAGES = [
@@ -23,7 +25,7 @@ def prompt():
 
 
 def shown_sources(reply, prompt, strictness="any-passage"):
-    checked = grounded.check_reply(reply, prompt, strictness)
+    checked = answer_variants.check_reply(reply, prompt, strictness)
     return [(quote, source) for quote, _, source in checked["checked"]], grounded.shown_answer(checked)
 
 
@@ -34,7 +36,7 @@ def test_the_prompt_numbers_its_passages_asks_for_quotes_and_repeats_the_questio
                                grounded.Passage(2, "hr/leave.md > Leave", PASSAGES[1]["text"]))
     for p in prompt.passages:        # each passage in the text, between its markers
         assert f'<<BEGIN {prompt.tag} [{p.number}] source="{p.source}">>\n{p.text}\n<<END {prompt.tag}>>' in prompt.text
-    assert prompt.text.endswith(grounded.INSTRUCTIONS[grounded.INSTRUCTION])
+    assert prompt.text.endswith(grounded.INSTRUCTION)
     assert f"\n\nQuestion: {QUESTION}\n" in prompt.text and prompt.question == QUESTION
 
 
@@ -79,10 +81,17 @@ def test_a_forged_quote_or_tag_shows_no_source_and_the_refusal(prompt, reply):
 
 def test_a_number_no_quote_holds_drops_the_sources(prompt):
     reply = 'Quote: "Nightly backups are kept for 35 days in the cold-storage bucket." [1]\nAnswer: 90 days.'
-    checked = grounded.check_reply(reply, prompt, "any-passage")
+    checked = answer_variants.check_reply(reply, prompt, "any-passage")
     assert checked["stray_numbers"] == ["90"] and checked["checked"] == []
     assert grounded.shown_answer(checked) == grounded.REFUSAL
     assert grounded.shown_answer(checked, "flag").endswith("(unsupported: no quote of it was found in the passages)")
+
+
+def test_the_kit_checks_exactly_and_the_looser_checks_live_in_rageval(prompt):
+    reply = 'Quote: "Every employee gets 24 days of paid leave a year." [1]\nAnswer: 24 days.'
+    assert grounded.check_reply(reply, prompt) == answer_variants.check_reply(reply, prompt, "exact")
+    with pytest.raises(ValueError, match="answer_variants"):
+        grounded.check_reply(reply, prompt, "any-passage")
 
 
 def test_the_refusal_is_read_as_one(prompt):
@@ -105,8 +114,9 @@ def test_no_shown_source_ever_fails_the_check_on_random_forgeries(prompt):
         if rng.random() < 0.3:
             quote = quote.replace(rng.choice(quote.split()), rng.choice(["ninety", "35", "leave", "x"]), 1)
         reply = f'Quote: "{quote}" [{rng.choice(["1", "2", "3", "0"])}]\nAnswer: {rng.choice(["35", "24 days", "yes"])}'
-        for strictness in grounded.STRICTNESS:
-            for shown_quote, number, source in grounded.check_reply(reply, prompt, strictness)["checked"]:
+        for strictness in answer_variants.STRICTNESS:
+            checked = answer_variants.check_reply(reply, prompt, strictness)["checked"]
+            for shown_quote, number, source in checked:
                 assert passages[number][0] == source
                 text = grounded.normalised(passages[number][1])
                 assert grounded.normalised(shown_quote) in text or strictness == "loose"

@@ -27,7 +27,8 @@ LAYERS = {
     "ragkit.llm": 5, "ragkit.better_retrieval": 5,
     "ragkit.cli": 6,
     # 7-: the scripts: evaluation, the design card's companions, benchmarks, the lab
-    "rageval.ir_collection": 7, "rageval.downloads": 7, "rageval.devsets": 8,
+    "rageval.ir_collection": 7, "rageval.downloads": 7, "rageval.answer_variants": 7,
+    "rageval.score_matrices": 7, "rageval.embedding_cache": 7, "rageval.devsets": 8,
     "rageval.ir_scores": 9, "rageval.generation": 9,
     "rageval.devset": 10, "rageval.tuning": 11, "rageval.answer_tuning": 11, "rageval.quantized": 10,
     "rageval.cited_runs": 11,

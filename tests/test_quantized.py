@@ -104,7 +104,7 @@ def test_cisi_quality_table(cisi_table):
 def test_float32_row_is_the_core_metrics_on_full_cosine_scores(cisi_table, minilm):
     from rageval.ir_collection import load_collection
     from rageval.ir_scores import query_metrics
-    from ragkit.embeddings import EmbeddingCache
+    from rageval.embedding_cache import EmbeddingCache
     col = load_collection(CISI)
     judged = [q for q in col["queries"] if q["qid"] in col["qrels"]]
     cache = EmbeddingCache()
