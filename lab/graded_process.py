@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from ragkit.plumbing import address_space_limit
+from ragkit.children import address_space_limit
 from ragkit.text import plural, printable
 
 KEEPER = Path(__file__).resolve().parent / "keeper.py"

@@ -291,7 +291,7 @@ BAD_FILES = {                 # name -> how it is made, full size
 # == Measuring ==============================================================================
 # The child's peak memory is VmHWM, its own address space's high-water mark: ru_maxrss would
 # carry over the parent's, which made a 100 MB notebook just before (Linux keeps it across exec).
-# PDFium reads in a process of its own (readers.pdfium_guarded): the larger of the two peaks counts.
+# PDFium reads in a process of its own (pdf.pdfium_guarded): the larger of the two peaks counts.
 CHILD = """
 import re, resource, sys, time
 from pathlib import Path

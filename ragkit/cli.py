@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 
 import rag_from_scratch as rag
-from ragkit import answering, better_retrieval, chunking, documents, embeddings, readers, retrieval
+from ragkit import answering, better_retrieval, chunking, documents, embeddings, pdf, retrieval
 from ragkit import llm as generators
 from ragkit.plumbing import bounded, run_cli
 
@@ -54,7 +54,7 @@ def add_docs_flags(g) -> None:
                    help="with --docs: leave out files whose path matches, e.g. CHANGELOG.md or "
                         "'reference/*' (repeat it for more)")
     g.add_argument("--max-pages", type=bounded(int, 1, 100_000), metavar="N",
-                   help=f"with --docs: read at most N pages of each PDF (default: {readers.MAX_PAGES})")
+                   help=f"with --docs: read at most N pages of each PDF (default: {pdf.MAX_PAGES})")
     g.add_argument("--max-folder-mb", type=bounded(int, 1, MAX_FOLDER_MB), metavar="N",
                    help=f"with --docs: read at most N MB of files from the folder; the files past it "
                         f"are skipped and counted (default: {documents.MAX_FOLDER_MB})")

@@ -16,7 +16,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from ragkit import readers
+from ragkit import pdf, readers
 from ragkit.plumbing import Progress, one_line, refuse_empty
 from ragkit.readers import Unreadable
 from ragkit.storage import regular_file_size, usable_folder
@@ -130,7 +130,7 @@ def read_file(path: Path, rel: str, root: Path, max_pages: int, outputs: bool) -
         return [{"doc_id": name, "title": name, "text": body, "tags": tags}] if body.strip() else []
     data = checked_bytes(path, root, readers.MAX_BYTES[suffix], read=suffix not in (".pdf", ".docx"))
     if suffix == ".pdf":                          # PDFium and mammoth read the file themselves
-        total, pages = readers.read_pdf(path, max_pages, name)
+        total, pages = pdf.read_pdf(path, max_pages, name)
         if total > max_pages:
             readers.say(f"{name}: read the first {max_pages} of its {total} pages (--max-pages N reads more)")
         if len(pages) < min(total, max_pages):
@@ -169,7 +169,7 @@ def bytes_to_read(path: Path) -> int:
     return size if size <= limit else 0
 
 
-def load_documents(folder, exclude=(), max_pages: int = readers.MAX_PAGES,
+def load_documents(folder, exclude=(), max_pages: int = pdf.MAX_PAGES,
                    outputs: bool = False, max_bytes: int = MAX_FOLDER_MB * 1_000_000) -> list[dict]:
     """Every file under `folder` that a reader takes, as {doc_id, title, text, tags} (and the
     sections a reader made); doc_id is the path inside the folder, which `exclude`'s glob
@@ -290,7 +290,7 @@ def print_biggest_file(chunks: list[dict]) -> None:
 def load_folder(args) -> list[dict]:
     """load_documents with what --docs, --exclude, --max-pages, --notebook-outputs and
     --max-folder-mb say."""
-    return load_documents(args.docs, args.exclude, args.max_pages or readers.MAX_PAGES,
+    return load_documents(args.docs, args.exclude, args.max_pages or pdf.MAX_PAGES,
                           args.notebook_outputs, (args.max_folder_mb or MAX_FOLDER_MB) * 1_000_000)
 
 

@@ -16,7 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from ragkit.plumbing import forked, limit_child, threads_without_ctrl_c
+from ragkit.children import limit_child, new_python
+from ragkit.plumbing import threads_without_ctrl_c
 from ragkit.text import printable
 
 THREADS = 1               # llama.cpp threads where they cannot be counted: see free_cores()
@@ -88,9 +89,11 @@ def start_llama(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096,
 # A model file of your own is data from the internet, and llama.cpp runs its chat template (a
 # Jinja program inside the file) as it starts: a template that loops, or multiplies or doubles a
 # string, hung the load at 2.4 to 4.2 GB, deaf to Ctrl-C; one that calls itself crashed the
-# process (SIGSEGV) without a word. So such a file is first loaded in a child process (a fork),
-# with a small context, within LOAD_SECONDS of CPU and its own size plus LOAD_MEMORY of address
-# space; it is loaded here only once that child has started it. qwen and smollm2 are pinned
+# process (SIGSEGV) without a word. So such a file is first loaded in a child process, with a
+# small context, within LOAD_SECONDS of CPU and its own size plus LOAD_MEMORY of address space;
+# it is loaded here only once that child has started it. The child is a new interpreter, not a
+# fork: a fork of a process that has run llama.cpp lacks its log writer and thread pool, and
+# crashed or lost its log. qwen and smollm2 are pinned
 # (ragkit/gguf.py) and loaded at once.
 LOAD_SECONDS = 30         # of CPU: Qwen2.5-Coder-1.5B loads in 3 s
 LOAD_MEMORY = 2 << 30     # bytes beyond the file (mapped whole): Qwen's load takes 1 GB more
@@ -100,11 +103,13 @@ LOG_BYTES = 1 << 20       # of the child's log read back for the reason a load f
 LOG_ERROR = re.compile(r"^[\d.]+ E (.+)$", re.M)    # "0.00.560.872 E common_chat_...: error: ..."
 
 
-def load_child(params, log, memory: int) -> None:
-    """The child: bounded, llama.cpp's log written to `log`, the model loaded; exit 0 once it starts."""
+def load_child(path: str, seconds: str, memory: str) -> None:
+    """The child, a new interpreter (its stderr is the log load_guarded reads): bounded, the
+    model loaded; exit 0 once it starts."""
+    limit_child(float(seconds), int(memory))
     import xllamacpp
-    limit_child(LOAD_SECONDS, memory)
-    os.dup2(log.fileno(), 2)
+    params = llama_params(path, 1, n_ctx=LOAD_CONTEXT)
+    params.verbosity = 3                   # errors and warnings, for the reason a load failed
     try:
         xllamacpp.Server(params)
     except Exception:                      # noqa: BLE001 - llama.cpp's log says why
@@ -117,27 +122,30 @@ def load_guarded(path: Path) -> None:
     that names the file if llama.cpp crashes, spins, outgrows its bounds or fails on it. The
     wait ends on Ctrl-C too: the child is killed. Without fork (Windows) nothing is checked."""
     import signal
+    import subprocess
     import tempfile
-    params = llama_params(path, 1, n_ctx=LOAD_CONTEXT)
-    params.verbosity = 3                   # errors and warnings, for the reason a load failed
+    llama_params(path)                     # xllamacpp is there, or one line saying how to install it
     memory = path.stat().st_size + LOAD_MEMORY
     file = printable(str(path), lines=False)
     bounds = f"{LOAD_SECONDS} s of CPU and {memory >> 20:,} MB"
     with tempfile.TemporaryFile() as log:
-        child = forked(load_child, params, log, memory)
+        child = new_python("ragkit.llama", "load_child", str(path), str(LOAD_SECONDS), str(memory),
+                           stderr=log)
         if child is None:
             return
         print(f"loading {file} in a child process first (within {bounds}) ...", file=sys.stderr,
               flush=True)                  # once the child is there: Ctrl-C after it lands on the wait
+        stalled = False
         try:
-            child.join(LOAD_WAIT_S)
-            stalled = child.is_alive()
+            child.wait(LOAD_WAIT_S)
+        except subprocess.TimeoutExpired:
+            stalled = True
         finally:                           # Ctrl-C, or the wall-clock limit
             child.kill()
-            child.join()
+            child.wait()
         log.seek(0)
         errors = LOG_ERROR.findall(log.read(LOG_BYTES).decode("utf-8", "replace"))
-    code = child.exitcode
+    code = child.returncode
     if stalled:
         raise RuntimeError(f"{file} did not load within {LOAD_WAIT_S} s (a stalled disk, or a "
                            f"chat template that never ends)")

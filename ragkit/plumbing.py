@@ -12,9 +12,6 @@ scripts kind to bad input and to Ctrl-C.
   with_deadline   the one way to wait on something that may never answer: say what we wait
                   for and for how long, then give up with one line that names what to check
   items_with_deadline   the same for a stream of items (a model's answer as it is written)
-  address_space_limit   a child's memory limit: what it uses now plus a margin (Linux)
-  forked, limit_child   a library that may crash or spin (PDFium, llama.cpp on a file of
-                  your own), run in a forked child within bounds of CPU time and memory
   Progress, progress   the one progress display: within 2 s, then at least every 5 s; a bar
                   on a terminal, a line every few seconds in a log
   parse_json, read_jsonl   JSON and JSON Lines (--eval, --gold): each bad line named
@@ -230,55 +227,6 @@ def items_with_deadline(what: str, seconds: float, items, check: str):
             yield value
     finally:
         asks.put(False)
-
-
-# == Children: a library that may crash or spin, bounded in a forked process ===============
-def address_space_limit(extra_bytes: int) -> int | None:
-    """The address space this process uses now plus extra_bytes (for RLIMIT_AS); None off Linux."""
-    try:
-        with open("/proc/self/statm") as statm:       # Linux: the address space, in pages
-            pages = int(statm.read().split()[0])
-    except OSError:                                    # macOS has none, and does not enforce RLIMIT_AS
-        return None
-    return pages * os.sysconf("SC_PAGE_SIZE") + extra_bytes
-
-
-def forked(target, *args):
-    """target(*args) started in a forked child process; None where there is no fork (Windows)."""
-    import multiprocessing
-    import warnings
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return None
-    sys.stdout.flush()                              # or the child would write them out again
-    sys.stderr.flush()
-    child = multiprocessing.get_context("fork").Process(target=target, args=args, daemon=True)
-    with warnings.catch_warnings():                 # Python 3.12 warns of forking beside threads:
-        warnings.simplefilter("ignore", DeprecationWarning)   # the child runs one library alone
-        child.start()
-    return child
-
-
-def soft_limit(kind, soft: int) -> None:
-    """setrlimit(kind) to `soft`, within the hard limit the process was given."""
-    import resource
-    hard = resource.getrlimit(kind)[1]
-    resource.setrlimit(kind, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
-
-
-def limit_child(seconds: float, extra_bytes: int) -> None:
-    """In a forked child: at most `seconds` of CPU (then SIGXCPU; a fork's CPU time starts at 0)
-    and extra_bytes more address space than now (Linux), no core file, no crash report of
-    Python's own, and Ctrl-C left to the parent, which ends the child."""
-    import faulthandler
-    import math
-    import resource
-    faulthandler.disable()                           # an abort here is no crash to report
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    soft_limit(resource.RLIMIT_CORE, 0)
-    soft_limit(resource.RLIMIT_CPU, math.ceil(seconds))
-    memory = address_space_limit(extra_bytes)        # None off Linux
-    if memory is not None:
-        soft_limit(resource.RLIMIT_AS, memory)
 
 
 # == Progress: a slow step says so within 2 s, then at least every 5 s ===================

@@ -18,7 +18,6 @@ types and values an index has; nothing is ever unpickled. Anything else means: r
 import io
 import json
 import math
-import sys
 import zipfile
 from pathlib import Path
 

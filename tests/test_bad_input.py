@@ -14,7 +14,7 @@ import rag_experiments as rx
 import rag_from_scratch as rag
 from ragbench import readers as shapes
 from rageval import ir_scores as rc
-from ragkit import documents, readers, storage
+from ragkit import documents, pdf, readers, storage
 
 # (script, arguments, a phrase the one error line must hold). In the arguments:
 # {missing} a path that does not exist, {foreign} a folder of the user's own files,
@@ -547,7 +547,7 @@ FILE_ROWS = [
 def test_a_bad_file_is_one_skip_line_or_read_and_the_note_beside_it_reads(name, make, reason, caps, tmp_path,
                                                                          monkeypatch, capfd, caplog):
     for cap, value in caps.items():
-        monkeypatch.setattr(readers, cap, value)
+        monkeypatch.setattr(pdf if cap.startswith("PDF_") else readers, cap, value)
     (tmp_path / "note.md").write_text(shapes.NOTE, encoding="utf-8")
     make(tmp_path / name)
     with warnings.catch_warnings():

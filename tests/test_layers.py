@@ -12,35 +12,36 @@ ROOT = Path(__file__).resolve().parent.parent
 # The layers, lowest first. A module may import only modules on lower layers.
 LAYERS = {
     # 0-1: the bottom layer: the lesson itself, and the plumbing every script shares
-    "rag_from_scratch": 0, "ragkit.text": 0, "ragkit.words": 0, "ragkit.plumbing": 1,
-    # 1-2: storage and files on disk: saved indexes, embedding models, model files, readers;
+    "rag_from_scratch": 0, "ragkit.text": 0, "ragkit.words": 0, "ragkit.children": 0, "ragkit.plumbing": 1,
+    # 1-3: storage and files on disk: saved indexes, embedding models, model files, readers;
     # the grounded prompt and its quote check
     "ragkit.storage": 1, "ragkit.markdown": 1,
-    "ragkit.embeddings": 2, "ragkit.readers": 2, "ragkit.saved_index": 2, "ragkit.gguf": 2,
+    "ragkit.embeddings": 2, "ragkit.readers": 2, "ragkit.pdf": 3, "ragkit.saved_index": 2, "ragkit.gguf": 2,
     "ragkit.grounded": 2, "ragkit.citations": 1, "ragkit.model_progress": 2,
-    # 3-4: your own files as chunks; the shared flags; what the kit shows of an answer
-    "ragkit.documents": 3, "ragkit.chunking": 3, "ragkit.arguments": 3, "ragkit.guard": 3,
-    "ragkit.answering": 3,
-    "ragkit.eval_file": 4, "ragkit.folder_index": 4, "ragkit.retrieval": 4, "ragkit.extractive": 4,
-    "ragkit.bedrock": 4, "ragkit.chat_http": 4, "ragkit.llama": 4,
-    # 5-6: the generators and the retrieval flags, then the command line on top
-    "ragkit.llm": 5, "ragkit.better_retrieval": 5,
-    "ragkit.cli": 6,
-    # 7-: the scripts: evaluation, the design card's companions, benchmarks, the lab
-    "rageval.ir_collection": 7, "rageval.downloads": 7, "rageval.answer_variants": 7,
-    "rageval.score_matrices": 7, "rageval.embedding_cache": 7, "rageval.devsets": 8,
-    "rageval.ir_scores": 9, "rageval.generation": 9,
-    "rageval.devset": 10, "rageval.tuning": 11, "rageval.answer_tuning": 11, "rageval.quantized": 10,
-    "rageval.cited_runs": 11,
-    "rag_experiments": 10, "rag_vector_db": 10, "verify_bedrock_request": 10,
-    "ragbench.ann": 11, "ragbench.learner": 11, "ragbench.markdown": 11, "ragbench.readers": 11, "ragbench.search": 12,
-    "lab.keeper": 12, "lab.graded_process": 12,
-    "lab.lab_tasks": 13, "lab.check": 13, "lab.starter": 13,
-    "lab.handouts.chunk_text": 13, "lab.handouts.build_prompt": 13,
+    # 4-5: your own files as chunks; the shared flags; what the kit shows of an answer
+    "ragkit.documents": 4, "ragkit.chunking": 4, "ragkit.arguments": 4, "ragkit.guard": 4,
+    "ragkit.answering": 4,
+    "ragkit.eval_file": 5, "ragkit.folder_index": 5, "ragkit.retrieval": 5, "ragkit.extractive": 5,
+    "ragkit.bedrock": 5, "ragkit.chat_http": 5, "ragkit.llama": 5,
+    # 6-7: the generators and the retrieval flags, then the command line on top
+    "ragkit.llm": 6, "ragkit.better_retrieval": 6,
+    "ragkit.cli": 7,
+    # 8-: the scripts: evaluation, the design card's companions, benchmarks, the lab
+    "rageval.ir_collection": 8, "rageval.downloads": 8, "rageval.answer_variants": 8,
+    "rageval.score_matrices": 8, "rageval.embedding_cache": 8, "rageval.devsets": 9,
+    "rageval.ir_scores": 10, "rageval.generation": 10,
+    "rageval.devset": 11, "rageval.tuning": 12, "rageval.answer_tuning": 12, "rageval.quantized": 11,
+    "rageval.cited_runs": 12,
+    "rag_experiments": 11, "rag_vector_db": 11, "verify_bedrock_request": 11,
+    "ragbench.ann": 12, "ragbench.learner": 12, "ragbench.markdown": 12, "ragbench.readers": 12, "ragbench.search": 13,
+    "lab.keeper": 13, "lab.graded_process": 13,
+    "lab.lab_tasks": 14, "lab.check": 14, "lab.starter": 14,
+    "lab.handouts.chunk_text": 14, "lab.handouts.build_prompt": 14,
 }
 HOOK = ("rag_from_scratch", "ragkit.cli")     # the core's main() hands unknown flags to the kit
 PACKAGES = ("ragkit", "rageval", "ragbench")
 FILE_LINES, FUNCTION_LINES = 700, 60
+KIT_MODULE_LINES = 400   # a module of ragkit has one job: a reader takes it in at one sitting
 
 
 def kit_files() -> dict:
@@ -113,7 +114,7 @@ def test_files_and_functions_stay_within_their_budgets():
         text = path.read_text(encoding="utf-8")
         lines = len(text.splitlines())
         rows.append(f"{lines:6d}  {path.relative_to(ROOT)}")
-        if lines > FILE_LINES:
+        if lines > (KIT_MODULE_LINES if path.parent.name == "ragkit" else FILE_LINES):
             over.append(f"{path.relative_to(ROOT)}: {lines} lines")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -229,7 +229,6 @@ def test_context_embeds_the_title_in_front_of_each_chunk(chunks, minilm, minilm_
 
 
 def test_context_of_a_docs_chunk_is_file_and_heading(notes):
-    from ragkit import documents
     chunks = chunking.document_chunks(documents.load_documents(notes))
     assert chunking.with_context(chunks)[0] == ("hr/leave.txt\nAnnual leave is 24 days. Apply in the portal; "
                                           "restart requests after a rejection go to your manager.")
