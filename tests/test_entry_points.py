@@ -136,10 +136,10 @@ def test_rageval_answer_tuning_collects_one_question_then_chooses(cache_with_mkd
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_SMOLLM, reason=f"needs SmolLM2: {gguf.INSTALL_SMOLLM}")
-def test_rageval_cited_runs_collects_one_question_then_scores(tmp_path):
-    flags = ["--sets", "mkdocs", "--questions", "1", "--local-model", "smollm2", "--cache", tmp_path]
+def test_rageval_cited_runs_collects_one_question_then_scores(cache_with_mkdocs):
+    flags = ["--sets", "mkdocs", "--questions", "1", "--local-model", "smollm2", "--cache", cache_with_mkdocs]
     out = run("rageval.cited_runs", "--collect", *flags)
-    kept = (tmp_path / "cited-SmolLM2-135M-Instruct.Q4_1.jsonl").read_text().splitlines()
+    kept = (cache_with_mkdocs / "cited-SmolLM2-135M-Instruct.Q4_1.jsonl").read_text().splitlines()
     assert len(kept) == 1 and json.loads(kept[0])["set"] == "mkdocs"
     assert "held out mkdocs" in out and "held out" in run("rageval.cited_runs", *flags)
 

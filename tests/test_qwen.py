@@ -17,14 +17,18 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(gguf.qwen_parts() is None,
                                  reason=f"needs Qwen2.5-Coder-1.5B: `{gguf.INSTALL_QWEN}`")]
 ASK = ["rag_from_scratch.py", "--docs", MKDOCS, "--question", "how do i install mkdocs",
-       "--generator", "local", "--threads", "2"]
+       "--generator", "local"]      # on the cores no other process is using, as a learner's run
 
 
 @pytest.fixture(scope="module")
 def ask(tmp_path_factory):
-    """ASK with an --index the module's runs share: the first builds it (MiniLM over the 463
-    chunks), the others reuse it, as a learner's second question does."""
-    return [*ASK, "--index", str(tmp_path_factory.mktemp("qwen") / "mkdocs-index")]
+    """ASK with an --index the module's runs share, built here in this process (MiniLM over the
+    463 chunks, loaded once for the whole suite): each run reuses it, as a learner's second
+    question does."""
+    from ragkit import cli, folder_index
+    flags = ["--docs", MKDOCS, "--index", str(tmp_path_factory.mktemp("qwen") / "mkdocs-index")]
+    folder_index.index_folder(cli.parse_args(flags))
+    return [*ASK, *flags[2:]]
 
 
 def test_local_loads_qwen_by_default_streams_and_shows_a_checked_quote_with_its_source(ask):
@@ -48,8 +52,8 @@ def test_local_loads_qwen_by_default_streams_and_shows_a_checked_quote_with_its_
 
 
 # reading the prompt; writing the answer (its first "Quote:" line: the prompt printed before it
-# holds one too)
+# holds one too). Two passages: a prompt that is read in seconds, not half a minute
 @pytest.mark.parametrize("at, nth", [("== Step 7: the answer", 1), ("Quote:", 2)])
 def test_ctrl_c_in_the_middle_of_a_stream_is_one_line_and_130(ask, at, nth):
-    status, output = press_ctrl_c([*ask, "--stream"], at=at, nth=nth)
+    status, output = press_ctrl_c([*ask, "--stream", "--k", "2"], at=at, nth=nth)
     assert status == 130 and output.rstrip().endswith("interrupted")
