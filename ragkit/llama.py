@@ -93,8 +93,7 @@ def start_llama(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096,
 # small context, within LOAD_SECONDS of CPU and its own size plus LOAD_MEMORY of address space;
 # it is loaded here only once that child has started it. The child is a new interpreter, not a
 # fork: a fork of a process that has run llama.cpp lacks its log writer and thread pool, and
-# crashed or lost its log. qwen and smollm2 are pinned
-# (ragkit/gguf.py) and loaded at once.
+# crashed or lost its log. qwen and smollm2 are pinned (ragkit/gguf.py) and loaded at once.
 LOAD_SECONDS = 30         # of CPU: Qwen2.5-Coder-1.5B loads in 3 s
 LOAD_MEMORY = 2 << 30     # bytes beyond the file (mapped whole): Qwen's load takes 1 GB more
 LOAD_WAIT_S = 300         # wall-clock: a load stalled on a slow disk
