@@ -271,7 +271,7 @@ def bench_answer(questions: int, max_tokens: int, models=("qwen", "smollm2")) ->
     import json
 
     import rag_from_scratch as rag
-    from ragkit import gguf, grounded
+    from ragkit import grounded, model_files
     from rageval.devsets import DEVSET
     items = [json.loads(line) for line in (DEVSET / "questions.jsonl").read_text().splitlines()][:questions]
     prompts = []
@@ -284,7 +284,7 @@ def bench_answer(questions: int, max_tokens: int, models=("qwen", "smollm2")) ->
     for model, threads, load in itertools.product(models, (1, 2), ("idle", "busy")):
         if threads > CORES:
             continue
-        gguf.model_file(model)                # not installed: one line, now
+        model_files.model_file(model)         # not installed: one line, now
         print(f"{model}, {plural(threads, 'thread')}, {load} ...", file=sys.stderr, flush=True)
         with busy(load == "busy"):
             runs = [streamed(p, grounded.GROUNDED_SYSTEM_PROMPT, "", threads, max_tokens, model)
@@ -327,8 +327,8 @@ def direct_rate(prompt: str, model: str, threads: int, context: int) -> float:
     """Prompt tokens/s of a direct llama.cpp call (RUN_DIRECT) on the kit's prompt."""
     import json
 
-    from ragkit import citations, gguf
-    stdin = json.dumps([prompt, citations.SYSTEM_PROMPT, str(gguf.model_file(model)[0]), threads,
+    from ragkit import citations, model_files
+    stdin = json.dumps([prompt, citations.SYSTEM_PROMPT, str(model_files.model_file(model)[0]), threads,
                         context, 8])
     run = subprocess.run([sys.executable, "-c", RUN_DIRECT], cwd=ROOT, input=stdin, text=True,
                          capture_output=True, timeout=1800)

@@ -69,8 +69,8 @@ def prompts_of(name: str, embedder, cache, questions: int | None = None, plan=PL
 def collect(names, model: str | None, threads: int, questions: int | None = None,
             folder=CACHE_DIR, plan=PLAN) -> None:
     """Ask every prompt not kept yet, keeping each reply as it comes (in `folder`)."""
-    from ragkit import gguf
-    gguf.find_model(model)                        # a missing model file: one line, now
+    from ragkit import model_files
+    model_files.find_model(model)                 # a missing model file: one line, now
     embedder = CachedEmbedder("minilm")
     cache = EmbeddingCache(folder)                # marks the folder as the kit's first
     local = llm.local_generator(model, threads, MAX_TOKENS, reuse_prefix=True, context=CONTEXT)
@@ -133,7 +133,7 @@ def settings(plan=PLAN) -> list[tuple]:
 def verdicts(answers: dict, setting) -> dict:
     """{set: [verdict of each question]} under one setting (instruction, k, strictness, unchecked),
     and the share of the model's quotes that were found in the passages."""
-    from ragkit.guard import guarded_reply
+    from ragkit.reply_cleaning import guarded_reply
     instruction, k, strictness, unchecked, topic = setting
     out, quotes, found = {}, 0, 0
     for name, questions in answers.items():
@@ -183,8 +183,8 @@ def choose(names, model: str | None, questions=None, folder=CACHE_DIR, worst: in
            plan=PLAN) -> None:
     """Every setting's verdicts from the kept replies; each project scored with the setting
     chosen on the others; then the setting chosen on all of them."""
-    from ragkit import gguf
-    path, model_name = gguf.model_file(model)
+    from ragkit import model_files
+    path, model_name = model_files.model_file(model)
     embedder, cache = CachedEmbedder("minilm"), EmbeddingCache(folder)
     answers = kept_answers(names, path, embedder, cache, questions, folder, plan)
     if not any(answers.values()):
@@ -210,7 +210,7 @@ def choose(names, model: str | None, questions=None, folder=CACHE_DIR, worst: in
 def print_worst(answers: dict, verdicts_of: dict, setting, n: int) -> None:
     """The first n answers the kit would show wrongly under the setting, verbatim: an answer
     to a question the pages cannot answer, then one stating none of the facts."""
-    from ragkit.guard import guarded_reply
+    from ragkit.reply_cleaning import guarded_reply
     instruction, k, strictness, unchecked, topic = setting
     rows = [(name, item, replies[k, instruction], v) for name, questions in answers.items()
             for (item, replies), v in zip(questions, verdicts_of[name]) if v in ("answered (wrong)", "wrong")]

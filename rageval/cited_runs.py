@@ -120,8 +120,8 @@ def interleaved(found: dict, questions: int | None) -> list[tuple[str, int, dict
 
 def collect(found: dict, context, model: str | None, threads: int, questions: int | None, folder) -> None:
     """Ask the model every prompt not kept yet (with its grammar), keeping each reply at once."""
-    from ragkit import gguf, llama, llm
-    path, name = gguf.model_file(model)
+    from ragkit import llama, llm, model_files
+    path, name = model_files.model_file(model)
     server = llama.start_llama(path, threads, n_ctx=4096)
     out_path = kept_path(path, folder)
     kept = devset.read_kept(out_path)
@@ -214,8 +214,8 @@ def run(args) -> None:
     if args.collect:
         collect(found, context, args.local_model, args.threads, args.questions, args.cache)
     if not args.context:
-        from ragkit import gguf
-        print_scores(found, context, gguf.model_file(args.local_model)[0], args.cache)
+        from ragkit import model_files
+        print_scores(found, context, model_files.model_file(args.local_model)[0], args.cache)
 
 
 main = plumbing.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1

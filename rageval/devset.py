@@ -34,7 +34,7 @@ from rageval.generation import KEPT_SEED
 from ragkit import chunking, documents, eval_file, grounded, llama, llm, plumbing, retrieval
 from ragkit.arguments import add_backend
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder
-from ragkit.guard import Guarded
+from ragkit.reply_cleaning import Guarded
 from ragkit.text import CODE
 
 K = 5                       # hit@5 and MRR@5 by file

@@ -8,8 +8,8 @@ rag_from_scratch.py hands a command line with any flag beyond the tutorial's her
 main() -> run(), which goes through the modules in this order:
   --docs, --index              ragkit/folder_index.py (and documents, chunking, saved_index)
   (or the sample)              the core's index_sample(), or its demo, run_demo()
-  --hybrid, --rerank, --source, --tag, --context   ragkit/better_retrieval.py, ragkit/retrieval.py
-  --eval, --compare            ragkit/eval_file.py, ragkit/better_retrieval.py
+  --hybrid, --rerank, --source, --tag, --context   ragkit/retrieval_flags.py, ragkit/retrieval.py
+  --eval, --compare            ragkit/eval_file.py, ragkit/retrieval_flags.py
   --question, --generator, --stream   ragkit/llm.py builds the generator, ragkit/answering.py
                                retrieves, prompts, answers and checks the quotes
 """
@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 
 import rag_from_scratch as rag
-from ragkit import answering, better_retrieval, chunking, documents, embeddings, pdf, retrieval
+from ragkit import answering, chunking, documents, embeddings, pdf, retrieval, retrieval_flags
 from ragkit import llm as generators
 from ragkit.plumbing import bounded, run_cli
 
@@ -92,7 +92,7 @@ def parser():
                         "whole (ragkit/citations.py; with local, a grammar allows only real numbers) "
                         "(default: %(default)s)")
     add_docs_flags(p.add_argument_group("your own files (ragkit/documents.py, ragkit/folder_index.py)"))
-    g = p.add_argument_group("better retrieval (ragkit/better_retrieval.py)")
+    g = p.add_argument_group("better retrieval (ragkit/retrieval_flags.py)")
     g.add_argument("--hybrid", nargs="?", const="rrf", metavar="rrf|WEIGHT",
                    help="fuse BM25 with the vectors: by rank (rrf, when no value is given) or WEIGHT "
                         "x BM25 + (1 - WEIGHT) x cosine, both rescaled to 0..1 (default: off; with "
@@ -134,7 +134,7 @@ def parse_args(argv=None):
 
 
 def better_retrieval_flags(args) -> bool:
-    """True if any flag of ragkit/better_retrieval.py is given."""
+    """True if any flag of ragkit/retrieval_flags.py is given."""
     return any(v not in (None, False) for v in (args.hybrid, args.rerank, args.source, args.tag,
                                                  args.context, args.compare))
 
@@ -160,7 +160,7 @@ def check_args(args) -> Checked:
         from ragkit import eval_file
         checked.questions = eval_file.load_eval_file(args.eval)   # a malformed file: now, not after embedding
     if better_retrieval_flags(args):
-        better_retrieval.check_args(args)
+        retrieval_flags.check_args(args)
     if args.generator:
         generators.check_generator(args)         # a missing model or key fails now
     return checked
@@ -192,16 +192,16 @@ def run(args) -> None:
         chunks, index, embedder = rag.index_sample(args)
     else:
         chunks, index, embedder = rag.run_demo(args)
-    chosen = better_retrieval.settings(args, chunks)
+    chosen = retrieval_flags.settings(args, chunks)
     retrieve = retrieval.make_retriever(chunks, index, embedder, **chosen, context_vectors=context)
     k = min(args.k, len(chunks) if chosen["allowed"] is None else len(chosen["allowed"]))
-    name = better_retrieval.variant_name(chosen["hybrid"], chosen["reranker"], args.context)
+    name = retrieval_flags.variant_name(chosen["hybrid"], chosen["reranker"], args.context)
     eval_set = rag.EVAL_SET
     if args.docs and args.eval:           # your labelled questions, scored as --question retrieves
         from ragkit import eval_file
         eval_set = eval_file.indexed_only(checked.questions, {c["doc_id"] for c in chunks}, args.eval)
         found = [retrieve(item["question"], k) for item in eval_set]     # once, for both scores
-        better_retrieval.print_evaluation(eval_set, found, k, name, args.eval, retrieve.timing)
+        retrieval_flags.print_evaluation(eval_set, found, k, name, args.eval, retrieve.timing)
         eval_file.print_answer_in_context(eval_set, found, k)
     elif args.docs:
         eval_set = None
@@ -209,10 +209,10 @@ def run(args) -> None:
             print('next: add --question "..." to ask about these files')
     elif better_retrieval_flags(args) and not (args.question or args.generator):
         found = [retrieve(item["question"], k) for item in eval_set]
-        better_retrieval.print_evaluation(eval_set, found, k, name, "the sample's questions",
+        retrieval_flags.print_evaluation(eval_set, found, k, name, "the sample's questions",
                                           retrieve.timing)
     if args.compare:
-        better_retrieval.print_compare(eval_set, chunks, index, embedder, k, chosen, context)
+        retrieval_flags.print_compare(eval_set, chunks, index, embedder, k, chosen, context)
     if args.question or args.generator or args.interactive:
         llm = None
         if args.generator:                # built once: a local model loads at the first question

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from ragkit import grounded
 from ragkit.text import in_prose, split_sentences
-from ragkit.words import content_words, idf_weights, stop_words, supported_share
+from ragkit.content_words import content_words, idf_weights, stop_words, supported_share
 
 MIN_SUPPORT = 0.25    # words alone: refuse below this share of the question supported
 # WEIGHTS and the two REFUSE_BELOW scores were fitted by rageval/tuning.py when it cut refusals

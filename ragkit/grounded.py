@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ragkit.citations import source_name
 from ragkit.text import split_sentences
-from ragkit.words import content_words, idf_weights, stop_words, supported_share
+from ragkit.content_words import content_words, idf_weights, stop_words, supported_share
 
 REFUSAL = "I don't know based on these documents."
 GROUNDED_SYSTEM_PROMPT = (

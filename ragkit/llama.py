@@ -5,7 +5,7 @@ a context, and loading a GGUF model file, a file of your own first in a guarded 
     server = start_llama(path, threads=free_cores(), n_ctx=context_for(len(prompt), 200))
     load_guarded(path)      # a file of your own: crashes, endless templates, Ctrl-C are one line
 
-ragkit/llm.py's LocalModel answers with the server; ragkit/gguf.py finds the file.
+ragkit/llm.py's LocalModel answers with the server; ragkit/model_files.py finds the file.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def start_llama(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096,
 # small context, within LOAD_SECONDS of CPU and its own size plus LOAD_MEMORY of address space;
 # it is loaded here only once that child has started it. The child is a new interpreter, not a
 # fork: a fork of a process that has run llama.cpp lacks its log writer and thread pool, and
-# crashed or lost its log. qwen and smollm2 are pinned (ragkit/gguf.py) and loaded at once.
+# crashed or lost its log. qwen and smollm2 are pinned (ragkit/model_files.py) and loaded at once.
 LOAD_SECONDS = 30         # of CPU: Qwen2.5-Coder-1.5B loads in 3 s
 LOAD_MEMORY = 2 << 30     # bytes beyond the file (mapped whole): Qwen's load takes 1 GB more
 LOAD_WAIT_S = 300         # wall-clock: a load stalled on a slow disk

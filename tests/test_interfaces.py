@@ -14,7 +14,7 @@ KIT = sorted((ROOT / "ragkit").glob("*.py"))
 DECORATIONS = {"ranking", "runtime", "truncated", "streams", "report", "name", "usage", "path",
                "bare", "timing"}
 RE_CALLS = {"compile", "search", "match", "fullmatch", "finditer", "findall", "sub", "subn", "split"}
-FENCE_FILTER = ("guard.py", "FENCE_MARKER")   # the guard's output filter: markers a reply echoes
+FENCE_FILTER = ("reply_cleaning.py", "FENCE_MARKER")  # the guard's output filter: markers a reply echoes
 
 
 def functions_in_scope(tree: ast.AST) -> dict:
@@ -150,5 +150,5 @@ def test_plain_types_and_the_guards_own_filter_pass():
             "x = getattr(args, name)\n")
     assert decorated_functions(fine) == display_string_branches(fine) == prompt_parsers(fine) == []
     fence = "FENCE_MARKER = re.compile(r'<<BEGIN|<<END')\n"
-    assert prompt_parsers(fence, "ragkit/guard.py") == []
+    assert prompt_parsers(fence, "ragkit/reply_cleaning.py") == []
     assert prompt_parsers(fence, "ragkit/other.py")

@@ -12,19 +12,19 @@ ROOT = Path(__file__).resolve().parent.parent
 # The layers, lowest first. A module may import only modules on lower layers.
 LAYERS = {
     # 0-1: the bottom layer: the lesson itself, and the plumbing every script shares
-    "rag_from_scratch": 0, "ragkit.text": 0, "ragkit.words": 0, "ragkit.children": 0, "ragkit.plumbing": 1,
+    "rag_from_scratch": 0, "ragkit.text": 0, "ragkit.content_words": 0, "ragkit.children": 0, "ragkit.plumbing": 1,
     # 1-3: storage and files on disk: saved indexes, embedding models, model files, readers;
     # the grounded prompt and its quote check
     "ragkit.storage": 1, "ragkit.markdown": 1,
-    "ragkit.embeddings": 2, "ragkit.readers": 2, "ragkit.pdf": 3, "ragkit.saved_index": 2, "ragkit.gguf": 2,
+    "ragkit.embeddings": 2, "ragkit.readers": 2, "ragkit.pdf": 3, "ragkit.saved_index": 2, "ragkit.model_files": 2,
     "ragkit.grounded": 2, "ragkit.citations": 1, "ragkit.model_progress": 2,
     # 4-5: your own files as chunks; the shared flags; what the kit shows of an answer
-    "ragkit.documents": 4, "ragkit.chunking": 4, "ragkit.arguments": 4, "ragkit.guard": 4,
+    "ragkit.documents": 4, "ragkit.chunking": 4, "ragkit.arguments": 4, "ragkit.reply_cleaning": 4,
     "ragkit.answering": 4,
     "ragkit.eval_file": 5, "ragkit.folder_index": 5, "ragkit.retrieval": 5, "ragkit.extractive": 5,
     "ragkit.bedrock": 5, "ragkit.chat_http": 5, "ragkit.llama": 5,
     # 6-7: the generators and the retrieval flags, then the command line on top
-    "ragkit.llm": 6, "ragkit.better_retrieval": 6,
+    "ragkit.llm": 6, "ragkit.retrieval_flags": 6,
     "ragkit.cli": 7,
     # 8-: the scripts: evaluation, the design card's companions, benchmarks, the lab
     "rageval.ir_collection": 8, "rageval.downloads": 8, "rageval.answer_variants": 8,

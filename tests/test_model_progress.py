@@ -129,9 +129,9 @@ def smollm2(n_batch: int = 512):
     n_batch=512: a prompt_progress event every 512 tokens (llama.cpp's default is 2,048)."""
     import xllamacpp
 
-    from ragkit import gguf
+    from ragkit import model_files
     params = xllamacpp.CommonParams()
-    params.model.path = str(gguf.model_file("smollm2")[0])
+    params.model.path = str(model_files.model_file("smollm2")[0])
     params.n_ctx, params.n_parallel, params.warmup, params.n_batch = 8192, 1, False, n_batch
     params.cpuparams.n_threads = params.cpuparams_batch.n_threads = 1
     params.use_jinja, params.verbosity, params.cache_prompt, params.cache_ram_mib = True, -1, False, 0

@@ -12,7 +12,7 @@ import pytest
 from conftest import CISI
 
 import rag_from_scratch as rag
-from ragkit import better_retrieval, chunking, documents, embeddings, retrieval
+from ragkit import chunking, documents, embeddings, retrieval, retrieval_flags
 
 FATHERS = "How much time off do new fathers get?"
 
@@ -257,7 +257,7 @@ def test_compare_table_on_the_demo_corpus_with_tfidf(capsys):
 
 
 def test_compare_with_minilm_and_the_tiny_reranker(chunks, minilm, minilm_index, tiny_reranker, capsys):
-    rows = better_retrieval.compare_variants(rag.EVAL_SET, chunks, minilm_index, minilm, 3,
+    rows = retrieval_flags.compare_variants(rag.EVAL_SET, chunks, minilm_index, minilm, 3,
                                reranker=retrieval.load_reranker(tiny_reranker))
     assert list(rows) == ["plain", "hybrid rrf", "rerank", "context", "hybrid rrf + rerank + context"]
     plain = rag.evaluate_retrieval(rag.EVAL_SET, minilm_index, chunks, minilm, k=3)
@@ -266,7 +266,7 @@ def test_compare_with_minilm_and_the_tiny_reranker(chunks, minilm, minilm_index,
     # The README's MiniLM table: the title costs the ChatGPT question its first place.
     assert rows["hybrid rrf"]["ndcg"] == rows["hybrid rrf"]["hit1"] == 1.0
     assert (rows["context"]["hit1"], round(rows["context"]["ndcg"], 2)) == (0.9, 0.96)
-    better_retrieval.print_comparison(rows, 3)
+    retrieval_flags.print_comparison(rows, 3)
     out = capsys.readouterr().out
     assert out.splitlines()[-1].startswith("reranking added ")
     assert "ms per query (12 candidates, 1 thread, this machine and this reranker)" in out

@@ -1,5 +1,5 @@
 """
-ragkit/guard.py: what a language model writes, cleaned before anyone reads it.
+ragkit/reply_cleaning.py: what a language model writes, cleaned before anyone reads it.
 
     pieces = guard(model_pieces, prompt.citable(), prompt.tag)   # for --stream
     text = Guarded(model).answer(prompt)                   # a whole answer, the same rules

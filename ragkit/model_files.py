@@ -1,5 +1,5 @@
 """
-ragkit/gguf.py: which model file `--generator local` loads, found on disk, never downloaded.
+ragkit/model_files.py: which model file `--generator local` loads, found on disk, never downloaded.
 
     path, name = model_file("qwen")       # the default once its parts are installed
     path, name = model_file("smollm2")    # the small one, to watch a model write

@@ -1,5 +1,5 @@
 """
-ragkit/better_retrieval.py: the retrieval flags beyond the tutorial, from the command line to
+ragkit/retrieval_flags.py: the retrieval flags beyond the tutorial, from the command line to
 a retriever, and --compare.
 
     python rag_from_scratch.py --hybrid rrf --question "How much time off do new fathers get?"

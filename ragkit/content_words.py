@@ -1,5 +1,5 @@
 """
-ragkit/words.py: the words of a text as the extractive answer and the quote check count them:
+ragkit/content_words.py: the words of a text as the extractive answer and the quote check count them:
 stop words out, plurals folded, rare words weighing more.
 
     content_words("The policies were booked", stop_words())   -> ["policy", "book"]

