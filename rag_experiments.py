@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit import plumbing
+from ragkit import exits, progress
 from rageval.score_matrices import ROCCHIO_A, ROCCHIO_B, ROCCHIO_M, evaluate_scores, rocchio
 from ragkit.arguments import add_cache, add_collection
 from ragkit.embeddings import dense
@@ -221,7 +221,7 @@ def experiment_b(minilm) -> dict:
     # A finer sweep for the chart: no overlap, and a quarter of the chunk repeated.
     sweep = {0.0: [], 0.25: []}
     settings = [(share, size) for share in sweep for size in B_SWEEP]
-    for share, size in plumbing.progress(settings, len(settings), "chunking and encoding the sweep",
+    for share, size in progress.progress(settings, len(settings), "chunking and encoding the sweep",
                                         " sizes"):         # on stderr: the figures stay clean
         chunks = rag.build_chunks(rag.CORPUS, size, int(size * share))
         embedder, index = setup("minilm", chunks, minilm)
@@ -592,7 +592,7 @@ def plot_folder(folder: str, claim: bool = False) -> Path:
 def parse_args(argv=None):
     """Command-line flags; every default comes from the block at the top of the file."""
     from rageval.ir_collection import GRADE_READINGS
-    p = plumbing.OneLineParser(description="Measure what each RAG setting does to retrieval: "
+    p = exits.OneLineParser(description="Measure what each RAG setting does to retrieval: "
                                           "the tutorial's experiments A-J, or a test collection.")
     p.add_argument("--only",
                    help=f"experiments to run, e.g. B or A,B,E (default: all of {EXPERIMENTS})")
@@ -610,7 +610,7 @@ def parse_args(argv=None):
 
 def check_flags(args) -> None:
     """Every flag checked before any slow work: a bad one is one line, nothing written."""
-    plumbing.refuse_empty(args, ("plot", "cache", "collection"), "a path")
+    exits.refuse_empty(args, ("plot", "cache", "collection"), "a path")
     if args.collection is None:
         for flag, given in [("--json", args.json), ("--cache", args.cache is not None),
                             ("--grades", args.grades != "auto")]:
@@ -638,8 +638,8 @@ def run(args) -> None:
         run_experiments(args.only or EXPERIMENTS, plot_dir=args.plot)
 
 
-main = plumbing.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = exits.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    plumbing.leave(main())
+    exits.leave(main())

@@ -17,7 +17,7 @@ from contextlib import contextmanager, redirect_stderr
 from unittest.mock import patch
 
 import rag_from_scratch as rag
-from ragkit import bedrock, plumbing
+from ragkit import bedrock, exits
 
 # The core's defaults, read from its function signatures (one source of truth).
 BEDROCK_REGION = rag.defaults(rag.generate_with_bedrock)["region"]
@@ -132,7 +132,7 @@ def check_stream(prompt: str, events=STREAM_EVENTS) -> tuple[list[str], list[str
 
 def parse_args(argv=None):
     """No flags; --help says what the script does."""
-    p = plumbing.OneLineParser(description="Check the Bedrock request offline, against "
+    p = exits.OneLineParser(description="Check the Bedrock request offline, against "
                                           "botocore's service model (takes no flags).")
     return p.parse_args(argv)
 
@@ -186,8 +186,8 @@ def run(args) -> int:
     return 1 if failures else 0
 
 
-main = plumbing.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = exits.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    plumbing.leave(main())
+    exits.leave(main())

@@ -57,8 +57,8 @@ import numpy as np
 
 import rag_from_scratch as rag
 from graded_process import GradedProcess, drop_root, limit
-from ragkit.plumbing import OneLineParser, leave, one_line, refuse_empty, run_cli
-from ragkit.text import printable
+from ragkit.exits import OneLineParser, leave, refuse_empty, run_cli
+from ragkit.text import one_line, printable
 
 FUNCTIONS = ("chunk_text", "cosine_similarity", "search", "build_prompt", "evaluate_retrieval")
 

@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ragkit import plumbing
+from ragkit import exits
 from ragkit.text import plural
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -462,17 +462,17 @@ def bench_exits(repeats: int, model: str) -> None:
 def parse_args(argv=None):
     """Which part to run, and how big."""
     from ragkit.llm import MAX_TOKENS, MAX_TOKENS_LIMIT
-    p = plumbing.OneLineParser(description="What a learner waits for: demo start-up, index "
+    p = exits.OneLineParser(description="What a learner waits for: demo start-up, index "
                                           "updates and builds, questions, streamed answers.")
     p.add_argument("--part", default="all",
                    choices=["demo", "update", "build", "question", "stream", "answer", "session", "exits",
                             "all"])
     p.add_argument("--model", default="smollm2", choices=["qwen", "smollm2"],
                    help="exits and session parts: the local model (default: %(default)s)")
-    p.add_argument("--questions", type=plumbing.bounded(int, 1, 46), default=3,
+    p.add_argument("--questions", type=exits.bounded(int, 1, 46), default=3,
                    help="answer and session parts: MkDocs questions to time (median; default: "
                         "%(default)s)")
-    whole = lambda low, high: plumbing.bounded(int, low, high)       # every one has a range
+    whole = lambda low, high: exits.bounded(int, low, high)       # every one has a range
     p.add_argument("--files", type=whole(2, 100_000), default=2000, help="notes in the update benchmark")
     p.add_argument("--repeats", type=whole(1, 1000), default=3, help="runs per demo or stream row (median)")
     p.add_argument("--abstracts", type=whole(1, 1460), default=1460,
@@ -504,8 +504,8 @@ def run(args) -> None:
         bench_exits(args.repeats, args.model)
 
 
-main = plumbing.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = exits.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    plumbing.leave(main())
+    exits.leave(main())

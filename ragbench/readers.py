@@ -16,7 +16,8 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from ragkit import plumbing
+from ragkit import exits
+from ragkit.text import one_line
 
 LIMIT_S, LIMIT_MB = 10, 500
 NOTE = "# Pump notes\n\nThe P-200 pump is primed with water before its first start.\n"
@@ -312,7 +313,7 @@ def measure(folder: Path) -> tuple[float, float, int, list[str]]:
     done = subprocess.run([sys.executable, "-c", CHILD, str(folder)], capture_output=True, text=True,
                           timeout=300, cwd=Path(__file__).resolve().parent.parent)
     if done.returncode != 0:
-        why = plumbing.one_line(RuntimeError(done.stderr[-300:]))
+        why = one_line(RuntimeError(done.stderr[-300:]))
         raise RuntimeError(f"the reader failed on {folder}: {why}")
     seconds, peak, docs = done.stdout.split()
     return float(seconds), float(peak), int(docs), done.stderr.splitlines()
@@ -342,15 +343,15 @@ def run(args) -> None:
 
 def parse_args(argv=None):
     """The sizes are the ones docs/reliability.md names; --files N runs the first N only."""
-    p = plumbing.OneLineParser(description="Bad files against the --docs readers: seconds and "
+    p = exits.OneLineParser(description="Bad files against the --docs readers: seconds and "
                                            "memory of each.")
-    p.add_argument("--files", type=plumbing.bounded(int, 1, len(BAD_FILES)), default=len(BAD_FILES),
+    p.add_argument("--files", type=exits.bounded(int, 1, len(BAD_FILES)), default=len(BAD_FILES),
                    help="only the first N bad files (default: all %(default)s)")
     return p.parse_args(argv)
 
 
-main = plumbing.main_for(run, parse_args)
+main = exits.main_for(run, parse_args)
 
 
 if __name__ == "__main__":
-    plumbing.leave(main())
+    exits.leave(main())

@@ -31,7 +31,7 @@ from rageval import generation as gen
 from rageval.devset import kept_file, read_kept, request_key
 from rageval.embedding_cache import EmbeddingCache
 from rageval.generation import KEPT_SEED as SEED
-from ragkit import grounded, llm, plumbing
+from ragkit import exits, grounded, llm
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder
 
 # The prompts asked for each question, in this order: the biggest first, so the others reuse
@@ -227,18 +227,18 @@ def print_worst(answers: dict, verdicts_of: dict, setting, n: int) -> None:
 # == Command line ============================================================================
 def parse_args(argv=None):
     """--collect (ask the model) or not (choose); which sets, model and threads."""
-    p = plumbing.OneLineParser(description="Choose the grounded answer's settings on the development sets.")
+    p = exits.OneLineParser(description="Choose the grounded answer's settings on the development sets.")
     p.add_argument("--collect", action="store_true", help="ask the model every prompt not kept yet (hours)")
     p.add_argument("--sets",
                    help=f"comma-separated, from {', '.join(devsets.SETS)} (default: every one here)")
     p.add_argument("--local-model", help="qwen (default), smollm2 or a .gguf file")
-    p.add_argument("--threads", type=plumbing.bounded(int, 1, 64), default=1,
+    p.add_argument("--threads", type=exits.bounded(int, 1, 64), default=1,
                    help="llama.cpp threads (default: %(default)s)")
     p.add_argument("--plan", choices=sorted(PLANS), default="all",
                    help="all: every prompt of PLAN; kit: the kit's prompt only (default: %(default)s)")
-    p.add_argument("--questions", type=plumbing.bounded(int, 1, 1000), metavar="N",
+    p.add_argument("--questions", type=exits.bounded(int, 1, 1000), metavar="N",
                    help="N questions of each set, spread over it (default: all)")
-    p.add_argument("--worst", type=plumbing.bounded(int, 0, 1000), default=0, metavar="N",
+    p.add_argument("--worst", type=exits.bounded(int, 0, 1000), default=0, metavar="N",
                    help="also print the N worst answers under the kit's setting, verbatim")
     p.add_argument("--cache", default=str(CACHE_DIR),
                    help="the folder of kept replies and chunk vectors (default: %(default)s)")
@@ -256,8 +256,8 @@ def run(args) -> None:
     choose(names, args.local_model, args.questions, args.cache, args.worst, PLANS[args.plan])
 
 
-main = plumbing.main_for(run, parse_args)
+main = exits.main_for(run, parse_args)
 
 
 if __name__ == "__main__":
-    plumbing.leave(main())
+    exits.leave(main())

@@ -28,7 +28,7 @@ from pathlib import Path
 from rageval import devset, devsets
 from rageval import generation as gen
 from rageval.embedding_cache import EmbeddingCache
-from ragkit import citations, eval_file, grounded, plumbing
+from ragkit import citations, eval_file, exits, grounded
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder
 
 SEED = "devset"                 # the markers' tag is fixed per question, so a rerun asks the same
@@ -193,11 +193,11 @@ def print_scores(found: dict, context: dict, model_path, folder) -> None:
 
 def parse_args(argv=None):
     """The flags of `python -m rageval.cited_runs`."""
-    p = plumbing.OneLineParser(description="The cited answer on the development sets.")
+    p = exits.OneLineParser(description="The cited answer on the development sets.")
     p.add_argument("--context", action="store_true", help="print answer in context against prompt size")
     p.add_argument("--collect", action="store_true", help="ask the model the prompts not kept yet")
-    p.add_argument("--questions", type=plumbing.bounded(int, 1, 1000), help="spread over each set")
-    p.add_argument("--threads", type=plumbing.bounded(int, 1, 64), default=1)
+    p.add_argument("--questions", type=exits.bounded(int, 1, 1000), help="spread over each set")
+    p.add_argument("--threads", type=exits.bounded(int, 1, 64), default=1)
     p.add_argument("--local-model", help="qwen (default), smollm2 or a .gguf file")
     p.add_argument("--sets", default=",".join(devsets.SETS), help="development sets, by name (default: all)")
     p.add_argument("--cache", default=str(CACHE_DIR),
@@ -218,8 +218,8 @@ def run(args) -> None:
         print_scores(found, context, model_files.model_file(args.local_model)[0], args.cache)
 
 
-main = plumbing.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = exits.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    plumbing.leave(main())
+    exits.leave(main())

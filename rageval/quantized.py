@@ -14,7 +14,7 @@ reads MiniLM vectors from .rag_cache (encoded once if they are missing).
 
 from __future__ import annotations
 
-from ragkit import plumbing
+from ragkit import exits
 from ragkit.arguments import add_collection, add_rescore
 
 
@@ -125,7 +125,7 @@ def cisi_quality(collection=None, embedder=None, k=10, rescores=(4,)) -> dict:
 
 def parse_args(argv=None):
     """The collection and the rescoring depth."""
-    p = plumbing.OneLineParser(description="Recall@10 and nDCG@10 on CISI: float32, int8, binary.")
+    p = exits.OneLineParser(description="Recall@10 and nDCG@10 on CISI: float32, int8, binary.")
     add_collection(p, help="a test collection folder (default: data/cisi)")
     add_rescore(p, [4], "rescore the best R x 10, one row per R")
     return p.parse_args(argv)
@@ -144,8 +144,8 @@ def run(args) -> None:
           "read again as float32")
 
 
-main = plumbing.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = exits.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    plumbing.leave(main())
+    exits.leave(main())

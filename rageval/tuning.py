@@ -31,7 +31,7 @@ import numpy as np
 from rageval import devsets
 from rageval import generation as gen
 from rageval.embedding_cache import EmbeddingCache
-from ragkit import answering, chunking, documents, eval_file, extractive, grounded, plumbing, retrieval
+from ragkit import answering, chunking, documents, eval_file, exits, extractive, grounded, retrieval
 from ragkit.embeddings import CachedEmbedder
 
 K = 5                                          # passages scored when choosing retrieval
@@ -279,18 +279,18 @@ def run(args) -> None:
 
 def parse_args(argv=None):
     """--part, --cache."""
-    p = plumbing.OneLineParser(description="Choose the --docs settings, leaving one project out.")
+    p = exits.OneLineParser(description="Choose the --docs settings, leaving one project out.")
     p.add_argument("--part", choices=["retrieval", "answer", "all"], default="all")
     p.add_argument("--sets", help=f"comma-separated, at least 3, from {', '.join(devsets.SETS)} "
                                   f"(default: every one here)")
-    p.add_argument("--words", type=plumbing.bounded(int, 10, 2000), nargs="+", default=WORDS,
+    p.add_argument("--words", type=exits.bounded(int, 10, 2000), nargs="+", default=WORDS,
                    help="the chunk sizes to try (default: %(default)s)")
     p.add_argument("--cache", help="where encoded chunk vectors are kept (default: .rag_cache)")
     return p.parse_args(argv)
 
 
-main = plumbing.main_for(run, parse_args)
+main = exits.main_for(run, parse_args)
 
 
 if __name__ == "__main__":
-    plumbing.leave(main())
+    exits.leave(main())

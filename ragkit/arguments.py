@@ -11,7 +11,7 @@ ragkit/arguments.py: the flags several scripts share, declared once.
 
 import rag_from_scratch as rag
 from ragkit.embeddings import CACHE_DIR
-from ragkit.plumbing import bounded
+from ragkit.exits import bounded
 
 BACKENDS = rag.Embedder.BACKENDS          # "auto", "minilm", "tfidf": the core's names
 

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 
 import rag_from_scratch as rag
-from ragkit.plumbing import items_with_deadline, with_deadline
+from ragkit.deadlines import items_with_deadline, with_deadline
 from ragkit.text import printable
 
 ATTEMPTS = 3                 # botocore standard retry mode: the first try included

@@ -8,7 +8,7 @@ urllib, every read bounded in size and time.
 
 A server may be broken or hostile and send anything, so each limit is explicit:
   - time: each read waits at most `timeout` (no byte for that long: the server stopped), and
-    the whole reply must end within `deadline` (ragkit/plumbing.py), so a server that
+    the whole reply must end within `deadline` (ragkit/deadlines.py), so a server that
     trickles bytes or sends keep-alive comments for ever cannot stretch it;
   - size: a reply is read up to MAX_REPLY_BYTES, an error reply up to MAX_ERROR_BYTES, a line
     of a stream up to MAX_LINE_BYTES and an event up to MAX_EVENT_BYTES; each is read in
@@ -29,7 +29,9 @@ import json
 import time
 from contextlib import closing, contextmanager
 
-from ragkit.plumbing import items_with_deadline, one_line, parse_json, with_deadline
+from ragkit.deadlines import items_with_deadline, with_deadline
+from ragkit.json_lines import parse_json
+from ragkit.text import one_line
 
 MAX_REPLY_BYTES = 8 << 20   # an answer's reply is kilobytes; a server sending more is cut off
 MAX_ERROR_BYTES = 4096      # the start of an error reply says what went wrong (we show 300 chars)

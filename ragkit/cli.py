@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import rag_from_scratch as rag
 from ragkit import answering, chunking, documents, embeddings, pdf, retrieval, retrieval_flags
 from ragkit import llm as generators
-from ragkit.plumbing import bounded, run_cli
+from ragkit.exits import bounded, run_cli
 
 # What --docs switches on, and the flag that changes each (the values were chosen on the
 # development sets: rageval/tuning.py).

@@ -17,10 +17,11 @@ from collections import Counter
 from pathlib import Path
 
 from ragkit import pdf, readers
-from ragkit.plumbing import Progress, one_line, refuse_empty
+from ragkit.exits import refuse_empty
+from ragkit.progress import Progress
 from ragkit.readers import Unreadable
 from ragkit.storage import regular_file_size, usable_folder
-from ragkit.text import plural, printable
+from ragkit.text import one_line, plural, printable
 
 MAX_FILE_BYTES = 2_000_000   # bigger files are logs and dumps, not notes: skipped with one line
 MAX_FOLDER_MB = 200          # bytes of files read from one folder (--max-folder-mb): a docs

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit.plumbing import Progress, parse_json
+from ragkit.json_lines import parse_json
+from ragkit.progress import Progress
 from ragkit.storage import regular_file_size, sha256_bytes, sha256_file
 
 MINILM = rag.defaults(rag.Embedder)["model"]      # "sentence-transformers/all-MiniLM-L6-v2"
@@ -195,7 +196,7 @@ class CachedEmbedder(rag.Embedder):
 
 def encode_in_pieces(embedder, texts: list[str], what: str = "chunks") -> np.ndarray:
     """embedder.encode(texts), ENCODE_PIECE texts at a time, with a bar over the texts encoded
-    (plumbing.Progress: within 2 s, then at least every 5 s). Texts go longest first, as
+    (progress.Progress: within 2 s, then at least every 5 s). Texts go longest first, as
     sentence-transformers orders one call's batches, so a piece pads little; the rows come back
     in the order of `texts`."""
     order, rows = sorted(range(len(texts)), key=lambda i: -len(texts[i])), None

@@ -12,7 +12,7 @@ import re
 import sys
 
 from ragkit.documents import file_of
-from ragkit.plumbing import read_jsonl
+from ragkit.json_lines import read_jsonl
 from ragkit.text import plural, printable
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import rag_from_scratch as rag
 from ragkit import chunking, documents
 from ragkit.embeddings import encode_in_pieces, model_identity, question_embedder, use_threads
-from ragkit.plumbing import Progress
+from ragkit.progress import Progress
 from ragkit.saved_index import READER, load_index, save_index
 from ragkit.storage import sha256_bytes
 from ragkit.text import plural, printable

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ragkit.children import limit_child, new_python
-from ragkit.plumbing import threads_without_ctrl_c
+from ragkit.exits import threads_without_ctrl_c
 from ragkit.text import printable
 
 THREADS = 1               # llama.cpp threads where they cannot be counted: see free_cores()
@@ -81,7 +81,7 @@ def start_llama(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096,
     """Load a GGUF model into an xllamacpp Server, set up by llama_params."""
     import xllamacpp
     params = llama_params(path, threads, port, n_ctx, reuse_prefix)
-    with threads_without_ctrl_c():   # its threads must never take Ctrl-C (ragkit/plumbing.py)
+    with threads_without_ctrl_c():   # its threads must never take Ctrl-C (ragkit/exits.py)
         SERVERS.append(xllamacpp.Server(params))   # kept: freeing a server mid-Ctrl-C can hang
     return SERVERS[-1]
 

@@ -34,7 +34,7 @@ from ragkit import chat_http, model_progress
 from ragkit.llama import THREADS, context_for, free_cores, load_guarded, start_llama
 from ragkit.grounded import GroundedPrompt
 from ragkit.reply_cleaning import Guarded
-from ragkit.plumbing import bounded, threads_without_ctrl_c
+from ragkit.exits import bounded, threads_without_ctrl_c
 from ragkit.text import plural, printable
 
 # The longest answer the local and OpenAI-compatible generators may write: a quote or two and

@@ -25,7 +25,8 @@ import os
 import sys
 from pathlib import Path
 
-from ragkit.plumbing import Progress, parse_json
+from ragkit.json_lines import parse_json
+from ragkit.progress import Progress
 from ragkit.storage import (read_plain_file, regular_file_size, remove_partials,
                             write_atomic)
 

@@ -13,7 +13,7 @@ prompt when a streamed request asks for it (PROGRESS); its last chunk carries `t
 
 llama.cpp sends a prompt_progress event after each batch it reads (params.n_batch tokens,
 2,048 unless set), so on a slow machine the count may wait a minute; the bar's clock still
-moves, within 2 s and then at least every 5 s (plumbing.Progress). A server that sends no
+moves, within 2 s and then at least every 5 s (progress.Progress). A server that sends no
 prompt_progress (an older llama.cpp) shows the clock alone until the first token. A rate is
 tokens over the time spent on them, from llama.cpp's timings: never the tokens written over
 the whole wait, prompt included (83 tokens after 5 minutes of reading is not "0 tokens/s").
@@ -22,7 +22,7 @@ the whole wait, prompt included (83 tokens after 5 minutes of reading is not "0 
 import itertools
 import sys
 
-from ragkit.plumbing import Progress
+from ragkit.progress import Progress
 from ragkit.text import plural
 
 PROGRESS = {"return_progress": True}   # ask llama.cpp's server for prompt_progress events

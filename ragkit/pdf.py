@@ -17,8 +17,9 @@ import sys
 from collections import Counter
 
 from ragkit.children import forked, limit_child, soft_limit
-from ragkit.plumbing import one_line, progress
+from ragkit.progress import progress
 from ragkit.readers import Unreadable, heading_key
+from ragkit.text import one_line
 
 MAX_PAGES = 1000         # pages read of one PDF (--max-pages): 500 pages take a few seconds
 PROGRESS_PAGES = 100     # a PDF this long shows a progress line while it is read

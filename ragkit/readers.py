@@ -25,7 +25,7 @@ import sys
 import warnings
 
 from ragkit.markdown import read_markdown
-from ragkit.plumbing import one_line
+from ragkit.text import one_line
 
 # suffix -> (the extra in pyproject.toml, the modules it needs, what `pip install` takes)
 EXTRAS = {

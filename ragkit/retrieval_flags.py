@@ -21,7 +21,7 @@ import numpy as np
 
 import rag_from_scratch as rag
 from ragkit import documents, embeddings
-from ragkit.plumbing import refuse_empty
+from ragkit.exits import refuse_empty
 from ragkit.text import plural
 from ragkit.retrieval import (GET_RERANKER, RERANK_DEPTH, RERANKER, bootstrap_ci, check_filters,
                               in_filters, load_reranker, make_retriever, paired_bootstrap,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ragkit.plumbing import parse_json
+from ragkit.json_lines import parse_json
 from ragkit.storage import (INDEX_FORMAT, claim_folder, folder_lock, read_plain_file, sha256_bytes,
                             write_atomic)
 from ragkit.text import printable

@@ -1,8 +1,9 @@
 """
 ragkit/text.py: text the kit prints, and text it cuts into sentences; the bottom layer.
 
-  printable(text)             safe to print: control characters written out, so a file, a page or
+  printable(text)         safe to print: control characters written out, so a file, a page or
                           a model's reply cannot drive the terminal
+  one_line(exc)           an exception's message as one printable line (every error the kit shows)
   split_sentences(text)   "Install it. Then run it." -> ["Install it.", "Then run it."]
   sentence_ends(text)     where those breaks are, for a reader that cuts a text in place
   plural(n, "file")       "1 file", "2 files"
@@ -29,6 +30,12 @@ def printable(text: str, lines: bool = True) -> str:
     breaks, so a name cannot forge a printed line."""
     pattern = CONTROL if lines else CONTROL_OR_BREAK
     return pattern.sub(lambda m: escape(m.group(0)), text.replace("\r\n", "\n"))
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (some libraries put newlines in theirs), safe to
+    print: it may quote a path or a reply with control or bidirectional characters in it."""
+    return printable(" ".join(str(exc).split()), lines=False) or type(exc).__name__
 
 
 def escape(char: str) -> str:

@@ -11,8 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The layers, lowest first. A module may import only modules on lower layers.
 LAYERS = {
-    # 0-1: the bottom layer: the lesson itself, and the plumbing every script shares
-    "rag_from_scratch": 0, "ragkit.text": 0, "ragkit.content_words": 0, "ragkit.children": 0, "ragkit.plumbing": 1,
+    # 0-1: the bottom layer: the lesson itself, and what every script shares (how a command
+    # ends, deadlines, progress, JSON Lines)
+    "rag_from_scratch": 0, "ragkit.text": 0, "ragkit.content_words": 0, "ragkit.children": 0,
+    "ragkit.deadlines": 0, "ragkit.exits": 1, "ragkit.progress": 1, "ragkit.json_lines": 1,
     # 1-3: storage and files on disk: saved indexes, embedding models, model files, readers;
     # the grounded prompt and its quote check
     "ragkit.storage": 1, "ragkit.markdown": 1,

