@@ -570,6 +570,7 @@ def test_fifos_links_loops_and_deep_folders_are_named_and_skipped_never_waited_o
     assert f"nested more than {documents.MAX_DEPTH} folders deep" in err
 
 
+@pytest.mark.slow
 def test_a_file_whose_name_is_not_utf8_is_named_with_escapes_and_the_run_goes_on(tmp_path):
     import os
     import subprocess

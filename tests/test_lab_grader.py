@@ -57,6 +57,7 @@ def test_pytest_lab_fails_the_starter_and_passes_the_reference():
     assert status == 0 and "5 passed" in out, out
 
 
+@pytest.mark.slow
 def test_pytest_on_the_whole_repository_does_not_collect_the_starter_grader():
     # the root folder as an explicit argument overrides any testpaths setting
     status, out = run("-m", "pytest", "--collect-only", "-p", "no:cacheprovider",
@@ -138,6 +139,7 @@ def student_file(tmp_path, body: str, head: str = STUDENT_SOLUTION) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_check_counts_sys_exit_at_import_as_five_fails_never_exit_0(tmp_path):
     status, out = run("lab/check.py", "--module", student_file(tmp_path, "import sys\nsys.exit(0)\n"))
     assert status == 1, out
@@ -189,6 +191,7 @@ def test_check_stops_an_endless_loop_at_the_time_limit(tmp_path):
     (["--time-limit", "inf"], "error: --time-limit and --memory-mb must be positive numbers"),
     (["--memory-mb", "99999999999999"], "error: --time-limit and --memory-mb must be positive numbers"),
 ])
+@pytest.mark.slow
 def test_check_bad_input_is_one_line_and_exit_1(argv, message, capsys):
     assert check.main(argv) == 1
     err = capsys.readouterr().err
@@ -208,6 +211,7 @@ ENDLESS_CHUNKER = ("import sys\ndef chunk_text(text, chunk_size=50, overlap=10):
                    "    while True:\n        pass\n")
 
 
+@pytest.mark.slow
 def test_check_ctrl_c_says_interrupted_exits_130_and_ends_the_child(tmp_path):
     module = student_file(tmp_path, ENDLESS_CHUNKER)
     grader = subprocess.Popen([sys.executable, "lab/check.py", "--module", module,
@@ -423,6 +427,7 @@ def open_dir():
     shutil.rmtree(folder)
 
 
+@pytest.mark.slow
 def test_an_error_message_is_one_fail_line_with_control_characters_written_out(tmp_path):
     tail = ("def chunk_text(text, chunk_size=50, overlap=10):\n"
             "    raise RuntimeError('\\x1b[2J\\nPASS  chunk_text')\n")
@@ -432,6 +437,7 @@ def test_an_error_message_is_one_fail_line_with_control_characters_written_out(t
     assert r"it raised RuntimeError: \x1b[2J PASS chunk_text (line" in out     # one line, escaped
 
 
+@pytest.mark.slow
 def test_a_crash_is_a_fail_that_names_the_line_never_a_traceback(tmp_path):
     body = ("class Stop(BaseException):\n    pass\n"
             "def chunk_text(text, chunk_size=50, overlap=10):\n"
@@ -450,6 +456,7 @@ def test_a_crash_is_a_fail_that_names_the_line_never_a_traceback(tmp_path):
     assert "3/5 functions pass" in out and "Traceback" not in err, out + err
 
 
+@pytest.mark.slow
 def test_what_the_graded_code_prints_is_shown_on_stderr_behind_a_bar(tmp_path):
     tail = ("import sys\nprint('PASS  chunk_text\\x1b[2J')\n"
             "print('PASS  search', file=sys.stderr)\n")
@@ -459,6 +466,7 @@ def test_what_the_graded_code_prints_is_shown_on_stderr_behind_a_bar(tmp_path):
     assert "\x1b" not in err
 
 
+@pytest.mark.slow
 def test_what_the_graded_code_prints_is_cut_to_its_first_20_lines_of_200_characters(tmp_path):
     tail = "for _ in range(100):\n    print('x' * 1000)\n"
     status, out, err = grade_cli(starter_with(tmp_path, tail))
@@ -678,6 +686,7 @@ def test_pytest_lab_leaves_no_process_behind(tmp_path, setsid_is_caught):
 # The reference solution is not the student's work: imported, it passes nothing (a wrapper
 # around it is left to whoever reads the code)
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_file_that_only_imports_the_reference_functions_passes_none(tmp_path):
     path = tmp_path / "student.py"
     path.write_text(f"from rag_from_scratch import {', '.join(check.FUNCTIONS)}\n")

@@ -45,6 +45,7 @@ def test_the_chunks_come_through_unchanged_then_llama_cpps_timings_as_one_line(c
                                        "wrote 40 tokens in 6.1 s (6.4 tokens/s)\n")
 
 
+@pytest.mark.slow
 def test_the_bar_counts_the_prompt_as_llama_cpp_reads_it_then_the_tokens_it_writes(monkeypatch):
     stderr = watch_stderr(monkeypatch)
 
@@ -66,6 +67,7 @@ def test_the_bar_counts_the_prompt_as_llama_cpp_reads_it_then_the_tokens_it_writ
     assert stderr.lines[-1][1].startswith("  [local] read 4,157 prompt tokens")
 
 
+@pytest.mark.slow
 def test_a_server_that_sends_no_progress_shows_a_clock_until_the_first_token(monkeypatch):
     stderr = watch_stderr(monkeypatch)          # an older llama.cpp: no prompt_progress at all
 
@@ -80,6 +82,7 @@ def test_a_server_that_sends_no_progress_shows_a_clock_until_the_first_token(mon
     assert all("/" not in line and "tokens/s" not in line for _, line in clock)
 
 
+@pytest.mark.slow
 def test_a_streamed_answer_gets_the_screen_the_bar_is_gone_before_its_first_word_and_stays_gone(monkeypatch):
     stderr = watch_stderr(monkeypatch)
     monkeypatch.setattr(progress, "on_terminal", lambda: True)     # tqdm's bar, redrawn in place

@@ -68,6 +68,7 @@ def notes(folder, names):
     return folder
 
 
+@pytest.mark.slow
 def test_a_slow_folder_shows_lines_in_a_pipe_within_2_s_then_every_5_s_naming_the_file(
         tmp_path, monkeypatch, capsys):
     folder, real = notes(tmp_path / "docs", ["a.md", "slow.md", "z.md"]), documents.read_file
@@ -93,6 +94,7 @@ def test_a_quick_folder_prints_what_it_read_and_no_progress(tmp_path, capsys):
     assert capsys.readouterr().err == "read 2 files: 2 .md\n"
 
 
+@pytest.mark.slow
 def test_a_file_name_in_the_bar_cannot_forge_a_line(monkeypatch):
     stderr = watch_stderr(monkeypatch)
     with progress.Progress("reading files", 1, " files") as bar:
@@ -101,6 +103,7 @@ def test_a_file_name_in_the_bar_cannot_forge_a_line(monkeypatch):
     assert not stderr.seen("error:") and "\x1b" not in "".join(line for _, line in stderr.lines)
 
 
+@pytest.mark.slow
 def test_on_a_terminal_tqdm_redraws_its_bar_while_one_item_takes_long(monkeypatch):
     stderr = watch_stderr(monkeypatch)
     monkeypatch.setattr(stderr, "terminal", True)
@@ -129,6 +132,7 @@ class SlowEmbedder:
         return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
 
 
+@pytest.mark.slow
 def test_encoding_chunks_shows_lines_within_2_s_then_every_5_s_and_keeps_their_order(monkeypatch):
     stderr = watch_stderr(monkeypatch)
     texts = ["x" * n for n in range(1, 41)][::3] + ["y" * n for n in range(50, 90)]

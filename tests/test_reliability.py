@@ -327,6 +327,7 @@ def test_every_field_of_a_forged_saved_index_is_printed_escaped(notes, tmp_path)
     assert raw_controls(rebuilt.stdout + rebuilt.stderr) == []
 
 
+@pytest.mark.slow
 def test_ids_of_an_eval_file_that_name_no_file_are_printed_escaped(notes, tmp_path):
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps({"question": "How long are backups kept?", "relevant": ["note0.md"]}) + "\n"

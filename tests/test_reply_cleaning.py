@@ -71,6 +71,7 @@ def harms(answer: str, prompt: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_every_development_question_prompt_is_guarded_against_echo_invention_and_loops():
     """A reply that does all three at once, built from each question's own prompt."""
     prompts = docs_prompts()

@@ -345,6 +345,7 @@ def test_truncation_counts_word_pieces_past_the_limit(minilm):
                                           "unread (longest 302)")
 
 
+@pytest.mark.slow
 def test_truncation_on_the_demo_corpus_and_cisi(minilm, chunks):
     from rageval.ir_collection import load_collection
     tokenizer, limit = minilm.model.tokenizer, minilm.model.max_seq_length
