@@ -48,7 +48,7 @@ PASSAGES, BEST_SENTENCES = 4, 2
 MOST_CITED = 3            # sentences a reply may cite
 ANSWER_CHARS = 300        # the answer's length at most, in the grammar
 MIN_TOPIC = 0.2           # share of the question's rare words the cited sentences and answer must cover
-SAFE_SOURCE = re.compile(r"[^\w .,/#()+>`-]")    # no quote marks, no '<', no line breaks
+SAFE_SOURCE = re.compile(r"[^\w .,:;!?'&=%@*/#()+>`-]")   # a heading's own punctuation
 
 
 @dataclass
@@ -69,7 +69,8 @@ class CitedPrompt:
 def source_name(chunk: dict) -> str:
     """What a passage is cited as, in both answer forms (grounded.py's too): its title when that
     names the file ("notes.md > Setup"), else its doc id and title ("HR-04 > Parental leave");
-    never a quote mark, '<' or line break, and a heading's `code` as written."""
+    never a double quote, "<", a bracket or a line break; a heading's punctuation and `code` as
+    written."""
     titled = chunk["title"].startswith(chunk["doc_id"])
     name = chunk["title"] if titled else f"{chunk['doc_id']} > {chunk['title']}"
     return SAFE_SOURCE.sub("_", name)[:200]
