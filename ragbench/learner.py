@@ -70,16 +70,18 @@ print(stamps[0] - start, (tokens - 1) / max(stamps[-1] - stamps[0], 1e-9), llm.u
 # A direct llama.cpp call, no kit code: the same prompt, model, threads, context and batch as the
 # kit's, in a fresh process. [prompt, system, model path, threads, n_ctx, max tokens] on stdin;
 # llama.cpp's timings on stdout.
-RUN_DIRECT = """import json, sys, xllamacpp
+RUN_DIRECT = """import json, os, sys, xllamacpp
 prompt, system, path, threads, n_ctx, max_tokens = json.load(sys.stdin)
 params = xllamacpp.CommonParams()
 params.model.path, params.n_ctx, params.n_parallel, params.n_batch = path, n_ctx, 1, 512
 params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
 params.use_jinja, params.verbosity, params.warmup, params.cache_ram_mib = True, -1, False, 0
-reply = xllamacpp.Server(params).handle_chat_completions({"temperature": 0.0, "seed": 0,
+server = xllamacpp.Server(params)        # never freed: freeing one can hang (ragkit/llama.py)
+reply = server.handle_chat_completions({"temperature": 0.0, "seed": 0,
     "max_tokens": max_tokens, "messages": [{"role": "system", "content": system},
                                            {"role": "user", "content": prompt}]})
-print(json.dumps(reply["timings"]))"""
+print(json.dumps(reply["timings"]), flush=True)
+os._exit(0)"""
 KIT_RATE = re.compile(r"\[local\] read ([\d,]+) prompt tokens in [\d.]+ s \(([\d,.]+) tokens/s\)")
 LONG_PROMPT = ["--docs", "data/devsets/mkdocs/docs", "--question", "how do i install mkdocs", "--k", "8"]
 

@@ -110,10 +110,10 @@ def load_child(path: str, seconds: str, memory: str) -> None:
     params = llama_params(path, 1, n_ctx=LOAD_CONTEXT)
     params.verbosity = 3                   # errors and warnings, for the reason a load failed
     try:
-        xllamacpp.Server(params)
-    except Exception:                      # noqa: BLE001 - llama.cpp's log says why
-        os._exit(1)
-    os._exit(0)                            # the server is never freed: nothing else to do
+        SERVERS.append(xllamacpp.Server(params))   # kept: freeing a server just started joins
+    except Exception:                      # noqa: BLE001 - its loop, which hung for good beside
+        os._exit(1)                        # busy processes; llama.cpp's log says why it failed
+    os._exit(0)                            # at once: the server is never freed
 
 
 def load_guarded(path: Path) -> None:
