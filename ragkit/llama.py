@@ -132,10 +132,10 @@ def load_guarded(path: Path) -> None:
                            stderr=log)
         if child is None:
             return
-        print(f"loading {file} in a child process first (within {bounds}) ...", file=sys.stderr,
-              flush=True)                  # once the child is there: Ctrl-C after it lands on the wait
         stalled = False
-        try:
+        try:                               # the line once the child is there, and inside the try:
+            print(f"loading {file} in a child process first (within {bounds}) ...", file=sys.stderr,
+                  flush=True)              # a Ctrl-C after it ends the child too (it ignores one)
             child.wait(LOAD_WAIT_S)
         except subprocess.TimeoutExpired:
             stalled = True
