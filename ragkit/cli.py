@@ -171,7 +171,8 @@ def print_docs_settings(args) -> None:
     said = {"chunk_size": f"chunks of whole sections up to {args.chunk_size} words (--chunk-size)",
             "k": f"{args.k} passages a question (--k)",
             "hybrid": f"hybrid search, {args.hybrid} x BM25 + the rest cosine (--hybrid)",
-            "context": "each chunk embedded with its title in front (--no-context)"}
+            "context": "each chunk embedded with its title in front "
+                       "(--context; --no-context turns it off)"}
     defaults = [said[name] for name in DOCS_DEFAULTS if name not in args.given
                 and (name != "context" or args.context)]
     if defaults:

