@@ -163,7 +163,39 @@ def load_guarded(path: Path) -> None:
         raise RuntimeError(f"llama.cpp could not load {file} within {bounds}: {why}")
 
 
-# == llama.cpp's own progress, shown while it works, and its timings as true rates ============
+# == A reply as it is written, a chunk at a time ============================================
+STOP_WAIT_S = 30.0      # the longest one step of a model may take before a stopped stream ends
+
+
+def llama_chunks(server, request: dict):
+    """llama.cpp's stream chunks (`request` asks for a stream) as an iterator: its callback fills
+    a queue from a worker thread. However the reading ends (the answer is done, the guard cuts
+    it, Ctrl-C, an error), the model is told to stop at its next token and the worker is waited
+    for: a thread left generating while Python exits aborts the process ("FATAL: exception not
+    rethrown")."""
+    import queue
+    import threading
+    chunks, stop = queue.Queue(), threading.Event()
+
+    def work():
+        try:          # the callback's True tells llama.cpp to stop generating
+            server.handle_chat_completions(request,
+                                           lambda chunk: chunks.put(chunk) or stop.is_set())
+        except Exception as exc:                    # named by stream_text as a bad chunk
+            chunks.put({"error": str(exc)})
+        chunks.put(None)
+
+    with threads_without_ctrl_c():
+        worker = threading.Thread(target=work, daemon=True)
+        worker.start()
+    try:
+        yield from iter(chunks.get, None)
+    finally:
+        stop.set()
+        worker.join(STOP_WAIT_S)
+
+
+# == llama.cpp's own progress, shown while it works, and its timings as true rates =========
 # llama.cpp's server (inside xllamacpp) says how far it has read the prompt when a streamed
 # request asks for it (PROGRESS); its last chunk carries `timings`.
 #

@@ -31,10 +31,11 @@ from typing import Protocol
 
 import rag_from_scratch as rag
 from ragkit import chat_http
-from ragkit.llama import PROGRESS, THREADS, context_for, free_cores, load_guarded, shown, start_llama
+from ragkit.llama import (PROGRESS, THREADS, context_for, free_cores, llama_chunks, load_guarded, shown,
+                          start_llama)
 from ragkit.grounded import GroundedPrompt
 from ragkit.reply_cleaning import Guarded
-from ragkit.exits import bounded, threads_without_ctrl_c
+from ragkit.exits import bounded
 from ragkit.text import plural, printable
 
 # The longest answer the local and OpenAI-compatible generators may write: a quote or two and
@@ -133,36 +134,6 @@ def stream_text(chunks, where: str, model):
     model.truncated, model.usage = reason == "length", usage or {}
 
 
-STOP_WAIT_S = 30.0      # the longest one step of a model may take before a stopped stream ends
-
-
-def llama_chunks(server, request: dict):
-    """llama.cpp's stream chunks as an iterator: its callback fills a queue from a worker thread.
-    However the reading ends (the answer is done, the guard cuts it, Ctrl-C, an error), the model
-    is told to stop at its next token and the worker is waited for: a thread left generating
-    while Python exits aborts the process ("FATAL: exception not rethrown")."""
-    import queue
-    import threading
-    chunks, stop = queue.Queue(), threading.Event()
-
-    def work():
-        try:          # the callback's True tells llama.cpp to stop generating
-            server.handle_chat_completions(request | STREAMED,
-                                           lambda chunk: chunks.put(chunk) or stop.is_set())
-        except Exception as exc:                    # named by stream_text as a bad chunk
-            chunks.put({"error": str(exc)})
-        chunks.put(None)
-
-    with threads_without_ctrl_c():
-        worker = threading.Thread(target=work, daemon=True)
-        worker.start()
-    try:
-        yield from iter(chunks.get, None)
-    finally:
-        stop.set()
-        worker.join(STOP_WAIT_S)
-
-
 def print_stream(pieces) -> str:
     """Print an answer piece by piece as it arrives; then, on stderr, the wait for the first piece
     (prefill: the model reads the whole prompt) and pieces/s after it (decode: one token each)."""
@@ -249,7 +220,7 @@ class LocalModel:
         request = chat_request(prompt, system_prompt, self.max_tokens) | PROGRESS
         if grammar:
             request["grammar"] = grammar
-        chunks = shown(llama_chunks(server, request), writing=not self.streams)
+        chunks = shown(llama_chunks(server, request | STREAMED), writing=not self.streams)
         pieces = stream_text(chunks, "llama.cpp", self)          # sets truncated and usage at the end
         if self.streams:
             return pieces

@@ -157,7 +157,7 @@ def test_smollm2_reading_a_long_prompt_shows_its_bar_within_2_s_then_every_5_s(m
     server = smollm2()
     stderr = watch_stderr(monkeypatch)
     started = time.monotonic() - stderr.start
-    chunks = list(mp.shown(llm.llama_chunks(server, long_request(70, 40))))   # 1,127 tokens
+    chunks = list(mp.shown(mp.llama_chunks(server, long_request(70, 40))))   # 1,127 tokens
     timings = next(c["timings"] for c in chunks if "timings" in c)
     if timings["prompt_ms"] < 6000:
         pytest.skip(f"this machine read the prompt in {timings['prompt_ms'] / 1000:.1f} s: too fast "

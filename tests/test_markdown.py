@@ -1,0 +1,124 @@
+"""The Markdown reader (ragkit/markdown.py) and front matter: headings and code as CommonMark
+reads them, and what documentation sites add (attribute lists, admonitions, tabs, HTML, macros)
+read as plain structure."""
+from test_docs import SETUP_MD
+
+from ragkit import documents, markdown
+
+
+def test_markdown_sections_follow_headings_but_not_code_fences():
+    sections = markdown.read_markdown(documents.split_front_matter(SETUP_MD)[1])
+    assert [h for h, _ in sections] == ["Handbook", "Handbook > Databases",
+                                        "Handbook > Databases > Backups", "Handbook > Coffee"]
+    databases = dict(sections)["Handbook > Databases"]
+    assert databases[1] == ("code", "```bash\n# restart the database (a comment in a code fence, "
+                                    "not a heading)\nsudo systemctl restart reporting-db\n```")
+
+
+def test_tilde_fences_and_unclosed_front_matter():
+    text = "# A\nx\n~~~\n# not a heading\n~~~\n## B\ny"
+    assert [h for h, _ in markdown.read_markdown(text)] == ["A", "A > B"]
+    assert documents.split_front_matter("---\nno closing line\n# Title") == (
+        [], "---\nno closing line\n# Title")
+
+
+def test_a_longer_fence_is_not_closed_by_a_shorter_one_inside_it():
+    text = "# A\n\n````md\n```\n# not a heading\n```\n````\n\n## B\nbody\n"
+    assert [h for h, _ in markdown.read_markdown(text)] == ["A", "A > B"]
+
+
+# --- Markdown read as structure: what documentation sites write --------------------------
+SITE_MD = '''Install { #install }
+=======
+
+Run the installer once. It writes the config file.
+
+Upgrading {: .note }
+---------
+
+!!! warning "Pin the version"
+    Versions before 2.1 break the loader.
+
+    ```python
+    # a comment, not a heading
+    import fastlib
+    ```
+
+/// tip | Faster builds
+Use the cache.
+///
+
+=== "Linux"
+    Use the package manager.
+
+<div class="grid" markdown>
+Read the <b>release notes</b> first. See [the notes](notes.md#top).
+</div>
+
+<!-- a comment
+   across lines -->
+{* ../../docs_src/app/main.py hl[3] *}
+{% include "snippet.md" %}
+
+| flag | default |
+|------|---------|
+| `--port` | 8080 |
+| badge | [![CI](https://ci.example/badge.svg){ loading=lazy .off-glb }](https://ci.example) [tar](https://w.example/Tar(computing)) |
+
+~~~~text
+```
+not a fence end
+```
+~~~~
+'''
+
+
+def test_hostile_markdown_reads_as_plain_structure():
+    sections = markdown.read_markdown(SITE_MD)
+    assert [h for h, _ in sections] == ["Install", "Install > Upgrading"]
+    blocks = dict(sections)["Install > Upgrading"]
+    assert blocks == [
+        ("text", "Pin the version"),
+        ("text", "Versions before 2.1 break the loader."),
+        ("code", "```python\n# a comment, not a heading\nimport fastlib\n```"),
+        ("text", "Faster builds"), ("text", "Use the cache."),
+        ("text", "Linux"), ("text", "Use the package manager."),
+        ("text", "Read the release notes first. See the notes."),
+        ("table", "| flag | default |\n| `--port` | 8080 |\n| badge | CI tar |"),
+        ("code", "```text\n```\nnot a fence end\n```\n```"),
+    ]
+    text = "\n".join(t for _, found in sections for _, t in found)
+    for artefact in ("{ #", "{:", "///", "!!!", "===", "<div", "<b>", "<!--", "{*", "{%", "](notes", "](http", "loading="):
+        assert artefact not in text
+
+
+def test_headings_and_code_blocks_agree_with_markdown_it():
+    """markdown-it-py (CommonMark) as the oracle for what is a heading and what is code."""
+    from markdown_it import MarkdownIt
+    text = ("# One\n\ntext\n\nTwo\n===\n\n    indented text\n\n```sh\n# shell comment\nls\n```\n\n"
+            "## Three ##\n\n~~~\n## not a heading\n~~~\n\nFour\n----\nend\n"
+            "\n```py\ndef f():\n    return 1\n```\n\n  ```\n  a\n    b\n c\n  ```\n")   # indents kept
+    tokens = MarkdownIt("commonmark").parse(text)
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    fences = [t.content for t in tokens if t.type == "fence"]
+    ours = markdown.read_markdown(text)
+    assert [h.split(" > ")[-1] for h, _ in ours] == headings == ["One", "Two", "Three", "Four"]
+    code = [t for _, found in ours for kind, t in found if kind == "code"]
+    assert ["\n".join(c.split("\n")[1:-1]) + "\n" for c in code] == fences
+
+
+def test_front_matter_is_yaml():
+    for block, tags in [("tags: [a, \"b, c\"]  # a comment", ["a", "b, c"]),
+                        ("tags:\n  - x\n  - y", ["x", "y"]),
+                        ("tags: solo", ["solo"]),
+                        ("meta:\n  tags: [nested]\ntags: [top]", ["top"]),
+                        ("title: no tags here", []),
+                        ("tags: [unclosed", [])]:
+        assert documents.split_front_matter(f"---\n{block}\n---\nbody") == (tags, "body"), block
+
+
+def test_a_heading_with_a_long_run_of_spaces_keeps_its_words():
+    # A pattern that backtracked over the spaces took over 120 s here; the speed of every
+    # pattern on 2 MB inputs is measured by `python -m ragbench.markdown`, not timed here.
+    text = "# a" + " " * 100_000 + "b\n" + "text\n"
+    assert markdown.read_markdown(text) == [("a b", [("text", "text")])]
