@@ -17,7 +17,7 @@ found are shown, with the sources they come from.
 import sys
 
 import rag_from_scratch as rag
-from ragkit import citations, grounded
+from ragkit import grounded
 from ragkit.text import plural, printable
 
 # How strictly a quote is checked, and what an answer whose quotes all fail becomes: chosen on
@@ -109,6 +109,7 @@ def checked_answer(reply: str, prompt: grounded.GroundedPrompt, strictness: str 
 def ask_cited(question: str, retrieve, llm) -> dict:
     """The cited answer (ragkit/citations.py): the best sentences of the top passages numbered,
     the model cites them by number, the kit shows them whole; print each step."""
+    from ragkit import citations
     found, passages = passages_for(question, retrieve, citations.PASSAGES)
     print(f"\n== Your question (k={len(found)}; {retrieve.ranking}) ==\nQ: {printable(question)}")
     print_found(found, plain=retrieve.cosine_only)

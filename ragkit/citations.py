@@ -26,6 +26,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from ragkit.grounded import source_name
 from ragkit.text import split_sentences
 from ragkit.content_words import content_words, idf_weights, stop_words, supported_share
 
@@ -48,7 +49,6 @@ PASSAGES, BEST_SENTENCES = 4, 2
 MOST_CITED = 3            # sentences a reply may cite
 ANSWER_CHARS = 300        # the answer's length at most, in the grammar
 MIN_TOPIC = 0.2           # share of the question's rare words the cited sentences and answer must cover
-SAFE_SOURCE = re.compile(r"[^\w .,:;!?'&=%@*/#()+>`-]")   # a heading's own punctuation
 
 
 @dataclass
@@ -64,16 +64,6 @@ class CitedPrompt:
     def citable(self) -> set[str]:
         """What a reply may cite: the sentences' numbers and their sources' names."""
         return set(self.sentences) | {source for source, _ in self.sentences.values()}
-
-
-def source_name(chunk: dict) -> str:
-    """What a passage is cited as, in both answer forms (grounded.py's too): its title when that
-    names the file ("notes.md > Setup"), else its doc id and title ("HR-04 > Parental leave");
-    never a double quote, "<", a bracket or a line break; a heading's punctuation and `code` as
-    written."""
-    titled = chunk["title"].startswith(chunk["doc_id"])
-    name = chunk["title"] if titled else f"{chunk['doc_id']} > {chunk['title']}"
-    return SAFE_SOURCE.sub("_", name)[:200]
 
 
 def best_sentences(passage: dict, question: str, keep: int | None, idf: dict) -> dict:

@@ -27,7 +27,6 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from ragkit.citations import source_name
 from ragkit.text import split_sentences
 from ragkit.content_words import content_words, idf_weights, stop_words, supported_share
 
@@ -56,6 +55,19 @@ def fence_tag(question: str, seed: str | None) -> str:
     if seed is None:
         return secrets.token_hex(8)
     return hashlib.sha256(f"{seed}\n{question}".encode()).hexdigest()[:16]
+
+
+SAFE_SOURCE = re.compile(r"[^\w .,:;!?'&=%@*/#()+>`-]")   # a heading's own punctuation
+
+
+def source_name(chunk: dict) -> str:
+    """What a passage is cited as, in both answer forms (citations.py's too): its title when that
+    names the file ("notes.md > Setup"), else its doc id and title ("HR-04 > Parental leave");
+    never a double quote, "<", a bracket or a line break; a heading's punctuation and `code` as
+    written."""
+    titled = chunk["title"].startswith(chunk["doc_id"])
+    name = chunk["title"] if titled else f"{chunk['doc_id']} > {chunk['title']}"
+    return SAFE_SOURCE.sub("_", name)[:200]
 
 
 @dataclass(frozen=True)

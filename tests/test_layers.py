@@ -19,7 +19,7 @@ LAYERS = {
     # the grounded prompt and its quote check
     "ragkit.storage": 1, "ragkit.markdown": 1,
     "ragkit.embeddings": 2, "ragkit.readers": 2, "ragkit.pdf": 3, "ragkit.saved_index": 2, "ragkit.model_files": 2,
-    "ragkit.grounded": 2, "ragkit.citations": 1,
+    "ragkit.grounded": 2, "ragkit.citations": 3,
     # 4-5: your own files as chunks; the shared flags; what the kit shows of an answer
     "ragkit.documents": 4, "ragkit.chunking": 4, "ragkit.arguments": 4, "ragkit.reply_cleaning": 4,
     "ragkit.answering": 4,
