@@ -21,7 +21,7 @@ pass as they are. What it cannot do: tell a true sentence from a false one; the 
 
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ragkit.grounded import GroundedPrompt
 from ragkit.text import CODE, in_prose, sentence_ends
@@ -93,47 +93,63 @@ def held_back(rest: str) -> int:
     return cut
 
 
+@dataclass
+class Shown:
+    """What guard() has shown of one answer so far, and what it remembers of it."""
+    sources: set                 # what the prompt's passages may be cited as
+    tag: str = ""                # the prompt's marker tag
+    seen: set = field(default_factory=set)    # loop_key() of every sentence shown
+    code: bool = False           # inside a code block
+    line_start: bool = True      # the next segment starts a line
+    on_screen: str = ""          # how much of the unfinished segment is shown already
+
+    def finish(self, segment: str) -> str | None:
+        """The rest of a finished segment as shown, or None for a repeat (the end)."""
+        starts_code = segment.lstrip().startswith("```")
+        self.code = self.code != starts_code
+        if self.code or starts_code:
+            text = segment[len(self.on_screen):]
+        else:
+            whole = loop_key(cleaned(segment, self.sources, self.tag))
+            if len(whole.split()) >= 2 and whole in self.seen:
+                return None
+            self.seen.add(whole)
+            rest = cleaned(segment[len(self.on_screen):], self.sources, self.tag)
+            text = self.marked(segment, rest)
+        self.line_start, self.on_screen = segment.endswith("\n"), ""
+        return text if text.endswith("\n") else text + " "
+
+    def ready(self, rest: str) -> int:
+        """How much of the unfinished segment can be on screen: whole words before anything
+        held back, and nothing new while the sentence could still be one said before."""
+        start = rest.lstrip().lower()
+        kit_like = (self.line_start and not self.on_screen
+                    and any(k.startswith(start) for k in KIT_LINES))
+        if self.code or start.startswith("`") or kit_like:
+            return len(self.on_screen)    # code, or a line that may yet turn into one of the kit's
+        cut = min(len(sentence_parts(rest)[0]), held_back(rest))
+        cut = max(rest.rfind(" ", 0, cut), rest.rfind("\t", 0, cut)) + 1
+        so_far = loop_key(cleaned(rest[:cut], self.sources, self.tag))
+        said = any(s == so_far or s.startswith(so_far + " ") for s in self.seen)
+        if cut <= len(self.on_screen) or said:
+            return len(self.on_screen)
+        return cut
+
+    def marked(self, segment: str, text: str) -> str:
+        """text, marked "(reply)" when it starts a line the way one of the kit's own does."""
+        kit_like = segment.lstrip().lower().startswith(KIT_LINES)
+        if not self.on_screen and self.line_start and kit_like:
+            return "(reply) " + text.lstrip()
+        return text
+
+
 def guard(pieces, sources: set, tag: str = ""):
     """Yield an answer's text as it comes, cleaned (see cleaned()): word by word, but holding
     back what could still turn into a fence marker or a citation until its sentence ends, and
     a sentence while it could still be one said before; at the first sentence said again (a
     loop) it stops. A line that starts like one of the kit's own is marked "(reply)". Code
     blocks are passed on as they are, a line at a time."""
-    seen, code, line_start = set(), False, True
-    buffer, on_screen = "", ""     # on_screen: how much of the buffer's first segment is shown
-
-    def finish(segment: str):
-        """The rest of a finished segment as shown, or None for a repeat (the end)."""
-        nonlocal code, line_start
-        starts_code = segment.lstrip().startswith("```")
-        code = code != starts_code
-        if code or starts_code:
-            text = segment[len(on_screen):]
-        else:
-            whole = loop_key(cleaned(segment, sources, tag))
-            if len(whole.split()) >= 2 and whole in seen:
-                return None
-            seen.add(whole)
-            text = cleaned(segment[len(on_screen):], sources, tag)
-            if not on_screen and line_start and segment.lstrip().lower().startswith(KIT_LINES):
-                text = "(reply) " + text.lstrip()
-        line_start = segment.endswith("\n")
-        return text if text.endswith("\n") else text + " "
-
-    def ready(rest: str) -> int:
-        """How much of the unfinished segment can be on screen: whole words before anything
-        held back, and nothing new while the sentence could still be one said before."""
-        start = rest.lstrip().lower()
-        kit_like = line_start and not on_screen and any(k.startswith(start) for k in KIT_LINES)
-        if code or start.startswith("`") or kit_like:
-            return len(on_screen)    # code, or a line that may yet turn into one of the kit's
-        cut = min(len(sentence_parts(rest)[0]), held_back(rest))
-        cut = max(rest.rfind(" ", 0, cut), rest.rfind("\t", 0, cut)) + 1
-        so_far = loop_key(cleaned(rest[:cut], sources, tag))
-        if cut <= len(on_screen) or any(s == so_far or s.startswith(so_far + " ") for s in seen):
-            return len(on_screen)
-        return cut
-
+    shown, buffer = Shown(sources, tag), ""
     for piece in itertools.chain(pieces, [None]):
         # None: the answer ended, so what is left is finished too
         if piece is not None:
@@ -141,16 +157,13 @@ def guard(pieces, sources: set, tag: str = ""):
         else:
             done, buffer = (sentence_parts(buffer) if buffer else []), ""
         for i, segment in enumerate(done):
-            text = finish(segment)
+            text = shown.finish(segment)
             if text is None:
                 return
-            on_screen = ""
             yield text.rstrip(" ") if piece is None and i == len(done) - 1 else text
-        if buffer and (cut := ready(buffer)) > len(on_screen):
-            text = cleaned(buffer[len(on_screen):cut], sources, tag)
-            if not on_screen and line_start and buffer.lstrip().lower().startswith(KIT_LINES):
-                text = "(reply) " + text.lstrip()
-            on_screen = buffer[:cut]
+        if buffer and (cut := shown.ready(buffer)) > len(shown.on_screen):
+            text = shown.marked(buffer, cleaned(buffer[len(shown.on_screen):cut], sources, tag))
+            shown.on_screen = buffer[:cut]
             yield text
 
 
