@@ -101,7 +101,7 @@ def row(m1: dict, m3: dict) -> dict:
 
 
 def rates(chunks: list[dict], embedder, index, verbose: bool = False) -> dict:
-    """row() of the core's Step 6 evaluation (k=1 printed question by question if verbose)."""
+    """row() of the lesson's Step 6 evaluation (k=1 printed question by question if verbose)."""
     m1 = rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=1, verbose=verbose)
     return row(m1, rag.evaluate_retrieval(rag.EVAL_SET, index, chunks, embedder, k=3))
 

@@ -36,7 +36,7 @@ from ragkit.exits import OneLineParser, bounded, leave, main_for
 from ragkit.storage import OWNER, claim_folder, is_our_store, refuse_foreign
 from ragkit.text import one_line
 
-# Defaults (the CLI reads them from here); the core's, read once from its function signatures
+# Defaults (the CLI reads them from here); the lesson's, read once from its function signatures
 CORE = {**rag.defaults(rag.Embedder), **rag.defaults(rag.build_chunks), **rag.defaults(rag.search)}
 QUESTION = "My laptop was stolen at the airport. What should I do?"
 COLLECTION = "kestrelwood_policies"   # Chroma/Qdrant collection and Postgres table name
@@ -547,7 +547,7 @@ def print_verdict(rankings: dict, differ: list[str], skipped: dict) -> None:
 
 
 def parse_args(argv=None):
-    """Command-line flags; the defaults are the block at the top of this file and the core's."""
+    """Command-line flags; the defaults are the block at the top of this file and the lesson's."""
     p = OneLineParser(description="The same retrieval with NumPy, FAISS, Chroma (in memory, on "
                                   "disk or on a server), Postgres/pgvector and Qdrant.")
     add_backend(p, CORE["backend"])

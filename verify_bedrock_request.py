@@ -19,7 +19,7 @@ from unittest.mock import patch
 import rag_from_scratch as rag
 from ragkit import bedrock, exits
 
-# The core's defaults, read from its function signatures (one source of truth).
+# The lesson's defaults, read from its function signatures (one source of truth).
 BEDROCK_REGION = rag.defaults(rag.generate_with_bedrock)["region"]
 
 FAKE_TEXT = "FAKE STUB TEXT - not produced by a model."

@@ -288,7 +288,7 @@ def check_search(mod) -> None:
 
 
 def check_build_prompt(mod) -> None:
-    """The exact prompt layout for one and for two retrieved chunks, as the core writes it."""
+    """The exact prompt layout for one and for two retrieved chunks, as the lesson writes it."""
     retrieved = [
         {"chunk_id": "HR-01#0", "doc_id": "HR-01", "title": "Annual leave policy",
          "text": "You get 24 days.", "score": 0.61},

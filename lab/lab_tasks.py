@@ -5,7 +5,7 @@ lab_tasks.py: the hands-on lab, measured. Add a document, catch the regression, 
     python lab/lab_tasks.py --task 3           # one task
     python lab/lab_tasks.py --backend tfidf    # keyword vectors only: needs no torch
 
-Everything runs offline. Every figure comes from the core module's own chunker, search and
+Everything runs offline. Every figure comes from the lesson's own chunker, search and
 evaluator (rag_from_scratch.py); this file only changes the data and prints the results.
 """
 
@@ -53,7 +53,7 @@ def with_titles(chunks: list[dict], separator: str) -> list[dict]:
 # ---------------------------------------------------------------------------
 def evaluate(eval_set: list[dict], chunks: list[dict], embedder: rag.Embedder,
              k: int, verbose: bool = False) -> dict:
-    """Index the chunks and run the core evaluator at one k."""
+    """Index the chunks and run the lesson evaluator at one k."""
     embedder, index = setup(embedder.backend, chunks, embedder)
     return rag.evaluate_retrieval(eval_set, index, chunks, embedder, k=k, verbose=verbose)
 
@@ -202,7 +202,7 @@ def main(argv=None) -> int:
     """Run the chosen tasks; a bad setting becomes one line on stderr and exit status 1."""
     p = OneLineParser(description="The RAG lab: baseline, new document, regression, fixes.")
     p.add_argument("--task", type=int, choices=sorted(TASKS), help="run only this task")
-    defaults = rag.defaults(rag.Embedder)              # the core's, from its signature
+    defaults = rag.defaults(rag.Embedder)              # the lesson's, from its signature
     add_backend(p, defaults["backend"])
     p.add_argument("--model", default=defaults["model"], help="MiniLM model name or local folder")
     p.add_argument("--reveal", action="store_true", help="Task 3: also print which change wins")

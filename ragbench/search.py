@@ -36,7 +36,7 @@ from rageval.ir_collection import DEFAULT_COLLECTION, load_collection
 from ragkit import exits
 from ragkit.arguments import add_collection, add_k, add_rescore
 
-# The core's defaults, read from its function signatures (one source of truth).
+# The lesson's defaults, read from its function signatures (one source of truth).
 CHUNK_SIZE, OVERLAP = rag.defaults(rag.build_chunks).values()   # the tutorial's 50 words, 10 shared
 TOP_K = rag.defaults(rag.search)["k"]
 SIZES = [10_000, 100_000, 1_000_000]   # index rows to benchmark

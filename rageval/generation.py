@@ -273,7 +273,7 @@ def available_generators(args) -> list[str]:
 
 
 def parse_args(argv=None):
-    """Flags; defaults come from the constants at the top of this file and of the core."""
+    """Flags; defaults come from the constants at the top of this file and of the lesson."""
     from ragkit.exits import OneLineParser, bounded
     p = OneLineParser(description="Offline generators for RAG, scored against a gold file.")
     p.add_argument("--generators", help="comma-separated: " + ", ".join(GENERATORS)

@@ -46,7 +46,7 @@ NEIGHBOURS = 10          # neighbours of a document for neighbour_smoothed
 
 def query_metrics(scores: np.ndarray, doc_ids: list[str], relevant: list[dict],
                   k: int = CUTOFF) -> np.ndarray:
-    """(queries x 4) array of hit@1, recall@k, reciprocal rank and nDCG@k, by the core's metrics."""
+    """(queries x 4) array of hit@1, recall@k, reciprocal rank and nDCG@k, by the lesson's metrics."""
     from rageval.score_matrices import evaluate_scores
     m = evaluate_scores(scores, [{"doc_id": d} for d in doc_ids],
                         [{"relevant": gains} for gains in relevant], k)

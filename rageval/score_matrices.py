@@ -1,7 +1,7 @@
 """
 rageval/score_matrices.py: retrieval on score matrices that only the experiments and the
 evaluation run: Rocchio feedback (the query moved), neighbour smoothing (the documents moved)
-and the core's Step 6 metrics for rankings given as scores. The kit's command line runs none
+and the lesson's Step 6 metrics for rankings given as scores. The kit's command line runs none
 of them; ragkit/retrieval.py holds what it does run (BM25, fusion, intervals, reranking).
 
     q2 = rocchio(q, doc_vectors, q @ doc_vectors.T)   # pseudo-relevance feedback
@@ -65,7 +65,7 @@ def neighbour_smoothed(docs: np.ndarray, g: float = 0.5, neighbours: int = 10) -
 
 # == Scoring rankings given as scores =======================================================
 def evaluate_scores(scores: np.ndarray, chunks: list[dict], eval_set: list[dict], k: int) -> dict:
-    """The core's Step 6 metrics for rankings given as scores (row i: question i's score for
+    """The lesson's Step 6 metrics for rankings given as scores (row i: question i's score for
     every chunk), so a grid of settings costs matrix products, not new searches."""
     rankings = [[chunks[i]["doc_id"] for i in rag.top_k(row, k)] for row in scores]
     return scored(eval_set, rankings, k)

@@ -2,7 +2,7 @@
 ragkit/arguments.py: the flags several scripts share, declared once.
 
     p = OneLineParser(description="...")
-    add_backend(p, default="minilm", auto=False)   # --backend: the core's Embedder.BACKENDS
+    add_backend(p, default="minilm", auto=False)   # --backend: the lesson's Embedder.BACKENDS
     add_k(p, default=10, help="results per query")   # a whole number from 1 to 100
     add_rescore(p, default=[4])                     # --rescore R [R ...]
     add_collection(p, default=None, help="...")     # a SMART test collection folder
@@ -13,11 +13,11 @@ import rag_from_scratch as rag
 from ragkit.embeddings import CACHE_DIR
 from ragkit.exits import bounded
 
-BACKENDS = rag.Embedder.BACKENDS          # "auto", "minilm", "tfidf": the core's names
+BACKENDS = rag.Embedder.BACKENDS          # "auto", "minilm", "tfidf": the lesson's names
 
 
 def add_backend(p, default: str, auto: bool = True, help: str = "embedding backend") -> None:
-    """--backend, with the core's backend names (auto: MiniLM if it loads, else TF-IDF)."""
+    """--backend, with the lesson's backend names (auto: MiniLM if it loads, else TF-IDF)."""
     choices = BACKENDS if auto else tuple(b for b in BACKENDS if b != "auto")
     p.add_argument("--backend", default=default, choices=choices, help=f"{help} (default: %(default)s)")
 

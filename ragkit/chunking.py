@@ -4,7 +4,7 @@ than the embedding model reads.
 
     chunks = document_chunks(docs, 150, model_fits(embedder))
 
-The core's chunk_text cuts every 50 words. Real pages have structure, and an answer is often a
+The lesson's chunk_text cuts every 50 words. Real pages have structure, and an answer is often a
 sentence and the list or code it introduces, so here:
   - a section goes into one chunk whole while it fits (the model's word pieces, counted with the
     title "file > heading" that --context puts in front) and has at most `words` words of text;

@@ -7,7 +7,7 @@ flags and hands each one to the file that does its work, with a plain import ins
 rag_from_scratch.py hands a command line with any flag beyond the tutorial's here, whole:
 main() -> run(), which goes through the modules in this order:
   --docs, --index              ragkit/folder_index.py (and documents, chunking, saved_index)
-  (or the sample)              the core's index_sample(), or its demo, run_demo()
+  (or the sample)              the lesson's index_sample(), or its demo, run_demo()
   --hybrid, --rerank, --source, --tag, --context   ragkit/retrieval_flags.py, ragkit/retrieval.py
   --eval, --compare            ragkit/eval_file.py, ragkit/retrieval_flags.py
   --question, --generator, --stream   ragkit/llm.py builds the generator, ragkit/answering.py
@@ -63,7 +63,7 @@ def add_docs_flags(g) -> None:
 
 
 def parser():
-    """The tutorial's flags (the core's own parser), then the kit's, each group naming the
+    """The tutorial's flags (the lesson's own parser), then the kit's, each group naming the
     file that does its work; --help states each default, per mode (docs/flags.md agrees)."""
     p = rag.tutorial_parser()
     p.epilog = None

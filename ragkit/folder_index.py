@@ -66,11 +66,11 @@ def chunk_documents(docs: list[dict], words: int, fits) -> list[dict]:
 
 
 def build_index(texts: list[str], embedder):
-    """The core's build_index of these texts; MiniLM encodes them in pieces with a bar on stderr
+    """The lesson's build_index of these texts; MiniLM encodes them in pieces with a bar on stderr
     (minutes for a thousand chunks on a busy laptop), TF-IDF in one go (seconds)."""
     if embedder.backend != "minilm":
         return rag.build_index([{"text": t} for t in texts], embedder)
-    return np.asfortranarray(encode_in_pieces(embedder, texts))   # as the core stores it
+    return np.asfortranarray(encode_in_pieces(embedder, texts))   # as the lesson stores it
 
 
 def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, context: bool):

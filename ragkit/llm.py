@@ -16,7 +16,7 @@ that in Streaming, which prints the pieces as they arrive and returns the text:
               or --local-model FILE (ragkit/model_files.py finds it, ragkit/llama.py loads it)
   openai      any OpenAI-compatible /v1/chat/completions server (Ollama, llama.cpp, vLLM, ...),
               over HTTP with Python's own urllib (ragkit/chat_http.py: nothing to install)
-  bedrock     Amazon Bedrock through the core (billed; ragkit/bedrock.py)
+  bedrock     Amazon Bedrock through the lesson (billed; ragkit/bedrock.py)
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ def scored(eval_set: list[dict], rankings: list[list[str]], k: int, verbose: boo
 
 
 def evaluate_retriever(eval_set: list[dict], retrieve, k: int, verbose: bool = False) -> dict:
-    """The core's Step 6 metrics for any retriever: retrieve(question, k) ranks, the lesson's
+    """The lesson's Step 6 metrics for any retriever: retrieve(question, k) ranks, the lesson's
     score_rankings scores."""
     rankings = [[r["doc_id"] for r in retrieve(item["question"], k)] for item in eval_set]
     return scored(eval_set, rankings, k, verbose)

@@ -23,7 +23,7 @@ from ragkit import documents, pdf, readers, storage
 # with one judged query (too few for 5-fold cross-validation), {zero_model}, {fifo_model} and
 # {cut_model} model folders that cannot be read (see bad_models).
 ROWS = [
-    # rag_from_scratch.py: the core's demo and --docs
+    # rag_from_scratch.py: the lesson's demo and --docs
     ("rag_from_scratch.py", "--backend tfidf --bogus", "unrecognized arguments"),
     ("rag_from_scratch.py", "--backend tfidf --k abc", "invalid int value"),
     ("rag_from_scratch.py", "--backend tfidf --k 0", "--k must be between 1 and 100, got 0"),

@@ -19,7 +19,7 @@ import rag_from_scratch as rag
 import verify_bedrock_request as vbr
 from ragkit import bedrock
 
-# The core's defaults, read from its function signatures (one source of truth).
+# The lesson's defaults, read from its function signatures (one source of truth).
 BEDROCK_REGION = rag.defaults(rag.generate_with_bedrock)["region"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,7 +44,7 @@ FAILURES = {
 
 
 def generate(client=None, model_id="x"):
-    """The command line's Bedrock path: the core's Converse call with deadline and advice."""
+    """The command line's Bedrock path: the lesson's Converse call with deadline and advice."""
     return bedrock.bedrock_generator(model_id, "us-east-1", client=client)("prompt", rag.SYSTEM_PROMPT)
 
 
@@ -78,7 +78,7 @@ def dummy_aws(no_aws, monkeypatch):
 
 
 def client_error_stub(code, message="stubbed error"):
-    """The core's client with a Stubber that answers the next converse call with `code`."""
+    """The lesson's client with a Stubber that answers the next converse call with `code`."""
     client = make_client("us-east-1")
     stubber = Stubber(client)
     stubber.add_client_error("converse", service_error_code=code, service_message=message,
@@ -88,7 +88,7 @@ def client_error_stub(code, message="stubbed error"):
 
 
 def run_cli(capsys, argv):
-    """Run the core CLI in-process; return (exit code, stdout, stderr)."""
+    """Run the lesson CLI in-process; return (exit code, stdout, stderr)."""
     code = rag.main(argv)
     out, err = capsys.readouterr()
     return code, out, err

@@ -9,7 +9,7 @@ from conftest import CISI
 import rag_from_scratch as rag
 from ragbench import search as bench
 
-# The core's defaults, read from its function signatures (one source of truth).
+# The lesson's defaults, read from its function signatures (one source of truth).
 CHUNK_SIZE = rag.defaults(rag.build_chunks)["chunk_size"]   # the tutorial's 50 words
 TOP_K = rag.defaults(rag.search)["k"]
 
@@ -86,7 +86,7 @@ def test_tfidf_index_of_10k_cisi_chunks_stays_sparse_and_under_100_mb():
     assert t["dense_float32_mb"] == pytest.approx(10_000 * t["terms"] * 4 / 1e6)
     assert t["dense_float64_mb"] == 2 * t["dense_float32_mb"]
     assert t["dense_float64_mb"] > 50 * t["sparse_mb"]
-    # the vocabulary is the one scikit-learn builds with the core's settings
+    # the vocabulary is the one scikit-learn builds with the lesson's settings
     from sklearn.feature_extraction.text import TfidfVectorizer
     vectorizer = TfidfVectorizer(stop_words="english", ngram_range=(1, 2))
     reference = vectorizer.fit_transform([c["text"] for c in chunks])

@@ -1,4 +1,4 @@
-"""The core module reproduces every figure the tutorial prints, on both backends."""
+"""The lesson reproduces every figure the tutorial prints, on both backends."""
 import os
 import socket
 import subprocess
@@ -13,7 +13,7 @@ from conftest import LATE_S, ROOT
 import rag_from_scratch as rag
 from ragkit import embeddings
 
-# The core's defaults, read from its function signatures (one source of truth).
+# The lesson's defaults, read from its function signatures (one source of truth).
 MODEL_NAME = rag.defaults(rag.Embedder)["model"]
 
 PASSWORD_Q = "I forgot my password. How do I reset it?"

@@ -1,4 +1,4 @@
-"""The classroom lab: its measured figures, and a grader that fails the starter and passes the core."""
+"""The classroom lab: its measured figures, and a grader that fails the starter and passes the lesson."""
 import importlib.util
 import inspect
 import os
@@ -253,7 +253,7 @@ def test_handouts_pasted_into_the_starter_pass_the_grader(tmp_path):
 def test_starter_keeps_the_core_names_and_signatures():
     starter = load("starter")
     for name in check.FUNCTIONS:
-        # the tutorial's parameters, in the core's order; the core may add optional ones after
+        # the tutorial's parameters, in the lesson's order; the lesson may add optional ones after
         # them (evaluate_retrieval's retrieve=None) that the lab does not ask for
         mine = list(inspect.signature(getattr(starter, name)).parameters.values())
         core = list(inspect.signature(getattr(rag, name)).parameters.values())
@@ -278,7 +278,7 @@ def test_quiz_has_17_questions_and_a_key_with_explanations():
 
 
 def test_quiz_numbers_match_what_the_code_measures():
-    """The figures the quiz relies on, recomputed here with the core module."""
+    """The figures the quiz relies on, recomputed here with the lesson."""
     quiz = (LAB / "QUIZ.md").read_text() + (LAB / "QUIZ_KEY.md").read_text()
     assert len(rag.build_chunks(rag.CORPUS)) == 17 and "documents become 17 chunks" in quiz
     assert len(rag.build_chunks(tasks.EXTENDED_CORPUS)) == 18 and "in Task 2 gives 18" in quiz

@@ -1,5 +1,5 @@
 """The modules in layers: every import, at module level or inside a function, goes down a layer;
-the core's main() handing unknown flags to the kit's CLI is the one door up. Files and
+the lesson's main() handing unknown flags to the kit's CLI is the one door up. Files and
 functions stay within their budgets (700 and 60 lines), and the table of lines per file is
 printed, so growth is visible in every run (pytest -s, or -rP)."""
 import ast
@@ -40,7 +40,7 @@ LAYERS = {
     "lab.lab_tasks": 14, "lab.check": 14, "lab.starter": 14,
     "lab.handouts.chunk_text": 14, "lab.handouts.build_prompt": 14,
 }
-HOOK = ("rag_from_scratch", "ragkit.cli")     # the core's main() hands unknown flags to the kit
+HOOK = ("rag_from_scratch", "ragkit.cli")     # the lesson's main() hands unknown flags to the kit
 PACKAGES = ("ragkit", "rageval", "ragbench")
 FILE_LINES, FUNCTION_LINES = 700, 60
 KIT_MODULE_LINES = 400   # a module of ragkit has one job: a reader takes it in at one sitting

@@ -1,4 +1,4 @@
-"""The core is the lesson: its functions paste into notebook cells, and the file runs alone."""
+"""The lesson module: its functions paste into notebook cells, and the file runs alone."""
 import ast
 import time
 

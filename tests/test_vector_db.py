@@ -19,7 +19,7 @@ import rag_from_scratch as rag
 import rag_vector_db as vdb
 from ragkit import folder_index
 
-# The core's defaults, read from its function signatures (one source of truth).
+# The lesson's defaults, read from its function signatures (one source of truth).
 BACKEND = rag.defaults(rag.Embedder)["backend"]
 MODEL_NAME = rag.defaults(rag.Embedder)["model"]
 
