@@ -34,7 +34,8 @@ import numpy as np
 import rag_from_scratch as rag
 from rageval.ir_collection import DEFAULT_COLLECTION, load_collection
 from ragkit import exits
-from ragkit.arguments import add_collection, add_k, add_rescore
+from rageval.quantized import add_rescore
+from ragkit.arguments import add_collection, add_k
 
 # The lesson's defaults, read from its function signatures (one source of truth).
 CHUNK_SIZE, OVERLAP = rag.defaults(rag.build_chunks).values()   # the tutorial's 50 words, 10 shared

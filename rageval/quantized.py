@@ -15,7 +15,14 @@ reads MiniLM vectors from .rag_cache (encoded once if they are missing).
 from __future__ import annotations
 
 from ragkit import exits
-from ragkit.arguments import add_collection, add_rescore
+from ragkit.arguments import add_collection
+
+
+def add_rescore(p, default: list,
+                help: str = "quantized rows: rescore the best R x 10, one row per R") -> None:
+    """--rescore R [R ...]: how deep the quantized search rescores, each from 1 to 10,000."""
+    p.add_argument("--rescore", type=exits.bounded(int, 1, 10_000), nargs="+", default=default,
+                   help=f"{help} (default: %(default)s)")
 
 
 # == 1. Indexes and search ==================================================================

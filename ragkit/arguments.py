@@ -4,7 +4,6 @@ ragkit/arguments.py: the flags several scripts share, declared once.
     p = OneLineParser(description="...")
     add_backend(p, default="minilm", auto=False)   # --backend: the lesson's Embedder.BACKENDS
     add_k(p, default=10, help="results per query")   # a whole number from 1 to 100
-    add_rescore(p, default=[4])                     # --rescore R [R ...]
     add_collection(p, default=None, help="...")     # a SMART test collection folder
     add_cache(p, help="where encoded vectors are kept")
 """
@@ -25,13 +24,6 @@ def add_backend(p, default: str, auto: bool = True, help: str = "embedding backe
 def add_k(p, default: int, help: str = "results per query", most: int = 100) -> None:
     """--k, a whole number of results from 1 to `most`."""
     p.add_argument("--k", type=bounded(int, 1, most), default=default, help=f"{help} (default: %(default)s)")
-
-
-def add_rescore(p, default: list,
-                help: str = "quantized rows: rescore the best R x 10, one row per R") -> None:
-    """--rescore R [R ...]: how deep the quantized search rescores, each from 1 to 10,000."""
-    p.add_argument("--rescore", type=bounded(int, 1, 10_000), nargs="+", default=default,
-                   help=f"{help} (default: %(default)s)")
 
 
 def add_collection(p, default=None, help: str = "a SMART test collection folder") -> None:
