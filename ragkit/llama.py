@@ -5,7 +5,7 @@ own progress while it reads a prompt and writes.
 
     server = start_llama(path, threads=free_cores(), n_ctx=context_for(len(prompt), 200))
     load_guarded(path)      # a file of your own: crashes, endless templates, Ctrl-C are one line
-    for chunk in shown(llama_chunks(server, request | PROGRESS)): ...   # bars on stderr
+    for chunk in shown(llama_chunks(server, streamed_request | PROGRESS)): ...   # bars on stderr
 
 ragkit/llm.py's LocalModel answers with the server; ragkit/model_files.py finds the file.
 """
