@@ -162,7 +162,8 @@ def guard(pieces, sources: set, tag: str = ""):
                 return
             yield text.rstrip(" ") if piece is None and i == len(done) - 1 else text
         if buffer and (cut := shown.ready(buffer)) > len(shown.on_screen):
-            text = shown.marked(buffer, cleaned(buffer[len(shown.on_screen):cut], shown.sources, shown.tag))
+            new = cleaned(buffer[len(shown.on_screen):cut], shown.sources, shown.tag)
+            text = shown.marked(buffer, new)
             shown.on_screen = buffer[:cut]
             yield text
 
