@@ -51,7 +51,8 @@ EXPERIMENTS = "ABCDEFGHIJ"
 B_SWEEP = [6, 8, 12, 16, 20, 30, 40, 50, 80]       # chunk sizes for B's chart
 D_KS = [1, 3, 5, 10]                               # chunks in D's prompt
 FATHERS = "How much time off do new fathers get?"     # the question Experiments E and F follow
-NO_MATPLOTLIB = "matplotlib is not installed: run `pip install matplotlib` (needed only for --plot)"
+NO_MATPLOTLIB = ("matplotlib is not installed: run `.venv/bin/pip install matplotlib` "
+                 "(needed only for --plot)")
 
 # Questions the ten documents cannot answer: a good assistant should refuse them all.
 UNANSWERABLE = [

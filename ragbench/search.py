@@ -118,7 +118,7 @@ def search_methods(index: np.ndarray, k: int) -> tuple[dict, str | None]:
     try:
         import faiss
     except ImportError:
-        return methods, "faiss-cpu is not installed (pip install faiss-cpu)"
+        return methods, "faiss-cpu is not installed (.venv/bin/pip install faiss-cpu)"
     flat = faiss.IndexFlatIP(index.shape[1])     # exact inner product == cosine on unit rows
     flat.add(index)
     methods["faiss"] = lambda q: flat.search(q[None, :], k)[1][0]

@@ -270,8 +270,8 @@ def peer_methods(inputs: dict):
     try:
         from rank_bm25 import BM25Okapi
     except ImportError:
-        print("[info] rank_bm25 is not installed (pip install rank-bm25): its peer row is "
-              "left out", file=sys.stderr)
+        print("[info] rank_bm25 is not installed (.venv/bin/pip install rank-bm25): its peer "
+              "row is left out", file=sys.stderr)
     else:
         words = lambda text: text.lower().split()
         bm25 = BM25Okapi([words(t) for t in inputs["texts"]])

@@ -58,7 +58,7 @@ def aws_session(region: str = "us-east-1"):
         import boto3
         from botocore.exceptions import ProfileNotFound
     except ImportError:
-        raise RuntimeError("boto3 is not installed: run `pip install boto3`") from None
+        raise RuntimeError("boto3 is not installed: run `.venv/bin/pip install boto3`") from None
     if os.environ.get("AWS_PROFILE") == "":
         raise RuntimeError("AWS_PROFILE is set but empty: unset it or name a profile")
     try:

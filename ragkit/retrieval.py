@@ -66,7 +66,8 @@ def word_analyzer(stem: bool = False):
     try:
         import snowballstemmer
     except ImportError:
-        raise RuntimeError("stemming needs snowballstemmer: run `pip install snowballstemmer`") from None
+        raise RuntimeError("stemming needs snowballstemmer: run "
+                           "`.venv/bin/pip install snowballstemmer`") from None
     stem = functools.lru_cache(maxsize=None)(snowballstemmer.stemmer("english").stemWord)
     return lambda text: [stem(word) for word in words(text)]   # each distinct word stemmed once
 

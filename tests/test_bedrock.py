@@ -188,7 +188,7 @@ def test_verify_script_reports_a_reply_botocore_does_not_know_in_one_line(dummy_
     err = capsys.readouterr().err
     assert err.startswith("error: the stubbed call failed (Parameter validation failed: "
                           'Unknown parameter in output.message.content[0]: "thought"')
-    assert err.count("\n") == 1 and "pip install -U boto3" in err
+    assert err.count("\n") == 1 and ".venv/bin/pip install -U boto3" in err
 
 
 def test_stubber_rejects_max_tokens_with_param_validation_error(dummy_aws):

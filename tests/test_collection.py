@@ -503,7 +503,7 @@ def test_evaluate_collection_without_snowballstemmer_leaves_out_the_stemmed_rows
     results = rc.evaluate_collection(TINY, None, folds=2)
     assert list(results) == ["tfidf", "tfidf (sublinear tf)", "bm25", "peer: scikit-learn tfidf",
                              "peer: rank_bm25", "cv: tfidf + rocchio", "in-sample best (curiosity)"]
-    assert "pip install snowballstemmer" in capsys.readouterr().err
+    assert ".venv/bin/pip install snowballstemmer" in capsys.readouterr().err
 
 
 def test_evaluate_collection_without_judgements_is_an_error():

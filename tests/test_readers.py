@@ -370,18 +370,18 @@ def test_without_the_extras_markdown_reads_as_before_and_the_rest_is_named_with_
              if d["doc_id"] in ("pump.md", "care.txt")]
     assert json.loads(done.stdout) == notes
     err = done.stderr.splitlines()
-    assert "[skip] 1 file needs pypdfium2: manual.pdf (pip install pypdfium2)" in err
-    assert "[skip] 1 file needs beautifulsoup4 markdownify: page.html (pip install beautifulsoup4 markdownify)" in err
+    assert "[skip] 1 file needs pypdfium2: manual.pdf (.venv/bin/pip install pypdfium2)" in err
+    assert "[skip] 1 file needs beautifulsoup4 markdownify: page.html (.venv/bin/pip install beautifulsoup4 markdownify)" in err
     assert ("[skip] 1 file needs mammoth beautifulsoup4 markdownify: guide.docx "
-            "(pip install mammoth beautifulsoup4 markdownify)") in err
-    assert "[skip] 1 file needs nbformat: log.ipynb (pip install nbformat)" in err
+            "(.venv/bin/pip install mammoth beautifulsoup4 markdownify)") in err
+    assert "[skip] 1 file needs nbformat: log.ipynb (.venv/bin/pip install nbformat)" in err
     assert "read 2 files: 1 .md, 1 .txt" in err
     for note in ("pump.md", "care.txt", "page.html", "guide.docx", "log.ipynb"):
         (tmp_path / note).unlink()
     done = subprocess.run([sys.executable, "-c", HIDE, str(tmp_path)], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
     assert done.returncode == 1 and done.stderr.splitlines()[-1].endswith(
-        "; 1 file needs pypdfium2 (pip install pypdfium2)")
+        "; 1 file needs pypdfium2 (.venv/bin/pip install pypdfium2)")
 
 
 def test_the_command_line_reads_notebook_outputs_and_pdf_pages_as_asked(tmp_path, capsys):

@@ -149,7 +149,7 @@ def test_missing_faiss_names_the_package_and_chroma_still_runs(monkeypatch, caps
     monkeypatch.setitem(sys.modules, "faiss", None)
     code, lines, err = run_main(capsys, "--backend", "tfidf")
     assert code == 0, err
-    assert "  skipped: faiss is not installed: pip install faiss-cpu" in lines
+    assert "  skipped: faiss is not installed: .venv/bin/pip install faiss-cpu" in lines
     assert "  distance=0.693  similarity=0.307  IT-02#0" in lines
     assert lines[-1].startswith("Same ranking from NumPy, Chroma: yes")
     assert lines[-1].endswith("  [FAISS skipped]")
@@ -159,7 +159,7 @@ def test_missing_chromadb_names_the_package_and_faiss_still_runs(monkeypatch, ca
     monkeypatch.setitem(sys.modules, "chromadb", None)
     code, lines, err = run_main(capsys, "--backend", "tfidf")
     assert code == 0, err
-    assert "  skipped: chromadb is not installed: pip install chromadb" in lines
+    assert "  skipped: chromadb is not installed: .venv/bin/pip install chromadb" in lines
     assert lines.count("  0.307  IT-02#0") == 2
     assert lines[-1].startswith("Same ranking from NumPy, FAISS: yes")
     assert lines[-1].endswith("  [Chroma skipped]")
