@@ -53,7 +53,7 @@ def with_titles(chunks: list[dict], separator: str) -> list[dict]:
 # ---------------------------------------------------------------------------
 def evaluate(eval_set: list[dict], chunks: list[dict], embedder: rag.Embedder,
              k: int, verbose: bool = False) -> dict:
-    """Index the chunks and run the lesson evaluator at one k."""
+    """Index the chunks and run the lesson's evaluator at one k."""
     embedder, index = setup(embedder.backend, chunks, embedder)
     return rag.evaluate_retrieval(eval_set, index, chunks, embedder, k=k, verbose=verbose)
 

@@ -41,7 +41,7 @@ QUESTION_CPU_S = 5              # a question on a saved index may spend this muc
 CORES = os.cpu_count() or 1
 # rag_from_scratch.py in a fresh process: its torch threads pinned to {threads} (0: the lesson's
 # own choice), its peak memory printed on stderr at the end (ru_maxrss: bytes on macOS, kB else).
-RUN_CORE = """import runpy, sys
+RUN_LESSON = """import runpy, sys
 if {threads}:
     import torch
     set_threads = torch.set_num_threads
@@ -87,8 +87,8 @@ LONG_PROMPT = ["--docs", "data/devsets/mkdocs/docs", "--question", "how do i ins
 
 
 def core(*flags, threads: int = 0) -> list[str]:
-    """The command that runs the lesson with these flags (see RUN_CORE)."""
-    return [sys.executable, "-c", RUN_CORE.format(threads=threads), *flags]
+    """The command that runs the lesson with these flags (see RUN_LESSON)."""
+    return [sys.executable, "-c", RUN_LESSON.format(threads=threads), *flags]
 
 
 @contextlib.contextmanager
