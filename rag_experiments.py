@@ -25,13 +25,12 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit import exits, progress
+from ragkit import support
 from rageval.score_matrices import ROCCHIO_A, ROCCHIO_B, ROCCHIO_M, evaluate_scores, rocchio
-from ragkit.arguments import add_cache, add_collection
+from rageval.arguments import add_cache, add_collection
 from ragkit.embeddings import dense
-from ragkit.retrieval import (BM25_B, BM25_K1, SEED, bm25_matrix, bm25_scores, bootstrap_ci,
-                              hybrid_scores, paired_bootstrap, per_question, reciprocal_rank_fusion)
-from ragkit.text import split_sentences
+from ragkit.retrieval import (BM25_B, BM25_K1, SEED, bm25_matrix, bm25_scores, bootstrap_ci, hybrid_scores, paired_bootstrap, per_question, reciprocal_rank_fusion)
+from ragkit.support import split_sentences
 
 # The lab's new holiday policy and its question (tutorial, hands-on lab, task 2): with it,
 # MiniLM sends "How many vacation days do I get each year?" to holidays, not annual leave.
@@ -222,7 +221,7 @@ def experiment_b(minilm) -> dict:
     # A finer sweep for the chart: no overlap, and a quarter of the chunk repeated.
     sweep = {0.0: [], 0.25: []}
     settings = [(share, size) for share in sweep for size in B_SWEEP]
-    for share, size in progress.progress(settings, len(settings), "chunking and encoding the sweep",
+    for share, size in support.progress(settings, len(settings), "chunking and encoding the sweep",
                                         " sizes"):         # on stderr: the figures stay clean
         chunks = rag.build_chunks(rag.CORPUS, size, int(size * share))
         embedder, index = setup("minilm", chunks, minilm)
@@ -585,7 +584,7 @@ def write_plots(results: dict, folder: str) -> list[str]:
 
 def plot_folder(folder: str, claim: bool = False) -> Path:
     """The --plot folder if the kit may write there (new, empty or ours); claim=True marks it."""
-    from ragkit.storage import claim_folder, usable_folder
+    from ragkit.support import claim_folder, usable_folder
     return claim_folder(folder, "--plot") if claim else usable_folder(folder, "--plot")
 
 
@@ -593,7 +592,7 @@ def plot_folder(folder: str, claim: bool = False) -> Path:
 def parse_args(argv=None):
     """Command-line flags; every default comes from the block at the top of the file."""
     from rageval.ir_collection import GRADE_READINGS
-    p = exits.OneLineParser(description="Measure what each RAG setting does to retrieval: "
+    p = support.OneLineParser(description="Measure what each RAG setting does to retrieval: "
                                           "the tutorial's experiments A-J, or a test collection.")
     p.add_argument("--only",
                    help=f"experiments to run, e.g. B or A,B,E (default: all of {EXPERIMENTS})")
@@ -611,7 +610,7 @@ def parse_args(argv=None):
 
 def check_flags(args) -> None:
     """Every flag checked before any slow work: a bad one is one line, nothing written."""
-    exits.refuse_empty(args, ("plot", "cache", "collection"), "a path")
+    support.refuse_empty(args, ("plot", "cache", "collection"), "a path")
     if args.collection is None:
         for flag, given in [("--json", args.json), ("--cache", args.cache is not None),
                             ("--grades", args.grades != "auto")]:
@@ -639,8 +638,8 @@ def run(args) -> None:
         run_experiments(args.only or EXPERIMENTS, plot_dir=args.plot)
 
 
-main = exits.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = support.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    exits.leave(main())
+    support.leave(main())

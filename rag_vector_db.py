@@ -31,11 +31,9 @@ import numpy as np
 
 import rag_from_scratch as rag
 from ragkit import embeddings, folder_index
-from ragkit.arguments import add_backend, add_k
-from ragkit.deadlines import with_deadline
-from ragkit.exits import OneLineParser, bounded, leave, main_for
-from ragkit.storage import OWNER, claim_folder, is_our_store, refuse_foreign
-from ragkit.text import one_line
+from rageval.arguments import add_backend, add_k
+from ragkit.support import (bounded, claim_folder, is_our_store, leave, main_for, one_line,
+                            OneLineParser, OWNER, refuse_foreign, with_deadline)
 
 # Defaults (the CLI reads them from here); the lesson's, read once from its function signatures
 CORE = {**rag.defaults(rag.Embedder), **rag.defaults(rag.build_chunks), **rag.defaults(rag.search)}

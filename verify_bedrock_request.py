@@ -17,7 +17,7 @@ from contextlib import contextmanager, redirect_stderr
 from unittest.mock import patch
 
 import rag_from_scratch as rag
-from ragkit import bedrock, exits
+from ragkit import generators, support
 
 # The lesson's defaults, read from its function signatures (one source of truth).
 BEDROCK_REGION = rag.defaults(rag.generate_with_bedrock)["region"]
@@ -53,7 +53,7 @@ def check_converse(prompt: str, blocks: list[dict]) -> tuple[list[str], str]:
     """Send one prompt through generate_with_bedrock, the reply holding `blocks`; return the
     request's parameter names and the text the function kept."""
     from botocore.stub import Stubber
-    client, sent = bedrock.bedrock_client(BEDROCK_REGION), {}
+    client, sent = generators.bedrock_client(BEDROCK_REGION), {}
     client.meta.events.register("before-parameter-build.bedrock-runtime.Converse",
                                 lambda params, **_: sent.update(params))
     with Stubber(client) as stubber:
@@ -67,7 +67,7 @@ def check_wrong_name(prompt: str) -> str:
     """Send `max_tokens` (the real name is `maxTokens`); return the validator's complaint, or ''."""
     from botocore.exceptions import ParamValidationError
     from botocore.stub import Stubber
-    client = bedrock.bedrock_client(BEDROCK_REGION)
+    client = generators.bedrock_client(BEDROCK_REGION)
     # The Stubber needs a queued reply before it lets a call through to validation;
     # the validator then rejects the request, so this reply is never used.
     with Stubber(client) as stubber:
@@ -117,7 +117,7 @@ def check_stream(prompt: str, events=STREAM_EVENTS) -> tuple[list[str], list[str
 
     import urllib3
     from botocore.awsrequest import AWSResponse
-    client, sent = bedrock.bedrock_client(BEDROCK_REGION), {}
+    client, sent = generators.bedrock_client(BEDROCK_REGION), {}
     client.meta.events.register("before-parameter-build.bedrock-runtime.ConverseStream",
                                 lambda params, **_: sent.update(params))
     raw = b"".join(event_message(*event) for event in events)
@@ -125,14 +125,14 @@ def check_stream(prompt: str, events=STREAM_EVENTS) -> tuple[list[str], list[str
         io.BytesIO(raw), preload_content=False))             # instead of sending the request
     client.meta.events.register("before-send.bedrock-runtime.ConverseStream", reply)
     with redirect_stderr(io.StringIO()):             # the "waiting for Bedrock" line: no wait here
-        llm_fn = bedrock.bedrock_generator(MODEL_ID, client=client, stream=True)
+        llm_fn = generators.bedrock_generator(MODEL_ID, client=client, stream=True)
         pieces = list(llm_fn(prompt, None))
     return sorted(sent), pieces
 
 
 def parse_args(argv=None):
     """No flags; --help says what the script does."""
-    p = exits.OneLineParser(description="Check the Bedrock request offline, against "
+    p = support.OneLineParser(description="Check the Bedrock request offline, against "
                                           "botocore's service model (takes no flags).")
     return p.parse_args(argv)
 
@@ -186,8 +186,8 @@ def run(args) -> int:
     return 1 if failures else 0
 
 
-main = exits.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = support.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    exits.leave(main())
+    support.leave(main())

@@ -57,8 +57,7 @@ import numpy as np
 
 import rag_from_scratch as rag
 from graded_process import GradedProcess, drop_root, limit
-from ragkit.exits import OneLineParser, leave, refuse_empty, run_cli
-from ragkit.text import one_line, printable
+from ragkit.support import leave, one_line, OneLineParser, printable, refuse_empty, run_cli
 
 FUNCTIONS = ("chunk_text", "cosine_similarity", "search", "build_prompt", "evaluate_retrieval")
 

@@ -23,8 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from ragkit.children import address_space_limit
-from ragkit.text import plural, printable
+from ragkit.support import address_space_limit, plural, printable
 
 KEEPER = Path(__file__).resolve().parent / "keeper.py"
 SHOWN_AS = "  | "               # a line the graded code printed, as the grader shows it

@@ -28,9 +28,9 @@ import rag_from_scratch as rag
 from rageval.embedding_cache import EmbeddingCache
 from rageval.ir_collection import DEFAULT_COLLECTION, load_collection
 from rageval.score_matrices import unit_rows
-from ragkit import exits
-from ragkit.arguments import add_cache, add_collection, add_k
-from ragkit.text import split_sentences
+from ragkit import support
+from rageval.arguments import add_cache, add_collection, add_k
+from ragkit.support import split_sentences
 
 SIZES = [10_000, 100_000]
 EF_SEARCH = [40, 200]         # pgvector's default is 40
@@ -197,15 +197,15 @@ def run(args) -> None:
 
 def parse_args(argv=None):
     """Command-line flags; defaults are the constants at the top of this file."""
-    p = exits.OneLineParser(description="Exact against approximate search: recall@10 and latency.")
-    p.add_argument("--sizes", type=exits.bounded(int, 1, 10_000_000), nargs="+", default=SIZES,
+    p = support.OneLineParser(description="Exact against approximate search: recall@10 and latency.")
+    p.add_argument("--sizes", type=support.bounded(int, 1, 10_000_000), nargs="+", default=SIZES,
                    help="numbers of vectors")
-    p.add_argument("--ef", type=exits.bounded(int, 1, 10_000), nargs="+", default=EF_SEARCH,
+    p.add_argument("--ef", type=support.bounded(int, 1, 10_000), nargs="+", default=EF_SEARCH,
                    help="HNSW ef_search values")
     add_k(p, K)
-    p.add_argument("--queries", type=exits.bounded(int, 1, 10_000), default=None,
+    p.add_argument("--queries", type=support.bounded(int, 1, 10_000), default=None,
                    help="use only the first N CISI queries")
-    p.add_argument("--noise", type=exits.bounded(float, 0.001, 10), default=NOISE,
+    p.add_argument("--noise", type=support.bounded(float, 0.001, 10), default=NOISE,
                    help="noise norm for the copies (0 would make them tie with their originals)")
     add_collection(p, str(DEFAULT_COLLECTION), "the CISI folder")
     add_cache(p)
@@ -227,8 +227,8 @@ def check_args(args) -> None:
                            f"(or .venv/bin/pip install -r requirements-dev.txt)")
 
 
-main = exits.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = support.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    exits.leave(main())     # a Ctrl-C while Python shuts down is one line too
+    support.leave(main())     # a Ctrl-C while Python shuts down is one line too

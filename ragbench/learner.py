@@ -32,8 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ragkit import exits
-from ragkit.text import plural
+from ragkit import support
+from ragkit.support import plural
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_S = 2.5                    # the demo may add this much to the bare import, beside a busy process
@@ -233,13 +233,13 @@ def bench_stream(repeats: int, long: bool, max_tokens: int) -> None:
     import json
 
     import rag_from_scratch as rag
-    from ragkit import grounded
+    from ragkit import answering
     print(f"== A streamed SmolLM2 answer, {CORES} cores (median of {repeats}) ==")
     print("  generator  threads  load  first token (s)  tokens/s  prompt tokens")
     for flags in [["--question", rag.VACATION_Q, "--k", "3"]] + ([LONG_PROMPT] if long else []):
         _, shown = quiet(rag.main, ["--backend", "tfidf", *flags])   # the prompt the lesson builds
         prompt = shown.split("-- the prompt a model would read --\n")[1].split("\n\n(no answer")[0]
-        system = grounded.GROUNDED_SYSTEM_PROMPT
+        system = answering.GROUNDED_SYSTEM_PROMPT
         for generator, threads, load in itertools.product(("local", "openai"), (1, 2),
                                                           ("idle", "busy")):
             print(f"{generator}, {plural(threads, 'thread')}, {load} ...", file=sys.stderr, flush=True)
@@ -273,7 +273,7 @@ def bench_answer(questions: int, max_tokens: int, models=("qwen", "smollm2")) ->
     import json
 
     import rag_from_scratch as rag
-    from ragkit import grounded, model_files
+    from ragkit import answering, llama
     from rageval.devsets import DEVSET
     items = [json.loads(line) for line in (DEVSET / "questions.jsonl").read_text().splitlines()][:questions]
     prompts = []
@@ -286,10 +286,10 @@ def bench_answer(questions: int, max_tokens: int, models=("qwen", "smollm2")) ->
     for model, threads, load in itertools.product(models, (1, 2), ("idle", "busy")):
         if threads > CORES:
             continue
-        model_files.model_file(model)         # not installed: one line, now
+        llama.model_file(model)         # not installed: one line, now
         print(f"{model}, {plural(threads, 'thread')}, {load} ...", file=sys.stderr, flush=True)
         with busy(load == "busy"):
-            runs = [streamed(p, grounded.GROUNDED_SYSTEM_PROMPT, "", threads, max_tokens, model)
+            runs = [streamed(p, answering.GROUNDED_SYSTEM_PROMPT, "", threads, max_tokens, model)
                     for p in prompts]
         first, rate, tokens, whole = (statistics.median(column) for column in zip(*runs))
         print(f"  {model:<8} {threads:>7}  {load:<4} {first:16.1f} {whole:11.1f} {rate:9.1f} "
@@ -329,8 +329,9 @@ def direct_rate(prompt: str, model: str, threads: int, context: int) -> float:
     """Prompt tokens/s of a direct llama.cpp call (RUN_DIRECT) on the kit's prompt."""
     import json
 
-    from ragkit import citations, model_files
-    stdin = json.dumps([prompt, citations.SYSTEM_PROMPT, str(model_files.model_file(model)[0]), threads,
+    from rageval import citations
+    from ragkit import llama
+    stdin = json.dumps([prompt, citations.SYSTEM_PROMPT, str(llama.model_file(model)[0]), threads,
                         context, 8])
     run = subprocess.run([sys.executable, "-c", RUN_DIRECT], cwd=ROOT, input=stdin, text=True,
                          capture_output=True, timeout=1800)
@@ -463,18 +464,18 @@ def bench_exits(repeats: int, model: str) -> None:
 
 def parse_args(argv=None):
     """Which part to run, and how big."""
-    from ragkit.llm import MAX_TOKENS, MAX_TOKENS_LIMIT
-    p = exits.OneLineParser(description="What a learner waits for: demo start-up, index "
+    from ragkit.generators import MAX_TOKENS, MAX_TOKENS_LIMIT
+    p = support.OneLineParser(description="What a learner waits for: demo start-up, index "
                                           "updates and builds, questions, streamed answers.")
     p.add_argument("--part", default="all",
                    choices=["demo", "update", "build", "question", "stream", "answer", "session", "exits",
                             "all"])
     p.add_argument("--model", default="smollm2", choices=["qwen", "smollm2"],
                    help="exits and session parts: the local model (default: %(default)s)")
-    p.add_argument("--questions", type=exits.bounded(int, 1, 46), default=3,
+    p.add_argument("--questions", type=support.bounded(int, 1, 46), default=3,
                    help="answer and session parts: MkDocs questions to time (median; default: "
                         "%(default)s)")
-    whole = lambda low, high: exits.bounded(int, low, high)       # every one has a range
+    whole = lambda low, high: support.bounded(int, low, high)       # every one has a range
     p.add_argument("--files", type=whole(2, 100_000), default=2000, help="notes in the update benchmark")
     p.add_argument("--repeats", type=whole(1, 1000), default=3, help="runs per demo or stream row (median)")
     p.add_argument("--abstracts", type=whole(1, 1460), default=1460,
@@ -506,8 +507,8 @@ def run(args) -> None:
         bench_exits(args.repeats, args.model)
 
 
-main = exits.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = support.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    exits.leave(main())
+    support.leave(main())

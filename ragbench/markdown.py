@@ -15,7 +15,7 @@ this machine's, now: compare them with each other, not across machines.
 import sys
 import time
 
-from ragkit import chunking, documents, exits, markdown
+from ragkit import chunking, documents, support, markdown
 
 GOAL_S = 5.0
 
@@ -72,14 +72,14 @@ def run(args) -> None:
 
 def parse_args(argv=None):
     """--mb, --minilm."""
-    p = exits.OneLineParser(description="Time the Markdown reader on hostile files.")
+    p = support.OneLineParser(description="Time the Markdown reader on hostile files.")
     p.add_argument("--mb", type=float, default=2.0, help="size of each file (default: %(default)s)")
     p.add_argument("--minilm", action="store_true", help="fit chunks with MiniLM's tokenizer")
     return p.parse_args(argv)
 
 
-main = exits.main_for(run, parse_args)
+main = support.main_for(run, parse_args)
 
 
 if __name__ == "__main__":
-    exits.leave(main())
+    support.leave(main())

@@ -16,8 +16,8 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from ragkit import exits
-from ragkit.text import one_line
+from ragkit import support
+from ragkit.support import one_line
 
 LIMIT_S, LIMIT_MB = 10, 500
 NOTE = "# Pump notes\n\nThe P-200 pump is primed with water before its first start.\n"
@@ -343,15 +343,15 @@ def run(args) -> None:
 
 def parse_args(argv=None):
     """The sizes are the ones docs/reliability.md names; --files N runs the first N only."""
-    p = exits.OneLineParser(description="Bad files against the --docs readers: seconds and "
+    p = support.OneLineParser(description="Bad files against the --docs readers: seconds and "
                                            "memory of each.")
-    p.add_argument("--files", type=exits.bounded(int, 1, len(BAD_FILES)), default=len(BAD_FILES),
+    p.add_argument("--files", type=support.bounded(int, 1, len(BAD_FILES)), default=len(BAD_FILES),
                    help="only the first N bad files (default: all %(default)s)")
     return p.parse_args(argv)
 
 
-main = exits.main_for(run, parse_args)
+main = support.main_for(run, parse_args)
 
 
 if __name__ == "__main__":
-    exits.leave(main())
+    support.leave(main())

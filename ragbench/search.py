@@ -33,9 +33,9 @@ import numpy as np
 
 import rag_from_scratch as rag
 from rageval.ir_collection import DEFAULT_COLLECTION, load_collection
-from ragkit import exits
+from ragkit import support
 from rageval.quantized import add_rescore
-from ragkit.arguments import add_collection, add_k
+from rageval.arguments import add_collection, add_k
 
 # The lesson's defaults, read from its function signatures (one source of truth).
 CHUNK_SIZE, OVERLAP = rag.defaults(rag.build_chunks).values()   # the tutorial's 50 words, 10 shared
@@ -346,9 +346,9 @@ def print_report(report: dict) -> None:
 # == 5. Command line ========================================================================
 def parse_args(argv=None):
     """Command-line flags; defaults come from the block at the top of this file."""
-    p = exits.OneLineParser(description="Exact-search latency against the memory bound, "
+    p = support.OneLineParser(description="Exact-search latency against the memory bound, "
                                           "TF-IDF memory at scale, MiniLM throughput.")
-    whole = lambda low, high: exits.bounded(int, low, high)       # every one has a range
+    whole = lambda low, high: support.bounded(int, low, high)       # every one has a range
     p.add_argument("--sizes", type=whole(1, 100_000_000), nargs="*", default=SIZES,
                    help="index sizes N (default: %(default)s); none skips the search test")
     add_k(p, TOP_K)
@@ -436,8 +436,8 @@ def run(args) -> None:
     print(json.dumps(report, indent=1)) if args.json else print_report(report)
 
 
-main = exits.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = support.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    exits.leave(main())
+    support.leave(main())

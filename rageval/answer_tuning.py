@@ -31,7 +31,7 @@ from rageval import generation as gen
 from rageval.devset import kept_file, read_kept, request_key
 from rageval.embedding_cache import EmbeddingCache
 from rageval.generation import KEPT_SEED as SEED
-from ragkit import exits, grounded, llm
+from ragkit import support, answering, generators
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder
 
 # The prompts asked for each question, in this order: the biggest first, so the others reuse
@@ -43,7 +43,7 @@ PLAN = [(8, "quote-two"), (8, "quote-two-sentences"), (5, "quote-two"), (3, "quo
 PLANS = {"all": PLAN, "kit": PLAN[:1]}
 UNCHECKED = ["refuse", "flag"]
 MIN_TOPICS = [0.0, 0.2, 0.3, 0.4, 0.5]        # the share of the question the quotes must speak to
-MAX_TOKENS = llm.MAX_TOKENS          # as the kit asks: kept replies are then the kit's own
+MAX_TOKENS = generators.MAX_TOKENS          # as the kit asks: kept replies are then the kit's own
 CONTEXT = 8192                       # tokens: more than the longest prompt of 8 passages needs
 SCORE = {"right": 1, "partial": 0, "refused (wrong)": 0, "wrong": -2,
          "refused (right)": 1, "answered (wrong)": -2}
@@ -61,7 +61,7 @@ def prompts_of(name: str, embedder, cache, questions: int | None = None, plan=PL
         found = retrieve(item["question"], max(k for k, _ in plan))
         for k, instruction in plan:
             out.append({"set": name, "item": i, "k": k, "instruction": instruction,
-                        "prompt": grounded.grounded_prompt(item["question"], found[:k],
+                        "prompt": answering.grounded_prompt(item["question"], found[:k],
                                                           answer_variants.INSTRUCTIONS[instruction], SEED)})
     return out
 
@@ -69,11 +69,11 @@ def prompts_of(name: str, embedder, cache, questions: int | None = None, plan=PL
 def collect(names, model: str | None, threads: int, questions: int | None = None,
             folder=CACHE_DIR, plan=PLAN) -> None:
     """Ask every prompt not kept yet, keeping each reply as it comes (in `folder`)."""
-    from ragkit import model_files
-    model_files.find_model(model)                 # a missing model file: one line, now
+    from ragkit import llama
+    llama.find_model(model)                 # a missing model file: one line, now
     embedder = CachedEmbedder("minilm")
     cache = EmbeddingCache(folder)                # marks the folder as the kit's first
-    local = llm.local_generator(model, threads, MAX_TOKENS, reuse_prefix=True, context=CONTEXT)
+    local = generators.local_generator(model, threads, MAX_TOKENS, reuse_prefix=True, context=CONTEXT)
     path = kept_file(local.path, folder)
     kept = read_kept(path)
     key = lambda prompt: request_key(str(local.path), prompt.system, prompt.text, MAX_TOKENS)
@@ -133,7 +133,7 @@ def settings(plan=PLAN) -> list[tuple]:
 def verdicts(answers: dict, setting) -> dict:
     """{set: [verdict of each question]} under one setting (instruction, k, strictness, unchecked),
     and the share of the model's quotes that were found in the passages."""
-    from ragkit.reply_cleaning import guarded_reply
+    from ragkit.answering import guarded_reply
     instruction, k, strictness, unchecked, topic = setting
     out, quotes, found = {}, 0, 0
     for name, questions in answers.items():
@@ -142,7 +142,7 @@ def verdicts(answers: dict, setting) -> dict:
             prompt, reply = replies[k, instruction]          # as the kit shows it: guarded first
             checked, shown = answer_variants.checked_answer(guarded_reply(reply, prompt), prompt, strictness,
                                                             unchecked, topic)
-            out[name].append(devset.verdict(shown, item, grounded.REFUSAL))
+            out[name].append(devset.verdict(shown, item, answering.REFUSAL))
             quotes += len(checked["checked"]) + len(checked["failed"])
             found += len(checked["checked"])
     return {"verdicts": out, "quotes_found": found / quotes if quotes else None}
@@ -183,8 +183,8 @@ def choose(names, model: str | None, questions=None, folder=CACHE_DIR, worst: in
            plan=PLAN) -> None:
     """Every setting's verdicts from the kept replies; each project scored with the setting
     chosen on the others; then the setting chosen on all of them."""
-    from ragkit import model_files
-    path, model_name = model_files.model_file(model)
+    from ragkit import llama
+    path, model_name = llama.model_file(model)
     embedder, cache = CachedEmbedder("minilm"), EmbeddingCache(folder)
     answers = kept_answers(names, path, embedder, cache, questions, folder, plan)
     if not any(answers.values()):
@@ -210,7 +210,7 @@ def choose(names, model: str | None, questions=None, folder=CACHE_DIR, worst: in
 def print_worst(answers: dict, verdicts_of: dict, setting, n: int) -> None:
     """The first n answers the kit would show wrongly under the setting, verbatim: an answer
     to a question the pages cannot answer, then one stating none of the facts."""
-    from ragkit.reply_cleaning import guarded_reply
+    from ragkit.answering import guarded_reply
     instruction, k, strictness, unchecked, topic = setting
     rows = [(name, item, replies[k, instruction], v) for name, questions in answers.items()
             for (item, replies), v in zip(questions, verdicts_of[name]) if v in ("answered (wrong)", "wrong")]
@@ -227,18 +227,18 @@ def print_worst(answers: dict, verdicts_of: dict, setting, n: int) -> None:
 # == Command line ============================================================================
 def parse_args(argv=None):
     """--collect (ask the model) or not (choose); which sets, model and threads."""
-    p = exits.OneLineParser(description="Choose the grounded answer's settings on the development sets.")
+    p = support.OneLineParser(description="Choose the grounded answer's settings on the development sets.")
     p.add_argument("--collect", action="store_true", help="ask the model every prompt not kept yet (hours)")
     p.add_argument("--sets",
                    help=f"comma-separated, from {', '.join(devsets.SETS)} (default: every one here)")
     p.add_argument("--local-model", help="qwen (default), smollm2 or a .gguf file")
-    p.add_argument("--threads", type=exits.bounded(int, 1, 64), default=1,
+    p.add_argument("--threads", type=support.bounded(int, 1, 64), default=1,
                    help="llama.cpp threads (default: %(default)s)")
     p.add_argument("--plan", choices=sorted(PLANS), default="all",
                    help="all: every prompt of PLAN; kit: the kit's prompt only (default: %(default)s)")
-    p.add_argument("--questions", type=exits.bounded(int, 1, 1000), metavar="N",
+    p.add_argument("--questions", type=support.bounded(int, 1, 1000), metavar="N",
                    help="N questions of each set, spread over it (default: all)")
-    p.add_argument("--worst", type=exits.bounded(int, 0, 1000), default=0, metavar="N",
+    p.add_argument("--worst", type=support.bounded(int, 0, 1000), default=0, metavar="N",
                    help="also print the N worst answers under the kit's setting, verbatim")
     p.add_argument("--cache", default=str(CACHE_DIR),
                    help="the folder of kept replies and chunk vectors (default: %(default)s)")
@@ -256,8 +256,8 @@ def run(args) -> None:
     choose(names, args.local_model, args.questions, args.cache, args.worst, PLANS[args.plan])
 
 
-main = exits.main_for(run, parse_args)
+main = support.main_for(run, parse_args)
 
 
 if __name__ == "__main__":
-    exits.leave(main())
+    support.leave(main())

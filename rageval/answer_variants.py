@@ -1,12 +1,12 @@
 """
 rageval/answer_variants.py: the grounded answer's variants that the kit does not run, kept so
 rageval/answer_tuning.py can compare them with the kit's: a second instruction, and three
-looser checks of a quote than the kit's "exact" (ragkit/grounded.py).
+looser checks of a quote than the kit's "exact" (ragkit/answering.py).
 
-    prompt = grounded.grounded_prompt(question, found, INSTRUCTIONS["quote-two-sentences"])
-    checked = check_reply(reply, prompt, "section")      # grounded.check_reply's dict
+    prompt = answering.grounded_prompt(question, found, INSTRUCTIONS["quote-two-sentences"])
+    checked = check_reply(reply, prompt, "section")      # answering.check_reply's dict
 
-exact: only the passage the model named (the kit's check, ragkit/grounded.py's where());
+exact: only the passage the model named (the kit's check, ragkit/answering.py's where());
 any-passage: any passage (the model often names the wrong one), the one it is really in shown;
 loose: any passage, a dropped word forgiven; section: loose, and a heading the model quoted
 ("site_name") stands for the sentences under it in its passage, which are shown in its place.
@@ -14,12 +14,12 @@ loose: any passage, a dropped word forgiven; section: loose, and a heading the m
 
 from __future__ import annotations
 
-from ragkit import grounded
-from ragkit.text import split_sentences
+from ragkit import answering
+from ragkit.support import split_sentences
 
 # The prompt's last lines, by name: the kit's, and the one it was compared with on MkDocs.
 INSTRUCTIONS = {
-    "quote-two": grounded.INSTRUCTION,
+    "quote-two": answering.INSTRUCTION,
     "quote-two-sentences": (
         "Copy, word for word, the one or two whole sentences from the passages that answer the "
         "question (not a heading, not a single word), each on its own line with its passage "
@@ -27,7 +27,7 @@ INSTRUCTIONS = {
         "Quote: \"...\" [n]\n"
         "Then answer the question in a few words, like this:\n"
         "Answer: ...\n"
-        f"If no sentence in the passages answers the question, reply only: {grounded.REFUSAL}"),
+        f"If no sentence in the passages answers the question, reply only: {answering.REFUSAL}"),
 }
 STRICTNESS = ("exact", "any-passage", "loose", "section")   # how a quote is checked: see where()
 SECTION_WORDS = 40         # a heading quoted stands for at most this many words under it
@@ -36,10 +36,10 @@ SECTION_WORDS = 40         # a heading quoted stands for at most this many words
 def found_loosely(quote: str, passage: str) -> bool:
     """Is the quote text of the passage, as a whole once normalised, or its words in the same
     order, one run of the passage covering 90% of them (a model dropped a word)?"""
-    if grounded.found_in(quote, passage):
+    if answering.found_in(quote, passage):
         return True
     from difflib import SequenceMatcher
-    q, p = grounded.words_of(quote), grounded.words_of(passage)
+    q, p = answering.words_of(quote), answering.words_of(passage)
     match = SequenceMatcher(None, q, p, autojunk=False).find_longest_match(0, len(q), 0, len(p))
     return match.size >= 0.9 * len(q)
 
@@ -47,14 +47,14 @@ def found_loosely(quote: str, passage: str) -> bool:
 def section_under(heading: str, text: str) -> str | None:
     """The heading's line of a passage and the whole sentences under it, up to SECTION_WORDS
     words and never past the next heading; None if the heading is no line of it."""
-    normalised = grounded.normalised
+    normalised = answering.normalised
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if normalised(line) == normalised(heading)), None)
     if start is None:
         return None
     body = []                            # prose only: a code block or the next heading ends it
     for line in lines[start + 1:]:
-        if line.lstrip().startswith("```") or line in grounded.headings(("", line)) \
+        if line.lstrip().startswith("```") or line in answering.headings(("", line)) \
                 or len(" ".join(body + [line]).split()) > 4 * SECTION_WORDS:
             break
         body.append(line)
@@ -69,15 +69,15 @@ def section_under(heading: str, text: str) -> str | None:
 
 
 def where(quote: str, number: str, passages: dict, strictness: str) -> tuple[str | None, str, str]:
-    """grounded.where() under any of STRICTNESS (see the top of this file): (the number of the
+    """answering.where() under any of STRICTNESS (see the top of this file): (the number of the
     passage the quote is in, or None; why not; what to show of it)."""
     if strictness not in STRICTNESS:
         raise ValueError(f"unknown strictness {strictness!r}: choose from {', '.join(STRICTNESS)}")
     if strictness == "exact":
-        return grounded.where(quote, number, passages)
+        return answering.where(quote, number, passages)
     order = [n for n in [number] + [n for n in passages if n != number] if n in passages]
-    heading = grounded.is_heading(quote, passages)
-    short = len(grounded.words_of(quote)) < grounded.MIN_QUOTE_WORDS
+    heading = answering.is_heading(quote, passages)
+    short = len(answering.words_of(quote)) < answering.MIN_QUOTE_WORDS
     if strictness == "section" and (heading or short):
         for n in order:
             section = section_under(quote, passages[n][1])
@@ -87,25 +87,25 @@ def where(quote: str, number: str, passages: dict, strictness: str) -> tuple[str
         return None, "too short to stand for a sentence", quote
     if heading:
         return None, "a heading, not a sentence", quote
-    found = found_loosely if strictness in ("loose", "section") else grounded.found_in
+    found = found_loosely if strictness in ("loose", "section") else answering.found_in
     for n in order:
         if found(quote, passages[n][1]):
             return n, "", quote
     return None, "in no passage", quote
 
 
-def check_reply(reply: str, prompt: grounded.GroundedPrompt, strictness: str = "exact",
+def check_reply(reply: str, prompt: answering.GroundedPrompt, strictness: str = "exact",
                 min_topic: float = 0.0) -> dict:
-    """grounded.check_reply() under any of STRICTNESS: the quotes found by where() above, then
-    judged as the kit judges them (grounded.judged)."""
-    quotes, answer = grounded.read_reply(reply)
+    """answering.check_reply() under any of STRICTNESS: the quotes found by where() above, then
+    judged as the kit judges them (answering.judged)."""
+    quotes, answer = answering.read_reply(reply)
     passages = prompt.numbered()
     located = [(q, n, where(q, n, passages, strictness)) for q, n in quotes]
-    return grounded.judged(reply, answer, located, prompt, min_topic)
+    return answering.judged(reply, answer, located, prompt, min_topic)
 
 
-def checked_answer(reply: str, prompt: grounded.GroundedPrompt, strictness: str, unchecked: str,
+def checked_answer(reply: str, prompt: answering.GroundedPrompt, strictness: str, unchecked: str,
                    min_topic: float) -> tuple[dict, str]:
     """ragkit/answering.py's checked_answer under any of STRICTNESS: (the check, what is shown)."""
     checked = check_reply(reply, prompt, strictness, min_topic)
-    return checked, grounded.shown_answer(checked, unchecked)
+    return checked, answering.shown_answer(checked, unchecked)

@@ -28,7 +28,8 @@ from pathlib import Path
 from rageval import devset, devsets
 from rageval import generation as gen
 from rageval.embedding_cache import EmbeddingCache
-from ragkit import citations, eval_file, exits, grounded
+from rageval import citations
+from ragkit import answering, documents, support
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder
 
 SEED = "devset"                 # the markers' tag is fixed per question, so a rerun asks the same
@@ -46,7 +47,7 @@ MAX_TOKENS = 120
 
 def prompt_for(question: str, found: list[dict], k: int, keep: int | None) -> citations.CitedPrompt:
     """The cited prompt of the best k passages, each cut to its best sentences."""
-    return citations.cited_prompt(question, found[:k], grounded.fence_tag(question, SEED), keep)
+    return citations.cited_prompt(question, found[:k], answering.fence_tag(question, SEED), keep)
 
 
 def retrieved(names: list[str], embedder, cache) -> dict:
@@ -72,7 +73,7 @@ def context_table(found: dict) -> dict:
                 tokens.append(SYSTEM_TOKENS + len(cited.text) / CHARS_PER_TOKEN)
                 if item["answerable"]:
                     kept = [{"title": s, "text": t} for s, t in cited.sentences.values()]
-                    held.append(eval_file.holds_every_fact(kept, item))
+                    held.append(documents.holds_every_fact(kept, item))
             table.setdefault((k, keep), {})[name] = (sum(held) / len(held), statistics.median(tokens))
     return table
 
@@ -120,8 +121,8 @@ def interleaved(found: dict, questions: int | None) -> list[tuple[str, int, dict
 
 def collect(found: dict, context, model: str | None, threads: int, questions: int | None, folder) -> None:
     """Ask the model every prompt not kept yet (with its grammar), keeping each reply at once."""
-    from ragkit import llama, llm, model_files
-    path, name = model_files.model_file(model)
+    from ragkit import llama, generators
+    path, name = llama.model_file(model)
     server = llama.start_llama(path, threads, n_ctx=4096)
     out_path = kept_path(path, folder)
     kept = devset.read_kept(out_path)
@@ -131,10 +132,10 @@ def collect(found: dict, context, model: str | None, threads: int, questions: in
     with open(out_path, "a", encoding="utf-8") as out:
         for n, (set_name, i, item, passages) in enumerate(todo, 1):
             cited = prompt_for(item["question"], passages, *context[set_name])
-            request = llm.chat_request(cited.text, citations.SYSTEM_PROMPT, MAX_TOKENS)
+            request = generators.chat_request(cited.text, citations.SYSTEM_PROMPT, MAX_TOKENS)
             start = time.perf_counter()
             reply = server.handle_chat_completions(request | {"grammar": cited.grammar})
-            text, _ = llm.reply_text(reply, "llama.cpp")
+            text, _ = generators.reply_text(reply, "llama.cpp")
             timings = reply.get("timings", {})
             out.write(json.dumps({"key": request_key(path, cited.text), "set": set_name, "item": i,
                                   "reply": text, "seconds": round(time.perf_counter() - start, 2),
@@ -193,11 +194,11 @@ def print_scores(found: dict, context: dict, model_path, folder) -> None:
 
 def parse_args(argv=None):
     """The flags of `python -m rageval.cited_runs`."""
-    p = exits.OneLineParser(description="The cited answer on the development sets.")
+    p = support.OneLineParser(description="The cited answer on the development sets.")
     p.add_argument("--context", action="store_true", help="print answer in context against prompt size")
     p.add_argument("--collect", action="store_true", help="ask the model the prompts not kept yet")
-    p.add_argument("--questions", type=exits.bounded(int, 1, 1000), help="spread over each set")
-    p.add_argument("--threads", type=exits.bounded(int, 1, 64), default=1)
+    p.add_argument("--questions", type=support.bounded(int, 1, 1000), help="spread over each set")
+    p.add_argument("--threads", type=support.bounded(int, 1, 64), default=1)
     p.add_argument("--local-model", help="qwen (default), smollm2 or a .gguf file")
     p.add_argument("--sets", default=",".join(devsets.SETS), help="development sets, by name (default: all)")
     p.add_argument("--cache", default=str(CACHE_DIR),
@@ -214,12 +215,12 @@ def run(args) -> None:
     if args.collect:
         collect(found, context, args.local_model, args.threads, args.questions, args.cache)
     if not args.context:
-        from ragkit import model_files
-        print_scores(found, context, model_files.model_file(args.local_model)[0], args.cache)
+        from ragkit import llama
+        print_scores(found, context, llama.model_file(args.local_model)[0], args.cache)
 
 
-main = exits.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = support.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    exits.leave(main())
+    support.leave(main())

@@ -31,11 +31,11 @@ from rageval import devsets
 from rageval import generation as gen
 from rageval.embedding_cache import EmbeddingCache
 from rageval.generation import KEPT_SEED
-from ragkit import chunking, documents, eval_file, exits, grounded, llama, llm, retrieval
-from ragkit.arguments import add_backend
+from ragkit import chunking, documents, support, answering, llama, generators, retrieval
+from rageval.arguments import add_backend
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder
-from ragkit.reply_cleaning import Guarded
-from ragkit.text import CODE
+from ragkit.answering import Guarded
+from ragkit.support import CODE
 
 K = 5                       # hit@5 and MRR@5 by file
 PROMPT_K = documents.K      # the passages an answer is written from, as --docs gives them
@@ -139,7 +139,7 @@ def kept_file(model_path, folder) -> Path:
 class Keeping:
     """A local model whose replies are kept: a request answered before is read from the kept
     file, any other asked of the model and its reply kept."""
-    model: llm.LocalModel
+    model: generators.LocalModel
     folder: Path
     kept: dict = field(default_factory=dict, repr=False)      # key -> record, read at the start
     streams = property(lambda self: False)
@@ -151,7 +151,7 @@ class Keeping:
     def __post_init__(self):
         self.kept = read_kept(kept_file(self.model.path, self.folder))
 
-    def answer(self, prompt: grounded.GroundedPrompt) -> str:
+    def answer(self, prompt: answering.GroundedPrompt) -> str:
         """The kept reply to the prompt, or the model's, kept now."""
         key = request_key(str(self.model.path), prompt.system, prompt.text, self.model.max_tokens)
         if key not in self.kept:
@@ -198,9 +198,9 @@ def score(gold: list[dict], chunks, vectors, embedder, generators: dict, context
     retrieve = retriever(chunks, vectors, embedder, context)
     answerable = [g for g in gold if g["answerable"]]
     m = retrieval.evaluate_retriever(answerable, retrieve, K)
-    in_context = [eval_file.holds_every_fact(retrieve(g["question"], PROMPT_K), g) for g in answerable]
+    in_context = [documents.holds_every_fact(retrieve(g["question"], PROMPT_K), g) for g in answerable]
     results = gen.evaluate_generation(gold, generators, retrieve, k=PROMPT_K, seed=KEPT_SEED)
-    answers = {name: [{**row, "verdict": verdict(row["answer"], item, grounded.REFUSAL)}
+    answers = {name: [{**row, "verdict": verdict(row["answer"], item, answering.REFUSAL)}
                       for row, item in zip(r["rows"], gold)] for name, r in results.items()}
     return {"hit1": m["hit1"], "hit5": m["hit_rate"], "mrr": m["mrr"], "answerable": len(answerable),
             "unanswerable": len(gold) - len(answerable), "in_context": float(np.mean(in_context)),
@@ -246,7 +246,7 @@ def generator(spec: str, args):
     flags = argparse.Namespace(**{**vars(args), "local_model": model or args.local_model})
     if name != "local":
         return gen.make_generator(name, flags)
-    local = llm.local_generator(flags.local_model, flags.threads or llama.free_cores(), flags.max_tokens)
+    local = generators.local_generator(flags.local_model, flags.threads or llama.free_cores(), flags.max_tokens)
     return Guarded(Keeping(local, Path(args.cache or CACHE_DIR)))
 
 
@@ -275,8 +275,8 @@ def run(args) -> None:
 
 def parse_args(argv=None):
     """Which sets, which generators, how many answers to show."""
-    from ragkit.llm import add_model_arguments
-    p = exits.OneLineParser(description="Score the --docs path on the development sets.")
+    from ragkit.generators import add_model_arguments
+    p = support.OneLineParser(description="Score the --docs path on the development sets.")
     p.add_argument("--sets",
                    help=f"comma-separated, from {', '.join(devsets.SETS)} (default: every one here)")
     p.add_argument("--docs", metavar="FOLDER", help="your own folder instead (give --questions too)")
@@ -287,9 +287,9 @@ def parse_args(argv=None):
                         "local:smollm2, local:FILE.gguf, openai, bedrock (default: %(default)s)")
     p.add_argument("--context", action=argparse.BooleanOptionalAction, default=True,
                    help="embed each chunk with its title in front (default: on, as --docs)")
-    p.add_argument("--sample", type=exits.bounded(int, 1, 1000), metavar="N",
+    p.add_argument("--sample", type=support.bounded(int, 1, 1000), metavar="N",
                    help="N questions of each set, spread over it (default: all)")
-    p.add_argument("--show-answers", type=exits.bounded(int, 0, 1000), default=0, metavar="N",
+    p.add_argument("--show-answers", type=support.bounded(int, 0, 1000), default=0, metavar="N",
                    help="each set's N worst answers")
     p.add_argument("--cache", help="where encoded chunk vectors are kept (default: .rag_cache)")
     add_model_arguments(p)
@@ -301,8 +301,8 @@ def parse_args(argv=None):
     return args
 
 
-main = exits.main_for(run, parse_args)
+main = support.main_for(run, parse_args)
 
 
 if __name__ == "__main__":
-    exits.leave(main())
+    support.leave(main())

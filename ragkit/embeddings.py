@@ -17,7 +17,7 @@ ragkit/embeddings.py: the models behind the lesson's Embedder: found on disk, na
 
 The evaluation's and the benchmarks' vectors kept on disk (EmbeddingCache) are
 rageval/embedding_cache.py's; their default folder, CACHE_DIR, is named here, where
-ragkit/arguments.py's shared --cache flag reads it.
+rageval/arguments.py's shared --cache flag reads it.
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit.json_lines import parse_json
-from ragkit.progress import Progress
-from ragkit.storage import regular_file_size, sha256_bytes, sha256_file
+from ragkit.support import parse_json, Progress, regular_file_size, sha256_bytes, sha256_file
 
 MINILM = rag.defaults(rag.Embedder)["model"]      # "sentence-transformers/all-MiniLM-L6-v2"
 BULK = 16                # texts at once from which encoding uses every core: MkDocs sentences,

@@ -6,7 +6,7 @@ quoted.
 
 extractive_generator() returns an Extractive generator: its answer(prompt) stands where a
 language model's would, and it reads only what a model is given: the grounded prompt's question
-and passages (ragkit/grounded.py's GroundedPrompt, the passages kept beside its text). It picks
+and passages (ragkit/answering.py's GroundedPrompt, the passages kept beside its text). It picks
 sentences of the passages and replies in the form a model is asked for, each sentence a Quote
 line with its passage's number, or with the refusal; the kit then checks and shows the reply
 like any model's. How it picks:
@@ -30,9 +30,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ragkit import grounded
-from ragkit.text import in_prose, split_sentences
-from ragkit.content_words import content_words, idf_weights, stop_words, supported_share
+from ragkit import answering
+from ragkit.support import in_prose, split_sentences
+from ragkit.answering import content_words, idf_weights, stop_words, supported_share
 
 MIN_SUPPORT = 0.25    # words alone: refuse below this share of the question supported
 # WEIGHTS and the two REFUSE_BELOW scores were fitted by rageval/tuning.py when it cut refusals
@@ -172,10 +172,10 @@ def candidate_sentences(passages, stop: frozenset) -> list[dict]:
     return out
 
 
-def extract_answer(prompt: grounded.GroundedPrompt, min_support: float = MIN_SUPPORT, encode=None,
+def extract_answer(prompt: answering.GroundedPrompt, min_support: float = MIN_SUPPORT, encode=None,
                    weights: dict = WEIGHTS, refuse_below: tuple = (REFUSE_BELOW, REFUSE_BELOW_NEW_WORD),
                    known_words: set | None = None) -> str:
-    """A reply in the grounded form (ragkit/grounded.py): the best retrieved sentences, each a
+    """A reply in the grounded form (ragkit/answering.py): the best retrieved sentences, each a
     Quote line with its passage's number, or the refusal. encode(texts) -> unit vectors
     (MiniLM's) scores by meaning too, refusing below refuse_below[0], or [1] when the question
     has a word not in `known_words` (the pages'); without encode, by words alone, refusing below
@@ -198,7 +198,7 @@ def extract_answer(prompt: grounded.GroundedPrompt, min_support: float = MIN_SUP
         if chosen and support(set(content_words(question, stop)), chosen, idf) < min_support:
             chosen = []
     if not chosen:
-        return grounded.REFUSAL
+        return answering.REFUSAL
     return "\n".join(f'Quote: "{piece}" [{c["number"]}]' for c in chosen for piece in c["quote"])
 
 
@@ -281,7 +281,7 @@ class Extractive:
         """The name shown above the answer."""
         return f"extractive: {self.runtime}"
 
-    def answer(self, prompt: grounded.GroundedPrompt):
+    def answer(self, prompt: answering.GroundedPrompt):
         """The reply in the grounded form; with streams, an iterator of its lines."""
         answer = extract_answer(prompt, self.min_support, self.encode, known_words=self.known_words)
         return iter(answer.splitlines(keepends=True)) if self.streams else answer

@@ -17,13 +17,13 @@ from botocore.stub import Stubber
 
 import rag_from_scratch as rag
 import verify_bedrock_request as vbr
-from ragkit import bedrock
+from ragkit import generators
 
 # The lesson's defaults, read from its function signatures (one source of truth).
 BEDROCK_REGION = rag.defaults(rag.generate_with_bedrock)["region"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-make_client = bedrock.bedrock_client        # the real one, kept before any test patches it
+make_client = generators.bedrock_client        # the real one, kept before any test patches it
 QUESTION = "How many vacation days do I get each year?"
 CLI = ["--backend", "tfidf", "--generator", "bedrock", "--model-id", "x", "--question", QUESTION]   # the kit's Bedrock
 
@@ -45,7 +45,7 @@ FAILURES = {
 
 def generate(client=None, model_id="x"):
     """The command line's Bedrock path: the lesson's Converse call with deadline and advice."""
-    return bedrock.bedrock_generator(model_id, "us-east-1", client=client)("prompt", rag.SYSTEM_PROMPT)
+    return generators.bedrock_generator(model_id, "us-east-1", client=client)("prompt", rag.SYSTEM_PROMPT)
 
 
 @pytest.fixture(autouse=True)
@@ -193,7 +193,7 @@ def test_verify_script_reports_a_reply_botocore_does_not_know_in_one_line(dummy_
 
 def test_stubber_rejects_max_tokens_with_param_validation_error(dummy_aws):
     from botocore.exceptions import ParamValidationError
-    client = bedrock.bedrock_client("us-east-1")
+    client = generators.bedrock_client("us-east-1")
     with Stubber(client) as stubber:
         stubber.add_response("converse", vbr.fake_converse_response([{"text": "x"}]))
         with pytest.raises(ParamValidationError, match='Unknown parameter in inferenceConfig: "max_tokens"'):
@@ -259,7 +259,7 @@ def test_the_core_call_alone_sends_the_tutorials_request(dummy_aws):
 def test_throttling_retries_are_bounded_by_the_client_config(dummy_aws, monkeypatch, attempts):
     sleeps = []
     monkeypatch.setattr(time, "sleep", sleeps.append)        # keep the backoff, skip the wait
-    client = bedrock.bedrock_client("us-east-1", attempts=attempts)
+    client = generators.bedrock_client("us-east-1", attempts=attempts)
     retries = client.meta.config.retries
     assert retries["mode"] == "standard"
     sent = throttled_http(client)
@@ -272,7 +272,7 @@ def test_throttling_retries_are_bounded_by_the_client_config(dummy_aws, monkeypa
 
 def test_throttling_message_counts_the_requests_really_sent(dummy_aws, monkeypatch):
     monkeypatch.setattr(time, "sleep", lambda s: None)
-    client = bedrock.bedrock_client("us-east-1", attempts=3)
+    client = generators.bedrock_client("us-east-1", attempts=3)
     sent = throttled_http(client)
     with pytest.raises(RuntimeError) as err:
         generate(client)
@@ -292,7 +292,7 @@ def test_cli_prints_one_line_for_each_bedrock_error(dummy_aws, monkeypatch, caps
         stubs.append(stubber)
         return client
 
-    monkeypatch.setattr(bedrock, "bedrock_client", stubbed_bedrock_client)
+    monkeypatch.setattr(generators, "bedrock_client", stubbed_bedrock_client)
     status, out, err = run_cli(capsys, CLI)
     assert status == 1
     assert 'source="HR-01 > Annual leave policy">>' in out    # retrieval ran before generation failed
@@ -319,7 +319,7 @@ def stub_replying(monkeypatch, text):
         stubber.add_response("converse", vbr.fake_converse_response([{"text": text}]))
         stubber.activate()
         return client
-    monkeypatch.setattr(bedrock, "bedrock_client", stubbed_bedrock_client)
+    monkeypatch.setattr(generators, "bedrock_client", stubbed_bedrock_client)
 
 
 def test_cli_shows_a_stubbed_answer_with_its_checked_quote_and_source(dummy_aws, monkeypatch, capsys):

@@ -3,7 +3,7 @@ import pytest
 from test_generate import needs_local
 
 from ragbench import learner
-from ragkit.text import plural
+from ragkit.support import plural
 
 
 @pytest.mark.slow

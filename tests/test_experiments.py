@@ -14,7 +14,7 @@ import rag_experiments as rx
 import rag_from_scratch as rag
 from rageval import score_matrices
 from ragkit import retrieval
-from ragkit.text import split_sentences
+from ragkit.support import split_sentences
 
 ROOT = Path(__file__).resolve().parent.parent
 

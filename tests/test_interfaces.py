@@ -1,7 +1,7 @@
 """The kit passes plain data (docs STYLE: "Data, not decorated closures"), read from the code with
 `ast`: no attribute is set on a function or a closure, or read back from one with getattr; no
 branch compares with a ranking's display string; no regular expression reads a prompt's markers
-back (the passages travel beside the prompt, in ragkit/grounded.py's GroundedPrompt). Each check
+back (the passages travel beside the prompt, in ragkit/answering.py's GroundedPrompt). Each check
 is also run on a few lines of the old code it forbids, so it is known to fail."""
 import ast
 from pathlib import Path
@@ -14,7 +14,7 @@ KIT = sorted((ROOT / "ragkit").glob("*.py"))
 DECORATIONS = {"ranking", "runtime", "truncated", "streams", "report", "name", "usage", "path",
                "bare", "timing"}
 RE_CALLS = {"compile", "search", "match", "fullmatch", "finditer", "findall", "sub", "subn", "split"}
-FENCE_FILTER = ("reply_cleaning.py", "FENCE_MARKER")  # the guard's output filter: markers a reply echoes
+FENCE_FILTER = ("answering.py", "FENCE_MARKER")  # the guard's output filter: markers a reply echoes
 
 
 def functions_in_scope(tree: ast.AST) -> dict:
@@ -150,5 +150,5 @@ def test_plain_types_and_the_guards_own_filter_pass():
             "x = getattr(args, name)\n")
     assert decorated_functions(fine) == display_string_branches(fine) == prompt_parsers(fine) == []
     fence = "FENCE_MARKER = re.compile(r'<<BEGIN|<<END')\n"
-    assert prompt_parsers(fence, "ragkit/reply_cleaning.py") == []
+    assert prompt_parsers(fence, "ragkit/answering.py") == []
     assert prompt_parsers(fence, "ragkit/other.py")

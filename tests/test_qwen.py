@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import HANG_S, press_ctrl_c
 
-from ragkit import model_files
+from ragkit import llama
 
 ROOT = Path(__file__).resolve().parent.parent
 MKDOCS = ROOT / "data" / "devsets" / "mkdocs" / "docs"
@@ -18,8 +18,8 @@ MKDOCS = ROOT / "data" / "devsets" / "mkdocs" / "docs"
 PAGES = ["index.md", "getting-started.md", "user-guide/installation.md", "user-guide/cli.md",
          "user-guide/choosing-your-theme.md", "user-guide/deploying-your-docs.md"]
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(model_files.qwen_parts() is None,
-                                 reason=f"needs Qwen2.5-Coder-1.5B: `{model_files.INSTALL_QWEN}`")]
+              pytest.mark.skipif(llama.qwen_parts() is None,
+                                 reason=f"needs Qwen2.5-Coder-1.5B: `{llama.INSTALL_QWEN}`")]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from conftest import ROOT
 import rag_from_scratch as rag
 from ragbench import readers as bad
 from rageval import downloads
-from ragkit import chunking, documents, pdf, readers
+from ragkit import chunking, documents, readers
 
 FETCH = "the readers' real files are missing: run `python -m rageval.downloads`"
 PAPERS = downloads.folder("readers/paper-qa")
@@ -122,9 +122,9 @@ def test_a_two_page_pdfs_running_header_reaches_no_chunk(tmp_path):
 
 def test_a_hyphen_that_ended_a_line_is_joined_unless_the_document_writes_a_compound():
     words = {"pulse", "width", "value", "consists", "of", "two"}
-    assert pdf.dehyphenate("con\ufffesists of two", words) == "consists of two"
-    assert pdf.dehyphenate("This pulse\ufffewidth value", words) == "This pulse-width value"
-    assert pdf.dehyphenate("re\ufffeduce it", words) == "reduce it"     # 're', 'duce': no words
+    assert readers.dehyphenate("con\ufffesists of two", words) == "consists of two"
+    assert readers.dehyphenate("This pulse\ufffewidth value", words) == "This pulse-width value"
+    assert readers.dehyphenate("re\ufffeduce it", words) == "reduce it"     # 're', 'duce': no words
 
 
 def test_running_headers_go_but_pages_that_differ_only_in_numbers_keep_their_text():
@@ -132,8 +132,8 @@ def test_running_headers_go_but_pages_that_differ_only_in_numbers_keep_their_tex
     pages = [[f"De Marchis et al. (2016) 13:22 Page {n} of 5", *(f"The {w} of page {n} is {v}." for v in words
                                                               for w in [words[n - 1]]), str(n)]
              for n in range(1, 6)]
-    assert pdf.without_margins(pages)[2] == [f"The gauge of page 3 is {v}." for v in words]
-    kept = pdf.without_margins([["Valve 1 is checked."], ["Valve 2 is checked."], ["Valve 3 is checked."]])
+    assert readers.without_margins(pages)[2] == [f"The gauge of page 3 is {v}." for v in words]
+    kept = readers.without_margins([["Valve 1 is checked."], ["Valve 2 is checked."], ["Valve 3 is checked."]])
     assert kept == [["Valve 1 is checked."], ["Valve 2 is checked."], ["Valve 3 is checked."]]
 
 
@@ -181,7 +181,7 @@ def test_two_column_papers_read_column_by_column_with_their_hyphens_joined():
             "Recall@20 and a 39.36% improvement in Recall@50 compared to Google with GPT-4o, the "
             "strongest Google-based baseline."]}
     for (path, number), expected in sentences.items():
-        total, pages = pdf.read_pdf(path)
+        total, pages = readers.read_pdf(path)
         text = " ".join(text for _, blocks in dict(pages)[number] for _, text in blocks)
         assert [s for s in expected if s not in text] == []
         assert "Page 3 of 9" not in text and "Journal of NeuroEngineering" not in text

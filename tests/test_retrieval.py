@@ -6,7 +6,7 @@ import pytest
 from scipy import sparse
 
 from rageval import score_matrices
-from ragkit import retrieval, text
+from ragkit import retrieval, support
 
 DOCS = np.array([[1.0, 0.0, 0.0], [0.6, 0.8, 0.0], [0.0, 0.6, 0.8], [0.0, 0.0, 1.0]])
 QUERY = np.array([[1.0, 0.0, 0.0]])
@@ -75,5 +75,5 @@ def test_stemming_each_distinct_word_once_gives_snowballs_stems():
 
 
 def test_split_sentences_keeps_dotted_names_whole():
-    assert text.split_sentences("Go to id.kestrelwood.example. Then sign in! Done?") == [
+    assert support.split_sentences("Go to id.kestrelwood.example. Then sign in! Done?") == [
         "Go to id.kestrelwood.example.", "Then sign in!", "Done?"]

@@ -12,7 +12,7 @@ import pytest
 from conftest import CISI
 
 import rag_from_scratch as rag
-from ragkit import chunking, documents, embeddings, retrieval, retrieval_flags
+from ragkit import chunking, documents, embeddings, retrieval
 
 FATHERS = "How much time off do new fathers get?"
 
@@ -257,7 +257,7 @@ def test_compare_table_on_the_demo_corpus_with_tfidf(capsys):
 
 
 def test_compare_with_minilm_and_the_tiny_reranker(chunks, minilm, minilm_index, tiny_reranker, capsys):
-    rows = retrieval_flags.compare_variants(rag.EVAL_SET, chunks, minilm_index, minilm, 3,
+    rows = retrieval.compare_variants(rag.EVAL_SET, chunks, minilm_index, minilm, 3,
                                reranker=retrieval.load_reranker(tiny_reranker))
     assert list(rows) == ["plain", "hybrid rrf", "rerank", "context", "hybrid rrf + rerank + context"]
     plain = rag.evaluate_retrieval(rag.EVAL_SET, minilm_index, chunks, minilm, k=3)
@@ -266,7 +266,7 @@ def test_compare_with_minilm_and_the_tiny_reranker(chunks, minilm, minilm_index,
     # The README's MiniLM table: the title costs the ChatGPT question its first place.
     assert rows["hybrid rrf"]["ndcg"] == rows["hybrid rrf"]["hit1"] == 1.0
     assert (rows["context"]["hit1"], round(rows["context"]["ndcg"], 2)) == (0.9, 0.96)
-    retrieval_flags.print_comparison(rows, 3)
+    retrieval.print_comparison(rows, 3)
     out = capsys.readouterr().out
     assert out.splitlines()[-1].startswith("reranking added ")
     assert "ms per query (12 candidates, 1 thread, this machine and this reranker)" in out
@@ -302,14 +302,14 @@ def test_eval_with_docs_scores_the_retrieval_the_question_uses_in_one_named_bloc
 def test_docs_with_an_eval_file_retrieves_each_question_once_and_reads_the_file_once(capsys, notes, tmp_path,
                                                                                      monkeypatch):
     """The evaluation at k=1 and k, and the answer in context, all score the same retrieval."""
-    from ragkit import eval_file
+    from ragkit import documents
     qa = tmp_path / "qa.jsonl"
     qa.write_text('{"question": "Who approves restart requests?", "relevant": ["hr/leave.txt"], '
                   '"answer": ["manager"]}\n{"question": "When does the VPN drop?", "relevant": ["ops/net.md"]}\n',
                   encoding="utf-8")
-    asked, reads, call, read = [], [], retrieval.Retriever.__call__, eval_file.read_jsonl
+    asked, reads, call, read = [], [], retrieval.Retriever.__call__, documents.read_jsonl
     monkeypatch.setattr(retrieval.Retriever, "__call__", lambda self, q, k: asked.append(q) or call(self, q, k))
-    monkeypatch.setattr(eval_file, "read_jsonl", lambda *a: reads.append(a[0]) or read(*a))
+    monkeypatch.setattr(documents, "read_jsonl", lambda *a: reads.append(a[0]) or read(*a))
     status, out, err = run_main(capsys, "--backend", "tfidf", "--docs", str(notes), "--eval", str(qa), "--k", "2")
     assert status == 0, err
     assert sorted(asked) == ["When does the VPN drop?", "Who approves restart requests?"] and reads == [str(qa)]
@@ -369,7 +369,7 @@ def test_the_minilm_demo_says_under_step_2_how_many_chunks_were_cut(capsys, mini
 def test_importing_adds_no_heavy_module():
     import subprocess
     import sys
-    code = ("import sys, ragkit.retrieval, ragkit.cli, ragkit.saved_index\n"
+    code = ("import sys, ragkit.retrieval, ragkit.cli, ragkit.folder_index\n"
             "heavy = ('torch', 'sklearn', 'sentence_transformers', 'scipy')\n"
             "print(sorted(m for m in heavy if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -17,9 +17,7 @@ from test_generate import needs_local
 
 import rag_from_scratch as rag
 import verify_bedrock_request as vbr
-from ragkit import bedrock, chat_http, grounded
-from ragkit import extractive as ext
-from ragkit import llm
+from ragkit import answering, extractive, generators
 
 LOCAL_STREAM = ["rag_from_scratch.py", "--backend", "tfidf", "--question", rag.VACATION_Q,
                 "--generator", "local", "--local-model", "smollm2", "--stream"]
@@ -118,16 +116,16 @@ def test_extractive_stream_prints_the_same_answer_as_without(capsys):
     assert untagged(plain) == untagged(before + "== Step 7: the answer (extractive: no model) ==\n" + checked)
     assert raw.startswith('Quote: "Flights shorter than 6 hours') and '[FIN-02 > Business travel policy]' in checked
     assert "  [stream] first piece after " in err and "(2 pieces in" in err
-    refusing = ext.extractive_generator(stream=True).answer(grounded.grounded_prompt("q?", [rag.build_chunks(rag.CORPUS)[0]]))
-    assert list(refusing) == [grounded.REFUSAL]
+    refusing = extractive.extractive_generator(stream=True).answer(answering.grounded_prompt("q?", [rag.build_chunks(rag.CORPUS)[0]]))
+    assert list(refusing) == [answering.REFUSAL]
 
 
 def test_a_streamed_answer_is_shown_as_it_comes_and_returned_whole(tfidf_setup, chunks, capsys):
-    from ragkit import llm
+    from ragkit import generators
     embedder, index = tfidf_setup
-    plain = ext.extractive_generator()
-    streamed = llm.Streaming(ext.extractive_generator(stream=True))
-    prompt = grounded.grounded_prompt(rag.VACATION_Q, rag.search(rag.VACATION_Q, index, chunks, embedder, 2))
+    plain = extractive.extractive_generator()
+    streamed = generators.Streaming(extractive.extractive_generator(stream=True))
+    prompt = answering.grounded_prompt(rag.VACATION_Q, rag.search(rag.VACATION_Q, index, chunks, embedder, 2))
     answers = [generator.answer(prompt) for generator in (plain, streamed)]
     out, err = capsys.readouterr()
     assert answers[0] == answers[1] and answers[0].endswith("[1]")
@@ -197,12 +195,12 @@ def once(body: bytes, then=None):
 @pytest.mark.parametrize("kind", BROKEN)
 def test_a_broken_stream_is_one_line_within_the_deadline(kind, monkeypatch):
     body, error, words = BROKEN[kind]
-    monkeypatch.setattr(llm, "REPLY_DEADLINE_S", 2 if kind == "never ends" else LATE_S)
+    monkeypatch.setattr(generators, "REPLY_DEADLINE_S", 2 if kind == "never ends" else LATE_S)
     if kind == "never ends":        # the deadline is what this case tests, not the size bound
-        monkeypatch.setattr(llm, "CHARS_PER_TOKEN_AT_MOST", 10**12)
+        monkeypatch.setattr(generators, "CHARS_PER_TOKEN_AT_MOST", 10**12)
     then = {"never ends": GOOD, "stalls mid-answer": "stall"}.get(kind)
     with serving(once(body, then)) as url:
-        remote = llm.openai_generator(url + "/v1", "m", timeout=2, stream=True)
+        remote = generators.openai_generator(url + "/v1", "m", timeout=2, stream=True)
         start = time.perf_counter()
         with pytest.raises(error, match=words) as caught:
             list(remote("hi", "be brief"))
@@ -239,14 +237,14 @@ def test_a_hostile_stream_is_one_line_and_never_read_whole(kind):
     tracemalloc.start()
     try:
         with serving(write) as url:
-            remote = llm.openai_generator(url + "/v1", "m", timeout=LATE_S, stream=True)
+            remote = generators.openai_generator(url + "/v1", "m", timeout=LATE_S, stream=True)
             with pytest.raises(RuntimeError, match=words) as caught:
                 list(remote("hi", "be brief"))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert "\n" not in str(caught.value) and str(caught.value).startswith(url)
-    assert peak < 4 * chat_http.MAX_LINE_BYTES, f"{peak / 2**20:.0f} MB held at once"
+    assert peak < 4 * generators.MAX_LINE_BYTES, f"{peak / 2**20:.0f} MB held at once"
 
 
 @pytest.mark.slow
@@ -255,7 +253,7 @@ def test_a_hostile_stream_is_one_line_and_never_read_whole(kind):
 def test_the_whole_answer_has_one_deadline_that_nothing_stretches(then, monkeypatch):
     """Each read waits up to LATE_S; the whole answer only REPLY_DEADLINE_S (1 s here). The
     reader of endless keep-alives stops then too, and hangs up: no thread left reading."""
-    monkeypatch.setattr(llm, "REPLY_DEADLINE_S", 1)
+    monkeypatch.setattr(generators, "REPLY_DEADLINE_S", 1)
     hung_up = threading.Event()
 
     def write(wfile, stop):
@@ -264,7 +262,7 @@ def test_the_whole_answer_has_one_deadline_that_nothing_stretches(then, monkeypa
         except OSError:
             hung_up.set()
     with serving(write) as url:
-        remote = llm.openai_generator(url + "/v1", "m", timeout=LATE_S, stream=True)
+        remote = generators.openai_generator(url + "/v1", "m", timeout=LATE_S, stream=True)
         with pytest.raises(TimeoutError, match=r"^the model server at .* had not finished "
                                                r"answering after 1 s: is the server running"):
             list(remote("hi", "be brief"))
@@ -277,7 +275,7 @@ def test_an_endless_error_reply_is_one_line_read_only_to_its_start(stream):
     tracemalloc.start()
     try:
         with serving(once(b"", b"model crashed " * 4096), 500, "text/plain") as url:
-            remote = llm.openai_generator(url + "/v1", "m", timeout=LATE_S, stream=stream)
+            remote = generators.openai_generator(url + "/v1", "m", timeout=LATE_S, stream=stream)
             with pytest.raises(RuntimeError, match=r"/chat/completions answered HTTP 500: "
                                                    r"model crashed model crashed") as caught:
                 list(remote("hi", "be brief"))
@@ -285,7 +283,7 @@ def test_an_endless_error_reply_is_one_line_read_only_to_its_start(stream):
     finally:
         tracemalloc.stop()
     assert len(str(caught.value)) < 400 and "\n" not in str(caught.value)
-    assert peak < 4 * chat_http.MAX_LINE_BYTES, f"{peak / 2**20:.0f} MB held at once"
+    assert peak < 4 * generators.MAX_LINE_BYTES, f"{peak / 2**20:.0f} MB held at once"
 
 
 @contextmanager
@@ -299,7 +297,7 @@ def bedrock_at(write):
         client = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=url,
                               aws_access_key_id="TEST-NOT-A-REAL-KEY",
                               aws_secret_access_key="test", config=config)
-        yield bedrock.bedrock_generator("x", "us-east-1", client=client, stream=True)
+        yield generators.bedrock_generator("x", "us-east-1", client=client, stream=True)
 
 
 def flipped(message: bytes) -> bytes:

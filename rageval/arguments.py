@@ -1,5 +1,5 @@
 """
-ragkit/arguments.py: the flags several scripts share, declared once.
+rageval/arguments.py: the flags several scripts share, declared once.
 
     p = OneLineParser(description="...")
     add_backend(p, default="minilm", auto=False)   # --backend: the lesson's Embedder.BACKENDS
@@ -10,7 +10,7 @@ ragkit/arguments.py: the flags several scripts share, declared once.
 
 import rag_from_scratch as rag
 from ragkit.embeddings import CACHE_DIR
-from ragkit.exits import bounded
+from ragkit.support import bounded
 
 BACKENDS = rag.Embedder.BACKENDS          # "auto", "minilm", "tfidf": the lesson's names
 

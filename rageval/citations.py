@@ -1,5 +1,5 @@
 """
-ragkit/citations.py: an answer that cites whole sentences by number, and the kit's check of it.
+rageval/citations.py: an answer that cites whole sentences by number, and the kit's check of it.
 
     cited = cited_prompt(question, passages)      # every sentence numbered: [1.1], [1.2], [2.1] ...
     reply = model(cited.text, cited.system)       # with llama.cpp: cited.grammar allows only these
@@ -26,9 +26,8 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from ragkit.grounded import source_name
-from ragkit.text import split_sentences
-from ragkit.content_words import content_words, idf_weights, stop_words, supported_share
+from ragkit.answering import content_words, idf_weights, source_name, stop_words, supported_share
+from ragkit.support import split_sentences
 
 REFUSAL = "I don't know based on these documents."
 SYSTEM_PROMPT = (
