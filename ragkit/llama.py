@@ -232,8 +232,11 @@ def model_file(choice: str | None = None) -> tuple[Path, str]:
 
 
 def find_model(choice: str | None = None) -> str:
-    """The name to print of --local-model's model once its file (or Qwen's parts) is found;
-    the check before any slow work: nothing is joined or loaded (model_file() joins)."""
+    """The name to print of --local-model's model once llama.cpp and the file (or Qwen's parts)
+    are found; the check before any slow work: nothing is joined or loaded (model_file() joins)."""
+    if importlib.util.find_spec("xllamacpp") is None:
+        raise RuntimeError(f"--generator local runs the model on llama.cpp, which is not installed: "
+                           f"run `{INSTALL_LOCAL}`")
     choice = choice or default_model()
     if choice == "qwen":
         installed_qwen_parts()
