@@ -610,7 +610,8 @@ def parse_args(argv=None):
 
 def check_flags(args) -> None:
     """Every flag checked before any slow work: a bad one is one line, nothing written."""
-    support.refuse_empty(args, ("plot", "cache", "collection"), "a path")
+    support.refuse_empty({"--plot": args.plot, "--cache": args.cache, "--collection": args.collection},
+                         "a path")
     if args.collection is None:
         for flag, given in [("--json", args.json), ("--cache", args.cache is not None),
                             ("--grades", args.grades != "auto")]:

@@ -504,16 +504,18 @@ def tutorial_parser():
          **defaults(generate_with_bedrock)}
     p = argparse.ArgumentParser(description="RAG from scratch: chunk, embed, search, prompt, evaluate.",
                                 allow_abbrev=False,        # --model is the kit's, not --model-id cut short
-                                epilog="More flags (your own files, answers offline, better retrieval) "
-                                       "come with the kit, ragkit/: --help-all lists them.")
+                                epilog="More flags come with the kit, ragkit/: --docs FOLDER (your own "
+                                       "files), --generator extractive|local|openai|bedrock (an "
+                                       "answer with no key), --hybrid, --rerank, ... "
+                                       "--help-all lists them all.")
     p.error = lambda message: p.exit(2, f"error: {message} (see --help)\n")   # one line, no usage
     p.add_argument("--backend", default=d["backend"], choices=Embedder.BACKENDS,
                    help="embeddings: minilm (meaning), tfidf (words), auto (MiniLM if installed, "
                         "else TF-IDF) (default: %(default)s)")
     p.add_argument("--question", help="answer your own question instead of running the demo")
-    p.add_argument("--k", type=int, default=d["k"], help="chunks to retrieve (default: %(default)s)")
+    p.add_argument("--k", type=int, default=d["k"], help=f"chunks to retrieve (default: {d['k']})")
     p.add_argument("--chunk-size", type=int, default=d["chunk_size"],
-                   help="words per chunk (with --docs: sections of at most this many) (default: %(default)s)")
+                   help=f"words per chunk (with --docs: sections of at most this many) (default: {d['chunk_size']})")
     p.add_argument("--overlap", type=int, default=d["overlap"],
                    help="words shared by neighbouring chunks (default: %(default)s)")
     p.add_argument("--generate", action="store_true", help="answer with Amazon Bedrock (BILLED)")

@@ -629,7 +629,7 @@ def grade_and_print(args) -> int:
     if not (0 < args.time_limit <= 3600 and 0 < args.memory_mb <= 1_000_000):   # nan fails too
         raise ValueError("--time-limit and --memory-mb must be positive numbers "
                          "(at most 3600 seconds and 1,000,000 MB)")
-    refuse_empty(args, ("module",), "a file or a module name")
+    refuse_empty({"--module": args.module}, "a file or a module name")
     spec = module_spec(args.module)
     title = Path(spec).relative_to(ROOT) if Path(spec).is_relative_to(ROOT) else spec
     print(f"grading {title}", flush=True)

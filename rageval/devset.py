@@ -243,10 +243,10 @@ def generator(spec: str, args):
     are kept in --cache (a rerun, or the same request in rageval/answer_tuning.py, is not
     asked again), then guarded as make_generator guards every model."""
     name, _, model = spec.partition(":")
-    flags = argparse.Namespace(**{**vars(args), "local_model": model or args.local_model})
+    models = gen.models_from(args, model or None)
     if name != "local":
-        return gen.make_generator(name, flags)
-    local = generators.local_generator(flags.local_model, flags.threads or llama.free_cores(), flags.max_tokens)
+        return gen.make_generator(name, models)
+    local = generators.local_generator(models.local_model, models.threads or llama.free_cores(), models.max_tokens)
     return Guarded(Keeping(local, Path(args.cache or CACHE_DIR)))
 
 
@@ -266,7 +266,7 @@ def run(args) -> None:
     for name, (folder, questions) in sets.items():
         gold = [item for _, item in spread(gen.load_gold(questions), args.sample)]
         chunks, vectors = build(folder, embedder, cache, args.context)
-        generators = {g: models.get(g) or gen.make_generator(g, args, embedder=embedder, chunks=chunks)
+        generators = {g: models.get(g) or gen.make_generator(g, gen.models_from(args), embedder=embedder, chunks=chunks)
                       for g in names}        # the extractive one learns each set's words
         print(f"\n{name}: {len(chunks)} chunks, backend={embedder.backend}", file=sys.stderr)
         print_scores(name, score(gold, chunks, vectors, embedder, generators, args.context),

@@ -15,7 +15,6 @@ servers, Bedrock). All but bedrock run offline and free.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import time
@@ -28,7 +27,8 @@ from ragkit.documents import fact_text
 from ragkit.extractive import content_words, extract_answer, stop_words
 from ragkit.support import CODE
 from ragkit.llama import INSTALL_LOCAL, free_cores
-from ragkit.generators import (GENERATORS, add_model_arguments, check_generator, make_generator, serve)
+from ragkit.generators import (GENERATORS, add_model_arguments, check_generator, make_generator,
+                               ModelSettings, serve)
 
 BEDROCK = rag.defaults(rag.generate_with_bedrock)   # the placeholder model id and the region
 TOP_K = rag.defaults(rag.search)["k"]
@@ -302,6 +302,13 @@ def corpus_chunks(args) -> list[dict]:
     return rag.build_chunks(rag.CORPUS)
 
 
+def models_from(args, local_model: str | None = None) -> ModelSettings:
+    """The generators' settings from this script's flags (add_model_arguments declares them)."""
+    return ModelSettings(local_model or args.local_model, args.threads, args.max_tokens, args.llm_url,
+                         args.llm_model, args.api_key_env, getattr(args, "model_id", None),
+                         getattr(args, "region", "us-east-1"))
+
+
 def run(args) -> None:
     """Check the flags, build the generators, retrieve, answer, and print the table."""
     if args.serve:
@@ -316,12 +323,13 @@ def run(args) -> None:
     listed = args.generators.split(",") if args.generators else available_generators(args)
     names = [n.strip() for n in listed]
     for name in names:                 # a missing model or key fails now, before any slow work
-        check_generator(argparse.Namespace(**vars(args), generator=name))
+        check_generator(name, models_from(args))
     chunks = corpus_chunks(args)
     embedder = rag.Embedder(args.backend)
     index = rag.build_index(chunks, embedder)
     # on your pages the extractive answer scores sentences with the index's model
-    generators = {name: make_generator(name, args, args.stream, *((embedder, chunks) if args.docs else ()))
+    generators = {name: make_generator(name, models_from(args), args.stream,
+                                       *((embedder, chunks) if args.docs else ()))
                   for name in names}
     retrieve = retrieval.make_retriever(chunks, index, embedder)
     results = evaluate_generation(gold, generators, retrieve, k=min(args.k, len(chunks)),

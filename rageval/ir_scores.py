@@ -439,7 +439,7 @@ def run(args) -> None:
     if args.cache is not None and not args.embed:
         raise ValueError("--cache goes with --embed")
     if args.embed:
-        support.refuse_empty(args, ("cache",), "a folder")
+        support.refuse_empty({"--cache": args.cache}, "a folder")
         cache = EmbeddingCache(args.cache or CACHE_DIR)     # a folder not ours: refused now
     col = load_collection(args.path)
     describe(col)

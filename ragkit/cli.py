@@ -32,16 +32,6 @@ DOCS_DEFAULTS = {"chunk_size": chunking.WORDS, "k": documents.K, "hybrid": str(r
                  "context": True}
 
 
-def per_mode(p, dest: str, docs_value) -> None:
-    """A tutorial flag whose default differs with --docs: its --help states both, and it is
-    left unset (None) until parse_args knows the mode."""
-    for action in p._actions:
-        if action.dest == dest:
-            text = action.help.removesuffix(" (default: %(default)s)")
-            action.help = f"{text} (default: {action.default}; with --docs: {docs_value})"
-            action.default = None
-
-
 def add_docs_flags(g) -> None:
     """--docs and the flags that go with it, in their group of the parser."""
     g.add_argument("--docs", metavar="FOLDER", help="use your own files instead of the sample: .md, .txt, "
@@ -65,12 +55,11 @@ def parser():
     """The tutorial's flags (the lesson's own parser), then the kit's, each group naming the
     file that does its work; --help states each default, per mode (docs/flags.md agrees)."""
     p = rag.tutorial_parser()
-    p.epilog = None
+    p.epilog = None                                  # it points here: --help-all
+    p.set_defaults(chunk_size=None, k=None)          # each mode has its own: see for_mode()
     p.add_argument("--help-all", action="help", help="show every flag, the kit's too, and exit")
     p.add_argument("--model", default=rag.defaults(rag.Embedder)["model"],
                    help="MiniLM model name or local folder (default: %(default)s)")
-    per_mode(p, "chunk_size", chunking.WORDS)
-    per_mode(p, "k", documents.K)
     g = p.add_argument_group("answers (ragkit/answering.py, ragkit/generators.py, ragkit/extractive.py)")
     g.add_argument("--generator", choices=generators.GENERATORS,
                    help="write the answer: extractive (no model: sentences of the passages), local "
@@ -85,12 +74,14 @@ def parser():
                    help="load the index and the model once, then answer one question per line, "
                         "typed at the prompt or piped from a file (an empty line is skipped; "
                         "Ctrl-D or the file's end stops)")
-    add_docs_flags(p.add_argument_group("your own files (ragkit/documents.py, ragkit/folder_index.py)"))
+    add_docs_flags(p.add_argument_group(
+        "your own files (ragkit/documents.py, ragkit/folder_index.py)",
+        f"With --docs four defaults change: --chunk-size {chunking.WORDS} (whole sections up to that "
+        f"many words), --k {documents.K}, --hybrid {retrieval.DOCS_HYBRID} and --context on."))
     g = p.add_argument_group("better retrieval (ragkit/retrieval.py)")
     g.add_argument("--hybrid", nargs="?", const="rrf", metavar="rrf|WEIGHT",
                    help="fuse BM25 with the vectors: by rank (rrf, when no value is given) or WEIGHT "
-                        "x BM25 + (1 - WEIGHT) x cosine, both rescaled to 0..1 (default: off; with "
-                        f"--docs: {retrieval.DOCS_HYBRID})")
+                        "x BM25 + (1 - WEIGHT) x cosine, both rescaled to 0..1 (default: off)")
     g.add_argument("--rerank", nargs="?", const="cross-encoder/ms-marco-MiniLM-L6-v2",
                    metavar="MODEL|FOLDER|auto", help="re-order 4 x k candidates with a cross-encoder "
                                                      "(auto: go on without one if none is installed)")
@@ -98,7 +89,7 @@ def parser():
     g.add_argument("--tag", help="search only files whose front matter lists this tag")
     g.add_argument("--context", action=argparse.BooleanOptionalAction,
                    help='embed each chunk with its title ("file > heading") in front: on the development '
-                        'sets it ranked better (default: off; with --docs: on)')
+                        'sets it ranked better (default: off)')
     g.add_argument("--compare", action="store_true",
                    help="score plain, hybrid, rerank and context side by side (the demo's questions, "
                         "or --eval FILE with --docs)")
@@ -106,90 +97,128 @@ def parser():
 
 
 def parse_args(argv=None):
-    """The flags, each default set for the mode (--docs or the sample)."""
-    args = parser().parse_args(argv)
-    tutorial = {"chunk_size": rag.defaults(rag.build_chunks)["chunk_size"],
-                "k": rag.defaults(rag.search)["k"], "hybrid": None, "context": False}
-    args.given = [name for name in DOCS_DEFAULTS if getattr(args, name) is not None]
-    for name, value in (DOCS_DEFAULTS if args.docs else tutorial).items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
-    if args.generate and args.generator not in (None, "bedrock"):
-        raise ValueError("choose one: --generate (Amazon Bedrock, as in the tutorial) or --generator NAME")
-    args.generator = "bedrock" if args.generate else args.generator
-    if args.interactive and args.question:
-        raise ValueError("choose one: --question Q (one question) or --interactive (one a line)")
-    if args.stream and not args.generator:
-        raise ValueError("--stream shows an answer as it is written: add --generator NAME")
+    """The flags as given; an unknown one is one line that suggests the nearest."""
+    p = parser()
+    args, unknown = p.parse_known_args(argv)
+    if unknown:
+        import difflib
+        import re
+        flags = re.findall(r"--[\w-]+", p.format_help())   # every flag, as --help-all lists them
+        near = difflib.get_close_matches(unknown[0].split("=")[0], dict.fromkeys(flags), n=2)
+        p.error(f"unrecognized arguments: {' '.join(unknown)}"
+                + (f" (did you mean {' or '.join(near)}?)" if near else ""))
     return args
 
 
-def better_retrieval_flags(args) -> bool:
+TUTORIAL_DEFAULTS = {"chunk_size": rag.defaults(rag.build_chunks)["chunk_size"],
+                     "k": rag.defaults(rag.search)["k"], "hybrid": None, "context": False}
+
+
+def for_mode(name: str, given, docs: bool):
+    """A flag's value as given, else its default for the mode: --docs or the sample."""
+    if given is not None:
+        return given
+    return DOCS_DEFAULTS[name] if docs else TUTORIAL_DEFAULTS[name]
+
+
+def better_retrieval(args) -> bool:
     """True if any flag of ragkit/retrieval.py is given."""
     return any(v not in (None, False) for v in (args.hybrid, args.rerank, args.source, args.tag,
                                                  args.context, args.compare))
 
 
-@dataclass
-class Checked:
-    """What check_args found, passed on to run()."""
+@dataclass(frozen=True)
+class Settings:
+    """The flags checked, each default resolved for the mode: what run() works from."""
     backend: str                        # --backend auto: what loads
     model: str                          # a hub id: its folder in the cache
+    chunk_size: int
+    k: int
+    hybrid: str | None
+    context: bool
+    generator: str | None               # --generate is --generator bedrock
+    models: generators.ModelSettings
+    reading: documents.Reading
     questions: list | None = None       # --eval's, read (matched to the index's files later)
 
 
-def check_args(args) -> Checked:
+def check_args(args) -> Settings:
     """Every flag's value, before any slow work: nothing is loaded, started or built here."""
-    rag.check_args(args)
+    docs = args.docs is not None
+    chunk_size, k = for_mode("chunk_size", args.chunk_size, docs), for_mode("k", args.k, docs)
+    rag.check_args(argparse.Namespace(**{**vars(args), "chunk_size": chunk_size, "k": k}))
+    if args.generate and args.generator not in (None, "bedrock"):
+        raise ValueError("choose one: --generate (Amazon Bedrock, as in the tutorial) or --generator NAME")
+    generator = "bedrock" if args.generate else args.generator
+    if args.interactive and args.question:
+        raise ValueError("choose one: --question Q (one question) or --interactive (one a line)")
+    if args.stream and not generator:
+        raise ValueError("--stream shows an answer as it is written: add --generator NAME")
     if args.question:
         answering.check_length(len(args.question), MAX_QUESTION_CHARS, "--question")
-    checked = Checked(*embeddings.model_for(args.backend, args.model))   # --model: one line now
-    if args.docs is not None or args.index is not None or args.eval is not None or args.exclude \
-            or args.max_pages is not None or args.max_folder_mb is not None or args.notebook_outputs:
-        documents.check_args(args)
-    if args.eval:
-        checked.questions = documents.load_eval_file(args.eval)   # a malformed file: now, not after embedding
-    if better_retrieval_flags(args):
-        retrieval.check_args(args)
-    if args.generator:
-        generators.check_generator(args)         # a missing model or key fails now
-    return checked
+    backend, model = embeddings.model_for(args.backend, args.model)     # --model: one line now
+    documents.check_paths(args.docs, args.index, args.eval, tuple(args.exclude or ()))
+    if not docs and (args.index or args.eval or args.exclude or args.max_pages is not None
+                     or args.notebook_outputs or args.max_folder_mb is not None):
+        raise ValueError("--index, --eval, --exclude, --max-pages, --max-folder-mb and "
+                         "--notebook-outputs work with --docs FOLDER")
+    if args.compare and docs and not args.eval:
+        raise ValueError("--compare with --docs needs --eval FILE: questions labelled with the files "
+                         "that answer them")
+    retrieval.check_flags(args.hybrid, args.rerank, args.source, args.tag)
+    if not docs and (args.source is not None or args.tag is not None):
+        retrieval.check_filters(rag.CORPUS, args.source, args.tag)   # a folder's: once it is read
+    models = generators.ModelSettings(args.local_model, args.threads, args.max_tokens, args.llm_url,
+                                      args.llm_model, args.api_key_env, args.model_id, args.region)
+    if generator:
+        generators.check_generator(generator, models)    # a missing model or key fails now
+    reading = documents.Reading(tuple(args.exclude or ()), args.max_pages or readers.MAX_PAGES,
+                                args.notebook_outputs, args.max_folder_mb or documents.MAX_FOLDER_MB)
+    questions = documents.load_eval_file(args.eval) if args.eval else None   # a bad file: now
+    return Settings(backend, model, chunk_size, k, for_mode("hybrid", args.hybrid, docs),
+                    for_mode("context", args.context, docs), generator, models, reading, questions)
 
 
-def print_docs_settings(args) -> None:
+def print_docs_settings(args, chosen: Settings) -> None:
     """What --docs switches on, once, with its values and the flag that changes each."""
-    said = {"chunk_size": f"chunks of whole sections up to {args.chunk_size} words (--chunk-size)",
-            "k": f"{args.k} passages a question (--k)",
-            "hybrid": f"hybrid search, {args.hybrid} x BM25 + the rest cosine (--hybrid)",
+    said = {"chunk_size": f"chunks of whole sections up to {chosen.chunk_size} words (--chunk-size)",
+            "k": f"{chosen.k} passages a question (--k)",
+            "hybrid": f"hybrid search, {chosen.hybrid} x BM25 + the rest cosine (--hybrid)",
             "context": "each chunk embedded with its title in front "
                        "(--context; --no-context turns it off)"}
-    defaults = [said[name] for name in DOCS_DEFAULTS if name not in args.given
-                and (name != "context" or args.context)]
+    defaults = [said[name] for name in DOCS_DEFAULTS if getattr(args, name) is None
+                and (name != "context" or chosen.context)]
     if defaults:
         print("--docs uses: " + "; ".join(defaults))
 
 
 def run(args) -> None:
     """The demo or your own files; then the question, answered if a generator is chosen."""
-    checked = check_args(args)
-    args.backend, args.model = checked.backend, checked.model
+    chosen = check_args(args)
+    lesson = argparse.Namespace(**{**vars(args), "backend": chosen.backend, "model": chosen.model,
+                                   "chunk_size": chosen.chunk_size, "k": chosen.k})
     context = None                        # vectors of each chunk with its title in front
     if args.docs:                         # your own folder instead of the sample
         from ragkit import folder_index
-        print_docs_settings(args)
-        chunks, index, embedder = folder_index.index_folder(args)
-        context = index if args.context else None       # --context: the index embeds titles
-    elif args.question or args.generator or args.interactive:
-        chunks, index, embedder = rag.index_sample(args)
+        print_docs_settings(args, chosen)
+        docs = documents.load_folder(args.docs, chosen.reading)
+        if args.source is not None or args.tag is not None:
+            retrieval.check_filters(docs, args.source, args.tag)      # before the slow part
+        chunks, index, embedder = folder_index.index_folder(
+            docs, chosen.backend, chosen.model, chosen.chunk_size, chosen.context, args.index)
+        context = index if chosen.context else None       # --context: the index embeds titles
+    elif args.question or chosen.generator or args.interactive:
+        chunks, index, embedder = rag.index_sample(lesson)
     else:
-        chunks, index, embedder = rag.run_demo(args)
-    chosen = retrieval.settings(args, chunks)
-    retrieve = retrieval.make_retriever(chunks, index, embedder, **chosen, context_vectors=context)
-    k = min(args.k, len(chunks) if chosen["allowed"] is None else len(chosen["allowed"]))
-    name = retrieval.variant_name(chosen["hybrid"], chosen["reranker"], args.context)
+        chunks, index, embedder = rag.run_demo(lesson)
+    found_by = retrieval.settings(chunks, chosen.hybrid, args.rerank, args.source, args.tag,
+                                  chosen.context)
+    retrieve = retrieval.make_retriever(chunks, index, embedder, **found_by, context_vectors=context)
+    k = min(chosen.k, len(chunks) if found_by["allowed"] is None else len(found_by["allowed"]))
+    name = retrieval.variant_name(found_by["hybrid"], found_by["reranker"], chosen.context)
     eval_set = rag.EVAL_SET
     if args.docs and args.eval:           # your labelled questions, scored as --question retrieves
-        eval_set = documents.indexed_only(checked.questions, {c["doc_id"] for c in chunks}, args.eval)
+        eval_set = documents.indexed_only(chosen.questions, {c["doc_id"] for c in chunks}, args.eval)
         found = [retrieve(item["question"], k) for item in eval_set]     # once, for both scores
         retrieval.print_evaluation(eval_set, found, k, name, args.eval, retrieve.timing)
         documents.print_answer_in_context(eval_set, found, k)
@@ -197,16 +226,15 @@ def run(args) -> None:
         eval_set = None
         if not (args.question or args.interactive):
             print('next: add --question "..." to ask about these files')
-    elif better_retrieval_flags(args) and not (args.question or args.generator):
+    elif better_retrieval(args) and not (args.question or chosen.generator):
         found = [retrieve(item["question"], k) for item in eval_set]
-        retrieval.print_evaluation(eval_set, found, k, name, "the sample's questions",
-                                          retrieve.timing)
+        retrieval.print_evaluation(eval_set, found, k, name, "the sample's questions", retrieve.timing)
     if args.compare:
-        retrieval.print_compare(eval_set, chunks, index, embedder, k, chosen, context)
-    if args.question or args.generator or args.interactive:
+        retrieval.print_compare(eval_set, chunks, index, embedder, k, found_by, context)
+    if args.question or chosen.generator or args.interactive:
         llm = None
-        if args.generator:                # built once: a local model loads at the first question
-            llm = generators.make_generator(args.generator, args, args.stream, embedder, chunks)
+        if chosen.generator:              # built once: a local model loads at the first question
+            llm = generators.make_generator(chosen.generator, chosen.models, args.stream, embedder, chunks)
         questions = [args.question or rag.VACATION_Q]
         if args.interactive:              # one a line, typed or piped, all with this index and model
             questions = answering.typed_questions(sys.stdin, MAX_QUESTION_CHARS)

@@ -13,6 +13,7 @@ import os
 import re
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from ragkit import readers
@@ -286,24 +287,28 @@ def print_biggest_file(chunks: list[dict]) -> None:
 
 
 # == For the command line (ragkit/cli.py) =================================================
-def load_folder(args) -> list[dict]:
-    """load_documents with what --docs, --exclude, --max-pages, --notebook-outputs and
-    --max-folder-mb say."""
-    return load_documents(args.docs, args.exclude, args.max_pages or readers.MAX_PAGES,
-                          args.notebook_outputs, (args.max_folder_mb or MAX_FOLDER_MB) * 1_000_000)
+@dataclass(frozen=True)
+class Reading:
+    """How a folder is read: --exclude, --max-pages, --notebook-outputs, --max-folder-mb."""
+    exclude: tuple = ()
+    max_pages: int = readers.MAX_PAGES
+    notebook_outputs: bool = False
+    max_folder_mb: int = MAX_FOLDER_MB
 
 
-def check_args(args) -> None:
-    """--docs, --index and --eval: what can be checked before any slow work."""
-    refuse_empty(args, ("docs", "index", "eval"), "a path")
-    if args.docs is None and (args.index or args.eval or args.exclude or args.max_pages is not None
-                              or args.notebook_outputs or args.max_folder_mb is not None):
-        raise ValueError("--index, --eval, --exclude, --max-pages, --max-folder-mb and "
-                         "--notebook-outputs work with --docs FOLDER")
-    if args.exclude and not all(pattern.strip() for pattern in args.exclude):
+def load_folder(folder, reading: Reading = Reading()) -> list[dict]:
+    """load_documents(folder, ...) read as `reading` says."""
+    return load_documents(folder, list(reading.exclude), reading.max_pages, reading.notebook_outputs,
+                          reading.max_folder_mb * 1_000_000)
+
+
+def check_paths(docs: str | None, index: str | None, eval_file: str | None, exclude: tuple) -> None:
+    """--docs, --index, --eval and --exclude: what can be checked before any slow work."""
+    refuse_empty({"--docs": docs, "--index": index, "--eval": eval_file}, "a path")
+    if not all(pattern.strip() for pattern in exclude):
         raise ValueError("--exclude needs a pattern, got an empty string")
-    if args.index:
-        usable_folder(args.index, "--index")
+    if index:
+        usable_folder(index, "--index")
 
 
 # == --eval: your labelled questions ===============================================================

@@ -1,9 +1,11 @@
 """ragkit/folder_index.py: the index of your own folder (--docs), built, or reused from --index.
 
-    chunks, index, embedder = index_folder(args)      # --docs FOLDER [--index DIR] [--no-context]
+    docs = documents.load_folder("examples/notes/")                          # --docs
+    chunks, index, embedder = index_folder(docs, "tfidf", "", 300, context=True,
+                                           index_dir="my_index/")     # --index
 
 Each chunk is embedded once, as the variant in use reads it: with its title in front under
---context (the --docs default), else its text alone. A saved index (ragkit/folder_index.py) is
+--context (the --docs default), else its text alone. A saved index (the first section below) is
 rebuilt, with the reason said, when its inputs change: the backend, the model (its name and
 weights), the chunk size, --context or the reader; when only files changed, MiniLM re-embeds
 just the chunks of those files. A question on an unchanged index re-reads no file into chunks
@@ -253,21 +255,23 @@ def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, conte
     return index
 
 
-def index_folder(args):
-    """(chunks, index, embedder) for a folder: the saved index when nothing changed, else the
-    chunks made again and only what changed embedded; the index embeds the variant in use."""
-    docs = documents.load_folder(args)
-    backend = "tfidf" if args.backend == "tfidf" else "minilm"   # cli.py checked that MiniLM loads
+def index_folder(docs: list[dict], backend: str, model: str, chunk_size: int, context: bool,
+                 index_dir: str | None = None):
+    """(chunks, index, embedder) for a folder's documents (documents.load_folder): the saved
+    index in index_dir when nothing changed, else the chunks made again and only what changed
+    embedded; the index embeds the variant in use (context: each chunk with its title in front).
+    backend: as cli.py's check found it loads (auto there means MiniLM loads)."""
+    backend = "tfidf" if backend == "tfidf" else "minilm"
     minilm = backend == "minilm"
-    meta = {"backend": backend, "model": model_identity(backend, args.model),
-            "chunk_size": args.chunk_size, "context": bool(args.context), "reader": READER,
+    meta = {"backend": backend, "model": model_identity(backend, model),
+            "chunk_size": chunk_size, "context": bool(context), "reader": READER,
             "fingerprint": fingerprint(docs), "files": file_hashes(docs)}
     files = len({documents.file_of(d["doc_id"]) for d in docs})      # a PDF is one file of many pages
-    saved_index, saved_chunks, saved, why = (load_index(args.index, meta) if args.index
+    saved_index, saved_chunks, saved, why = (load_index(index_dir, meta) if index_dir
                                              else (None, None, None, "no --index"))
     if why is None:                       # nothing changed: only questions to embed from here
-        embedder = question_embedder(args.model) if minilm else rag.Embedder("tfidf")
-        embedder.fit(embedded_texts(saved_chunks, args.context))  # TF-IDF relearns its vocabulary
+        embedder = question_embedder(model) if minilm else rag.Embedder("tfidf")
+        embedder.fit(embedded_texts(saved_chunks, context))  # TF-IDF relearns its vocabulary
         width = (embedder.model.get_sentence_embedding_dimension() if minilm
                  else len(embedder.model.vocabulary_))
         if saved_index.shape[1] != width:                                 # not this model's vectors
@@ -275,28 +279,28 @@ def index_folder(args):
     if why is None:
         chunks, index = saved_chunks, saved_index
         print(f"{files} files -> {len(chunks)} chunks: loaded the saved index from "
-              f"{printable(args.index, lines=False)} "
+              f"{printable(index_dir, lines=False)} "
               f"(not re-embedded)")
     else:
         with Progress("loading the embedding model"):      # MiniLM: seconds, shown as a clock
-            embedder = rag.Embedder(backend, args.model)
-        chunks = chunk_documents(docs, args.chunk_size, chunking.model_fits(embedder))
-        print(f"{files} files -> {len(chunks)} chunks (sections whole up to {args.chunk_size} "
+            embedder = rag.Embedder(backend, model)
+        chunks = chunk_documents(docs, chunk_size, chunking.model_fits(embedder))
+        print(f"{files} files -> {len(chunks)} chunks (sections whole up to {chunk_size} "
               f"words and what the model reads; code, lists and tables kept with their lead-in)")
         documents.print_biggest_file(chunks)          # before the wait: a huge file shows here
         if saved_index is not None and minilm:     # TF-IDF's words depend on every file: it refits
-            index = update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, args.context)
+            index = update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, context)
         else:
-            print(f"building the index: {why}" if args.index else "building the index ...")
-            index = build_index(embedded_texts(chunks, args.context), embedder)
-        if args.index:
-            save_index(args.index, index, chunks, meta)
-            print(f"saved the index to {printable(args.index, lines=False)}")
+            print(f"building the index: {why}" if index_dir else "building the index ...")
+            index = build_index(embedded_texts(chunks, context), embedder)
+        if index_dir:
+            save_index(index_dir, index, chunks, meta)
+            print(f"saved the index to {printable(index_dir, lines=False)}")
     print(f"backend={embedder.backend}  index shape={index.shape}"
-          + ("  (titles in front)" if args.context else ""))
+          + ("  (titles in front)" if context else ""))
     if minilm and why is not None:  # a saved index said it when it was built
         model = embedder.model
-        report = chunking.truncation(embedded_texts(chunks, args.context), model.tokenizer,
+        report = chunking.truncation(embedded_texts(chunks, context), model.tokenizer,
                                       model.max_seq_length)
         print(chunking.truncation_line(report), file=sys.stderr)
     if minilm:

@@ -643,36 +643,52 @@ def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
 GENERATORS = ("extractive", "local", "openai", "bedrock")
 
 
-def check_generator(args) -> None:
+@dataclass(frozen=True)
+class ModelSettings:
+    """What the generators read of the flags add_model_arguments declares (and of the
+    tutorial's --model-id and --region, for Bedrock)."""
+    local_model: str | None = None      # qwen, smollm2 or a .gguf file; None: qwen if installed
+    threads: int | None = None          # None: the cores no other process is using
+    max_tokens: int = MAX_TOKENS
+    llm_url: str | None = None
+    llm_model: str = "local"
+    api_key_env: str = "OPENAI_API_KEY"
+    model_id: str | None = None
+    region: str = "us-east-1"
+
+
+def check_generator(name: str, models: ModelSettings) -> None:
     """What can be checked of --generator before any slow work, loading, joining and starting
-    nothing: the local model's file (or Qwen's parts) is there, the server's address is one,
-    Bedrock has credentials."""
-    if args.generator == "local":
+    nothing: llama.cpp and the local model's file (or Qwen's parts) are there, the server's
+    address is one, Bedrock has credentials."""
+    if name == "local":
         from ragkit import llama
-        llama.find_model(args.local_model)  # Qwen's parts are joined when the model is built
-    elif args.generator == "openai" and not args.llm_url:
+        llama.find_model(models.local_model)  # Qwen's parts are joined when the model is built
+    elif name == "openai" and not models.llm_url:
         raise ValueError("the openai generator needs --llm-url http://HOST:PORT/v1 (and "
                          "--llm-model NAME if the server does not call its model 'local')")
-    elif args.generator == "openai" and not args.llm_url.startswith(("http://", "https://")):
-        raise ValueError(f"--llm-url must start with http:// or https://, got {args.llm_url!r}")
-    elif args.generator == "bedrock":      # billed per token; fails now without credentials
-        check_setup(args.model_id, args.region)
+    elif name == "openai" and not models.llm_url.startswith(("http://", "https://")):
+        raise ValueError(f"--llm-url must start with http:// or https://, got {models.llm_url!r}")
+    elif name == "bedrock":      # billed per token; fails now without credentials
+        check_setup(models.model_id, models.region)
 
 
-def make_generator(name: str, args, stream: bool = False, embedder=None, chunks=None) -> Generator:
-    """The one place a generator is built, from the flags its name needs. stream: print the
+def make_generator(name: str, models: ModelSettings = ModelSettings(), stream: bool = False,
+                   embedder=None, chunks=None) -> Generator:
+    """The one place a generator is built, from the settings its name needs. stream: print the
     answer as it is written (--stream); embedder and chunks: the index's, which the extractive
     answer scores sentences with and learns the pages' words from."""
     if name == "extractive":
         from ragkit import extractive
         llm = extractive.extractive_generator(stream=stream, embedder=embedder, chunks=chunks)
     elif name == "local":
-        llm = local_generator(args.local_model, args.threads or free_cores(), args.max_tokens, stream)
+        llm = local_generator(models.local_model, models.threads or free_cores(), models.max_tokens,
+                              stream)
     elif name == "openai":
-        llm = openai_generator(args.llm_url, args.llm_model, args.api_key_env, args.max_tokens,
-                               stream=stream)
+        llm = openai_generator(models.llm_url, models.llm_model, models.api_key_env,
+                               models.max_tokens, stream=stream)
     elif name == "bedrock":
-        llm = bedrock_generator(args.model_id, args.region, stream=stream)
+        llm = bedrock_generator(models.model_id, models.region, stream=stream)
     else:
         raise ValueError(f"unknown generator {name!r}: choose from {', '.join(GENERATORS)}")
     if name != "extractive":               # fence markers, invented sources and loops never shown

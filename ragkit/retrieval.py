@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit import chunking, documents, embeddings
+from ragkit import chunking, embeddings
 from ragkit.support import plural, refuse_empty
 
 # == Defaults: the one place they live (the experiments' CLI reads them from here) =========
@@ -389,27 +389,16 @@ def print_evaluation(eval_set, found: list[list[dict]], k: int, name: str, sourc
         print(f"reranking added {ms:.1f} ms per query")
 
 
-def check_args(args) -> None:
-    """--hybrid, --rerank, --source, --tag, --context, --compare: the values, before slow work."""
-    refuse_empty(args, ("source", "tag", "rerank"))
-    if args.hybrid is not None:
-        hybrid_setting(args.hybrid)
-    if args.compare and args.docs and not args.eval:
-        raise ValueError("--compare with --docs needs --eval FILE: questions labelled with the files "
-                         "that answer them")
-    if args.source is not None or args.tag is not None:
-        docs = rag.CORPUS
-        if args.docs:
-            import contextlib
-            import io
-            with contextlib.redirect_stderr(io.StringIO()):   # its [skip] lines come later, once
-                docs = documents.load_folder(args)
-        check_filters(docs, args.source, args.tag)
-    if args.rerank not in (None, "auto") and not embeddings.model_folder(args.rerank):
-        if embeddings.looks_like_folder(args.rerank):
-            raise FileNotFoundError(f"model folder not found: {args.rerank} (give a folder holding "
-                                    f"config.json)")
-        raise RuntimeError(f"no local copy of the reranker {args.rerank}: {GET_RERANKER}")
+def check_flags(hybrid: str | None, rerank: str | None, source: str | None, tag: str | None) -> None:
+    """--hybrid, --rerank, --source and --tag: the values, before slow work (whether a filter
+    keeps any file is known once the files are read: allowed_rows)."""
+    refuse_empty({"--source": source, "--tag": tag, "--rerank": rerank})
+    if hybrid is not None:
+        hybrid_setting(hybrid)
+    if rerank not in (None, "auto") and not embeddings.model_folder(rerank):
+        if embeddings.looks_like_folder(rerank):
+            raise FileNotFoundError(f"model folder not found: {rerank} (give a folder holding config.json)")
+        raise RuntimeError(f"no local copy of the reranker {rerank}: {GET_RERANKER}")
 
 
 def reranker_for(value: str, without: str = "--rerank auto: going on without reranking"):
@@ -435,12 +424,13 @@ def allowed_rows(chunks: list[dict], source: str | None, tag: str | None):
     return np.array(rows)
 
 
-def settings(args, chunks: list[dict]) -> dict:
+def settings(chunks: list[dict], hybrid: str | None, rerank: str | None, source: str | None,
+             tag: str | None, context: bool) -> dict:
     """make_retriever's settings from the flags: hybrid, reranker, context and the rows the
     filters allow (None: all)."""
-    return {"hybrid": hybrid_setting(args.hybrid) if args.hybrid is not None else None,
-            "reranker": reranker_for(args.rerank) if args.rerank else None,
-            "context": args.context, "allowed": allowed_rows(chunks, args.source, args.tag)}
+    return {"hybrid": hybrid_setting(hybrid) if hybrid is not None else None,
+            "reranker": reranker_for(rerank) if rerank else None,
+            "context": context, "allowed": allowed_rows(chunks, source, tag)}
 
 
 def print_compare(eval_set, chunks, index, embedder, k: int, chosen: dict, context_vectors=None) -> None:

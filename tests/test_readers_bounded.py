@@ -227,7 +227,8 @@ def test_max_folder_mb_is_the_budget_in_megabytes(tmp_path, capsys):
     from ragkit import cli
     for name in ["a.md", "b.md", "c.md"]:
         (tmp_path / name).write_text(f"# {name}\n\n" + "word " * 80_000)   # 400 KB each
-    args = cli.parse_args(["--docs", str(tmp_path), "--max-folder-mb", "1"])
-    assert [d["doc_id"] for d in documents.load_folder(args)] == ["a.md", "b.md"]
+    chosen = cli.check_args(cli.parse_args(["--docs", str(tmp_path), "--max-folder-mb", "1",
+                                            "--backend", "tfidf"]))
+    assert [d["doc_id"] for d in documents.load_folder(tmp_path, chosen.reading)] == ["a.md", "b.md"]
     assert capsys.readouterr().err.splitlines()[-1] == \
         "skipped 1 file past the 1 MB folder budget (--max-folder-mb raises it)"

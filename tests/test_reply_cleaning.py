@@ -115,9 +115,7 @@ def test_smollm2_on_development_questions_shows_no_marker_no_invented_source_no_
     """The real model on one development question (its prompt holds 8 passages, about 2,000
     tokens: half a minute of prefill on one thread here). Every question's prompt is guarded in
     the test above; docs/generation.md has what SmolLM2 answered on a whole set."""
-    class Flags:
-        threads, max_tokens, local_model = 1, 64, "smollm2"
-    model = generators.make_generator("local", Flags)
+    model = generators.make_generator("local", generators.ModelSettings("smollm2", threads=1, max_tokens=64))
     prompt = docs_prompts()[7]
     answer = model.answer(prompt)
     assert harms(answer, prompt) == [], answer
