@@ -44,7 +44,6 @@ PLANS = {"all": PLAN, "kit": PLAN[:1]}
 UNCHECKED = ["refuse", "flag"]
 MIN_TOPICS = [0.0, 0.2, 0.3, 0.4, 0.5]        # the share of the question the quotes must speak to
 MAX_TOKENS = generators.MAX_TOKENS          # as the kit asks: kept replies are then the kit's own
-CONTEXT = 8192                       # tokens: more than the longest prompt of 8 passages needs
 SCORE = {"right": 1, "partial": 0, "refused (wrong)": 0, "wrong": -2,
          "refused (right)": 1, "answered (wrong)": -2}
 
@@ -73,7 +72,7 @@ def collect(names, model: str | None, threads: int, questions: int | None = None
     llama.find_model(model)                 # a missing model file: one line, now
     embedder = CachedEmbedder("minilm")
     cache = EmbeddingCache(folder)                # marks the folder as the kit's first
-    local = generators.local_generator(model, threads, MAX_TOKENS, reuse_prefix=True, context=CONTEXT)
+    local = generators.local_generator(model, threads, MAX_TOKENS)
     path = kept_file(local.path, folder)
     kept = read_kept(path)
     key = lambda prompt: request_key(str(local.path), prompt.system, prompt.text, MAX_TOKENS)

@@ -14,6 +14,8 @@ loose: any passage, a dropped word forgiven; section: loose, and a heading the m
 
 from __future__ import annotations
 
+import hashlib
+
 from ragkit import answering
 from ragkit.support import split_sentences
 
@@ -94,6 +96,12 @@ def where(quote: str, number: str, passages: dict, strictness: str) -> tuple[str
     return None, "in no passage", quote
 
 
+def fence_tag(question: str, seed: str) -> str:
+    """A prompt's marker tag that is the same for the same question and seed: the development
+    runs keep each reply by its prompt, so a rerun asks the same (the kit's tag is random)."""
+    return hashlib.sha256(f"{seed}\n{question}".encode()).hexdigest()[:16]
+
+
 def check_reply(reply: str, prompt: answering.GroundedPrompt, strictness: str = "exact",
                 min_topic: float = 0.0) -> dict:
     """answering.check_reply() under any of STRICTNESS: the quotes found by where() above, then
@@ -108,4 +116,6 @@ def checked_answer(reply: str, prompt: answering.GroundedPrompt, strictness: str
                    min_topic: float) -> tuple[dict, str]:
     """ragkit/answering.py's checked_answer under any of STRICTNESS: (the check, what is shown)."""
     checked = check_reply(reply, prompt, strictness, min_topic)
-    return checked, answering.shown_answer(checked, unchecked)
+    if unchecked == "flag" and not checked["checked"] and not checked["refused"] and checked["answer"]:
+        return checked, f"{checked['answer']}\n  (unsupported: no quote of it was found in the passages)"
+    return checked, answering.shown_answer(checked)

@@ -28,7 +28,7 @@ from pathlib import Path
 from rageval import devset, devsets
 from rageval import generation as gen
 from rageval.embedding_cache import EmbeddingCache
-from rageval import citations
+from rageval import answer_variants, citations
 from ragkit import answering, documents, support
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder
 
@@ -47,7 +47,7 @@ MAX_TOKENS = 120
 
 def prompt_for(question: str, found: list[dict], k: int, keep: int | None) -> citations.CitedPrompt:
     """The cited prompt of the best k passages, each cut to its best sentences."""
-    return citations.cited_prompt(question, found[:k], answering.fence_tag(question, SEED), keep)
+    return citations.cited_prompt(question, found[:k], answer_variants.fence_tag(question, SEED), keep)
 
 
 def retrieved(names: list[str], embedder, cache) -> dict:

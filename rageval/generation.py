@@ -22,13 +22,14 @@ from pathlib import Path
 
 import rag_from_scratch as rag
 from ragkit import answering, chunking, support, retrieval
+from rageval import answer_variants
 from rageval.arguments import add_backend, add_k
 from ragkit.documents import fact_text
 from ragkit.extractive import content_words, extract_answer, stop_words
 from ragkit.support import CODE
 from ragkit.llama import INSTALL_LOCAL, free_cores
 from ragkit.generators import (GENERATORS, add_model_arguments, check_generator, make_generator,
-                               ModelSettings, serve)
+                               ModelSettings)
 
 BEDROCK = rag.defaults(rag.generate_with_bedrock)   # the placeholder model id and the region
 TOP_K = rag.defaults(rag.search)["k"]
@@ -129,7 +130,8 @@ def evaluate_generation(gold: list[dict], generators: dict, retrieve, k: int = T
     for item in gold:
         _, passages = answering.passages_for(item["question"], retrieve, k)
         text = "\n".join(f"{r['doc_id']} {r['title']} {r['text']}" for r in passages)
-        prompts.append((answering.grounded_prompt(item["question"], passages, seed=seed), text))
+        prompts.append((answering.grounded_prompt(
+            item["question"], passages, tag=answer_variants.fence_tag(item["question"], seed) if seed else None), text))
     results = {}
     for name, llm in generators.items():
         rows = []
@@ -300,6 +302,19 @@ def corpus_chunks(args) -> list[dict]:
         from ragkit import documents
         return chunking.document_chunks(documents.load_documents(args.docs))
     return rag.build_chunks(rag.CORPUS)
+
+
+def serve(port: int = 0, threads: int = 1, model: str | None = None) -> None:
+    """Run a GGUF model (default: qwen when installed) as an OpenAI-compatible server on
+    127.0.0.1 until Ctrl-C (port 0: a free one)."""
+    from ragkit import llama
+    path, name = llama.model_file(model)
+    if model not in (None, *llama.NAMES):    # a file of your own: tried in a child first
+        llama.load_guarded(path)
+    server = llama.start_llama(path, threads, port, n_ctx=8192)
+    print(f"serving {name} at {server.listening_address}/v1 (Ctrl-C stops it)", flush=True)
+    while True:                     # the server runs in its own threads; keep them alive
+        time.sleep(3600)
 
 
 def models_from(args, local_model: str | None = None) -> ModelSettings:

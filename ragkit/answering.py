@@ -124,14 +124,6 @@ INSTRUCTION = (
 MIN_QUOTE_WORDS = 3        # "yes" or "`x`" alone proves nothing about an answer
 
 
-def fence_tag(question: str, seed: str | None) -> str:
-    """The random tag of a prompt's markers; with a seed, the same for the same question (the
-    development runs cache answers by prompt)."""
-    if seed is None:
-        return secrets.token_hex(8)
-    return hashlib.sha256(f"{seed}\n{question}".encode()).hexdigest()[:16]
-
-
 SAFE_SOURCE = re.compile(r"[^\w .,:;!?'&=%@*/#()+>`-]")   # a heading's own punctuation
 
 
@@ -162,7 +154,6 @@ class GroundedPrompt:
     tag: str             # the random tag of its markers
     passages: tuple[Passage, ...]
     system: str = GROUNDED_SYSTEM_PROMPT
-    grammar: str | None = None      # none: a quoted reply is free text
 
     def numbered(self) -> dict[str, tuple[str, str]]:
         """passage number, as a reply cites it ("1") -> (source, text)."""
@@ -174,12 +165,12 @@ class GroundedPrompt:
 
 
 def grounded_prompt(question: str, retrieved: list[dict], instruction: str = INSTRUCTION,
-                    seed: str | None = None) -> GroundedPrompt:
+                    tag: str | None = None) -> GroundedPrompt:
     """The question, the passages numbered [1] .. [k] between unforgeable markers, the question
     again and what to write (`instruction`, its text). The question comes first too, so a
     model reads the passages knowing what it looks for (and prompts with fewer passages start
     the same way)."""
-    tag = fence_tag(question, seed)
+    tag = tag or secrets.token_hex(8)        # chosen at random: a passage cannot forge an END
     passages = tuple(Passage(n, source_name(r), r["text"]) for n, r in enumerate(retrieved, 1))
     blocks = "\n\n".join(f"<<BEGIN {tag} [{p.number}] source=\"{p.source}\">>\n{p.text}\n<<END {tag}>>"
                           for p in passages)
@@ -312,15 +303,10 @@ def on_topic(question: str, words_found: str, passages: dict) -> float:
                            idf_weights(sentences))
 
 
-def check_reply(reply: str, prompt: GroundedPrompt, strictness: str = "exact",
-                min_topic: float = 0.0) -> dict:
+def check_reply(reply: str, prompt: GroundedPrompt, min_topic: float = 0.0) -> dict:
     """Every quote of a reply looked for in the passage it names (see where()), the answer's
     numbers in the quotes found, and how much of the question they speak to (on_topic():
-    below `min_topic`, no quote counts). See judged() for what it returns. The kit's one
-    strictness is "exact"; rageval/answer_variants.py holds the others it was chosen from."""
-    if strictness != "exact":
-        raise ValueError(f"the kit checks quotes exactly, not {strictness!r}: the looser checks "
-                         f"are rageval/answer_variants.py's check_reply")
+    below `min_topic`, no quote counts). See judged() for what it returns."""
     quotes, answer = read_reply(reply)
     passages = prompt.numbered()
     return judged(reply, answer, [(q, n, where(q, n, passages)) for q, n in quotes], prompt, min_topic)
@@ -352,19 +338,16 @@ def judged(reply: str, answer: str, located: list[tuple], prompt: GroundedPrompt
             "reply": reply}
 
 
-def shown_answer(checked: dict, unchecked: str = "refuse") -> str:
+def shown_answer(checked: dict) -> str:
     """What the user reads: the answer, then each checked quote with its source in brackets
     (the quotes alone when the model gave no answer beside them); the refusal if the model
-    refused. An answer with no checked quote is replaced by the refusal (unchecked="refuse")
-    or shown marked as unsupported ("flag")."""
+    refused, or if no quote of its answer holds."""
     if checked["checked"]:
         quotes = [f'"{q}" [{source}]' for q, _, source in checked["checked"]]
         if not checked["answer"]:
             return "\n".join(quotes)
         return "\n".join([checked["answer"], *("  " + q for q in quotes)])
-    if checked["refused"] or unchecked == "refuse" or not checked["answer"]:
-        return REFUSAL
-    return f"{checked['answer']}\n  (unsupported: no quote of it was found in the passages)"
+    return REFUSAL
 
 
 # == Cleaning a reply as it streams ================================================================
@@ -586,13 +569,12 @@ class Guarded:
         return guarded_reply(answer, prompt)
 
 # How strictly a quote is checked, and what an answer whose quotes all fail becomes: chosen on
-# the development sets by leaving one project out (rageval/answer_tuning.py, docs/generation.md):
-# with Qwen's replies every held-out project but one got the same choice. A quote must be in
-# the passage it names; quotes and answer must speak to a fifth of the question's rare words;
-# an answer with no quote left is replaced by the refusal.
-STRICTNESS = "exact"
+# the development sets by leaving one project out (rageval/answer_tuning.py, which compares the
+# other checks of rageval/answer_variants.py; docs/generation.md): with Qwen's replies every
+# held-out project but one got the same choice. A quote must be in the passage it names; quotes
+# and answer must speak to a fifth of the question's rare words; an answer with no quote left
+# is replaced by the refusal.
 MIN_TOPIC = 0.2
-UNCHECKED = "refuse"
 
 
 def check_length(size: int, limit: int, where: str) -> None:
@@ -664,15 +646,13 @@ def passages_for(question: str, retrieve, k: int) -> tuple[list[dict], list[dict
     return found, rag.matched(found) or found
 
 
-def checked_answer(reply: str, prompt: GroundedPrompt, strictness: str = STRICTNESS,
-                   unchecked: str = UNCHECKED, min_topic: float = MIN_TOPIC) -> tuple[dict, str]:
-    """(the check of a reply's quotes, the answer a user reads): ragkit/answering.py's two steps."""
-    checked = check_reply(reply, prompt, strictness, min_topic)
-    return checked, shown_answer(checked, unchecked)
+def checked_answer(reply: str, prompt: GroundedPrompt, min_topic: float = MIN_TOPIC) -> tuple[dict, str]:
+    """(the check of a reply's quotes, the answer a user reads): check_reply, then shown_answer."""
+    checked = check_reply(reply, prompt, min_topic)
+    return checked, shown_answer(checked)
 
 
-def ask(question: str, retrieve, k: int, llm=None, strictness: str = STRICTNESS,
-        unchecked: str = UNCHECKED) -> dict | None:
+def ask(question: str, retrieve, k: int, llm=None) -> dict | None:
     """Retrieve, prompt, answer, check: print each step. retrieve(question, k) -> chunks with
     "cosine" (ragkit/retrieval.py); llm: from ragkit/generators.py's make_generator, or None. Returns
     the checked reply (ragkit/answering.py's check_reply), or None without a generator."""
@@ -687,7 +667,7 @@ def ask(question: str, retrieve, k: int, llm=None, strictness: str = STRICTNESS,
         return None
     print(f"\n== Step 7: the answer ({llm.name}) ==")
     reply = llm.answer(prompt)                  # --stream: printed as written
-    checked, answer = checked_answer(reply, prompt, strictness, unchecked)
+    checked, answer = checked_answer(reply, prompt)
     if llm.streams:
         print("-- checked against the passages --")
     print(answer)

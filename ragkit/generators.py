@@ -1,7 +1,7 @@
 """ragkit/generators.py: language models that write the answer, offline or on your own server.
 
     python rag_from_scratch.py --question "How much time off do new fathers get?" --generator local
-    python -m rageval.generation --serve    # SmolLM2 as an OpenAI-compatible server on 127.0.0.1
+    python -m rageval.generation --serve    # a model as an OpenAI-compatible server on 127.0.0.1
     python rag_from_scratch.py --question "..." --generator openai --llm-url http://127.0.0.1:PORT/v1
 
 Every generator is a small type with the fields of Generator below; its answer(prompt) reads a
@@ -509,15 +509,13 @@ class Streaming:
 class LocalModel:
     """A GGUF model on llama.cpp in this process, greedy, on `threads` CPU threads: the lesson's
     llm_fn, model(prompt, system_prompt). It is loaded at the first question, with a context
-    sized to that prompt (a longer prompt later: loaded anew), or of `context` tokens for every
-    prompt (a run of many). A file of your own is loaded in a guarded child first (load_guarded)."""
+    sized to that prompt (a longer prompt later: loaded anew). A file of your own is loaded in a
+    guarded child first (load_guarded)."""
     path: Path
     runtime: str                     # "SmolLM2-135M-Instruct Q4_1, xllamacpp ..., 1 thread"
     threads: int = THREADS
     max_tokens: int = MAX_TOKENS
     streams: bool = False
-    reuse_prefix: bool = False
-    context: int | None = None
     checked: bool = True             # False for a file of your own until a child has loaded it
     truncated: bool = False
     usage: dict = field(default_factory=dict)
@@ -530,7 +528,7 @@ class LocalModel:
 
     def server_for(self, prompt: str, system_prompt: str):
         """The loaded server, or one loaded now with a context this prompt fits in."""
-        n_ctx = self.context or context_for(len(prompt) + len(system_prompt), self.max_tokens)
+        n_ctx = context_for(len(prompt) + len(system_prompt), self.max_tokens)
         if self.loaded and max(self.loaded) >= n_ctx:
             return self.loaded[max(self.loaded)]
         if not self.checked:
@@ -538,24 +536,20 @@ class LocalModel:
             self.checked = True
         start = time.perf_counter()
         self.loaded.clear()
-        self.loaded[n_ctx] = start_llama(self.path, self.threads, n_ctx=n_ctx,
-                                         reuse_prefix=self.reuse_prefix)
+        self.loaded[n_ctx] = start_llama(self.path, self.threads, n_ctx=n_ctx)
         print(f"loaded {self.runtime}, context {n_ctx:,} tokens, in "
               f"{time.perf_counter() - start:.1f} s", file=sys.stderr)
         return self.loaded[n_ctx]
 
     def answer(self, prompt: GroundedPrompt):
-        """The reply to a grounded or cited prompt: its text, system prompt and grammar."""
-        return self(prompt.text, prompt.system, prompt.grammar)
+        """The reply to a grounded prompt: its text and system prompt."""
+        return self(prompt.text, prompt.system)
 
-    def __call__(self, prompt: str, system_prompt: str = rag.SYSTEM_PROMPT, grammar: str | None = None):
+    def __call__(self, prompt: str, system_prompt: str = rag.SYSTEM_PROMPT):
         """The reply, streamed inside so that llama.cpp's own counts show on stderr while it
-        reads the prompt and writes (ragkit/llama.py); grammar: llama.cpp's GBNF
-        grammar the reply must follow. With streams, its pieces as they come."""
+        reads the prompt and writes (ragkit/llama.py). With streams, its pieces as they come."""
         server = self.server_for(prompt, system_prompt)
         request = chat_request(prompt, system_prompt, self.max_tokens) | PROGRESS
-        if grammar:
-            request["grammar"] = grammar
         chunks = shown(llama_chunks(server, request | STREAMED), writing=not self.streams)
         pieces = stream_text(chunks, "llama.cpp", self)          # sets truncated and usage at the end
         if self.streams:
@@ -567,8 +561,7 @@ class LocalModel:
 
 
 def local_generator(model: str | None = None, threads: int = THREADS, max_tokens: int = MAX_TOKENS,
-                    stream: bool = False, reuse_prefix: bool = False,
-                    context: int | None = None) -> LocalModel:
+                    stream: bool = False) -> LocalModel:
     """The LocalModel for --local-model (ragkit/llama.py: qwen, smollm2 or a path; None: qwen
     when installed): Qwen's parts are joined here, the first time."""
     from importlib.metadata import version
@@ -576,20 +569,7 @@ def local_generator(model: str | None = None, threads: int = THREADS, max_tokens
     path, name = llama.model_file(model)        # the model file: Qwen, SmolLM2 or your own
     runtime = f"{printable(name, lines=False)}, xllamacpp {version('xllamacpp')}, {plural(threads, 'thread')}"
     own = model not in (None, *llama.NAMES)  # qwen and smollm2 are pinned
-    return LocalModel(path, runtime, threads, max_tokens, stream, reuse_prefix, context, not own)
-
-
-def serve(port: int = 0, threads: int = THREADS, model: str | None = None) -> None:
-    """Run a GGUF model (default: qwen when installed) as an OpenAI-compatible server on
-    127.0.0.1 until Ctrl-C (port 0: a free one)."""
-    from ragkit import llama
-    path, name = llama.model_file(model)
-    if model not in (None, *llama.NAMES):    # a file of your own: tried in a child first
-        load_guarded(path)
-    server = start_llama(path, threads, port, n_ctx=8192)
-    print(f"serving {name} at {server.listening_address}/v1 (Ctrl-C stops it)", flush=True)
-    while True:                     # the server runs in its own threads; keep them alive
-        time.sleep(3600)
+    return LocalModel(path, runtime, threads, max_tokens, stream, not own)
 
 
 # ---------------------------------------------------------------------------

@@ -281,11 +281,9 @@ def context_for(text_chars: int, max_tokens: int) -> int:
     return max(2048, -(-int(need) // CONTEXT_STEP) * CONTEXT_STEP)
 
 
-def llama_params(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096,
-                 reuse_prefix: bool = False):
+def llama_params(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096):
     """xllamacpp's settings for a GGUF model served on 127.0.0.1 (port 0: a free one). Its chat
-    template is the one in the file. reuse_prefix: keep the last prompt's computed start for
-    the next one that begins the same way (the development runs)."""
+    template is the one in the file."""
     try:
         import xllamacpp
     except ImportError:
@@ -296,17 +294,16 @@ def llama_params(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096,
     params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
     params.use_jinja = True             # the file's own chat template, as its makers wrote it
     params.verbosity = -1               # llama.cpp logs every request otherwise
-    params.cache_prompt = reuse_prefix  # off: the same prompt always gives the same text
+    params.cache_prompt = False         # the same prompt always gives the same text
     params.cache_ram_mib, params.port = 0, port
     params.n_batch = 512          # a prompt_progress event every 512 tokens, as n_ubatch reads them
     return params
 
 
-def start_llama(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096,
-                reuse_prefix: bool = False):
+def start_llama(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096):
     """Load a GGUF model into an xllamacpp Server, set up by llama_params."""
     import xllamacpp
-    params = llama_params(path, threads, port, n_ctx, reuse_prefix)
+    params = llama_params(path, threads, port, n_ctx)
     with threads_without_ctrl_c():   # its threads must never take Ctrl-C (ragkit/support.py)
         SERVERS.append(xllamacpp.Server(params))   # kept: freeing a server mid-Ctrl-C can hang
     return SERVERS[-1]

@@ -20,6 +20,7 @@ import pytest
 from conftest import LATE_S
 
 import rag_from_scratch as rag
+from rageval import answer_variants
 from rageval import generation as gen
 from ragkit import answering, extractive, generators, llama, retrieval
 
@@ -173,7 +174,7 @@ def test_extractive_is_deterministic_quotes_its_passage_and_refuses_in_the_promp
     reply = generator.answer(prompt)
     assert reply == generator.answer(prompt)
     assert reply.startswith('Quote: "Fathers, partners and adoptive parents receive 4 weeks') and reply.endswith('" [1]')
-    checked = answering.check_reply(reply, prompt, "exact")
+    checked = answering.check_reply(reply, prompt)
     assert [source for _, _, source in checked["checked"]] == ["handbook.md > Parental leave"]
     assert generator.answer(answering.grounded_prompt("What is the dress code?", hr04)) == REFUSAL
 
@@ -384,7 +385,7 @@ class Counted:
 def test_a_kept_reply_is_read_back_and_never_asked_again(tmp_path):
     from rageval import devset
     prompt = answering.grounded_prompt("How many days?", [{"doc_id": "a.md", "title": "a.md", "text": "t"}],
-                                      seed=gen.KEPT_SEED)
+                                      tag=answer_variants.fence_tag("How many days?", gen.KEPT_SEED))
     first = devset.Keeping(Counted("models/fake.gguf"), tmp_path)
     assert first.answer(prompt) == first.answer(prompt) and len(first.model.asked) == 1
     again = devset.Keeping(Counted("models/fake.gguf"), tmp_path)       # a rerun reads the file

@@ -84,19 +84,20 @@ def test_a_number_no_quote_holds_drops_the_sources(prompt):
     checked = answer_variants.check_reply(reply, prompt, "any-passage")
     assert checked["stray_numbers"] == ["90"] and checked["checked"] == []
     assert answering.shown_answer(checked) == answering.REFUSAL
-    assert answering.shown_answer(checked, "flag").endswith("(unsupported: no quote of it was found in the passages)")
+    flagged = answer_variants.checked_answer(reply, prompt, "any-passage", "flag", 0.0)[1]
+    assert flagged.endswith("(unsupported: no quote of it was found in the passages)")
 
 
 def test_the_kit_checks_exactly_and_the_looser_checks_live_in_rageval(prompt):
     reply = 'Quote: "Every employee gets 24 days of paid leave a year." [1]\nAnswer: 24 days.'
     assert answering.check_reply(reply, prompt) == answer_variants.check_reply(reply, prompt, "exact")
-    with pytest.raises(ValueError, match="answer_variants"):
-        answering.check_reply(reply, prompt, "any-passage")
 
 
 def test_the_refusal_is_read_as_one(prompt):
     checked = answering.check_reply("I don't know based on these documents.", prompt)
-    assert checked["refused"] and answering.shown_answer(checked, "flag") == answering.REFUSAL
+    assert checked["refused"] and answering.shown_answer(checked) == answering.REFUSAL
+    flagged = answer_variants.checked_answer("I don't know based on these documents.", prompt, "exact", "flag", 0.0)
+    assert flagged[1] == answering.REFUSAL
 
 
 def test_no_shown_source_ever_fails_the_check_on_random_forgeries(prompt):
@@ -137,10 +138,10 @@ def test_a_true_quote_about_another_matter_is_set_aside_by_the_topic_share(promp
     question = "How do I connect to a MySQL database?"
     mysql = answering.grounded_prompt(question, PASSAGES)
     reply = 'Quote: "Every employee gets 24 days of paid leave a year." [2]\nAnswer: ask HR.'
-    checked = answering.check_reply(reply, mysql, "exact", min_topic=0.3)
+    checked = answering.check_reply(reply, mysql, min_topic=0.3)
     assert checked["off_topic"] and checked["checked"] == [] and checked["topic"] < 0.3
     on = answering.check_reply('Quote: "Nightly backups are kept for 35 days in the cold-storage bucket." [1]',
-                              prompt, "exact", min_topic=0.3)
+                              prompt, min_topic=0.3)
     assert not on["off_topic"] and on["topic"] > 0.5 and on["checked"]
 
 
