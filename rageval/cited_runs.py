@@ -29,7 +29,7 @@ from rageval import devset, devsets
 from rageval import generation as gen
 from rageval.embedding_cache import EmbeddingCache
 from rageval import answer_variants, citations
-from ragkit import answering, documents, support
+from ragkit import documents, support
 from ragkit.embeddings import CACHE_DIR, CachedEmbedder
 
 SEED = "devset"                 # the markers' tag is fixed per question, so a rerun asks the same

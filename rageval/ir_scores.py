@@ -80,13 +80,37 @@ def cross_validate(grid: dict[str, np.ndarray], folds: int = FOLDS,
     return held_out, chosen
 
 
+def okapi_idf(doc_freq: np.ndarray, n_docs: int) -> np.ndarray:
+    """BM25's original idf, ln((N - n + 0.5) / (n + 0.5)), as rank_bm25 computes it: terms in more
+    than half the documents would score negative, so it lifts those to 0.25 * the mean idf.
+    The kit uses Lucene's never-negative one (ragkit/retrieval.py's bm25_idf); the tests check
+    retrieval.bm25_weights against rank_bm25 through this one."""
+    raw = np.log(n_docs - doc_freq + 0.5) - np.log(doc_freq + 0.5)
+    return np.where(raw < 0, 0.25 * raw.mean(), raw)
+
+
+def stemmed_analyzer():
+    """Text -> the words BM25 counts, each cut to its Porter2 stem ("retrieval", "retrieving" ->
+    "retriev"), so forms of one word match: the collections' BM25 rows."""
+    import functools
+
+    from ragkit.retrieval import word_analyzer
+    words = word_analyzer()
+    try:
+        import snowballstemmer
+    except ImportError:
+        raise RuntimeError("stemming needs snowballstemmer: run "
+                           "`.venv/bin/pip install snowballstemmer`") from None
+    stem = functools.lru_cache(maxsize=None)(snowballstemmer.stemmer("english").stemWord)
+    return lambda text: [stem(word) for word in words(text)]   # each distinct word stemmed once
+
+
 def score_inputs(collection: dict, minilm=None, cache=None) -> dict:
     """Everything the methods need, computed once: texts, word counts, TF-IDF and MiniLM vectors."""
     from sklearn.feature_extraction.text import CountVectorizer
 
     import rag_from_scratch as rag
     from rageval.score_matrices import unit_rows
-    from ragkit.retrieval import word_analyzer
     from ragkit.support import split_sentences
     judged = [q for q in collection["queries"] if q["qid"] in collection["qrels"]]
     if not judged:
@@ -99,7 +123,7 @@ def score_inputs(collection: dict, minilm=None, cache=None) -> dict:
     index = rag.build_index(docs, tfidf)              # fits the vocabulary first
     inputs["tfidf"] = (tfidf.encode(inputs["questions"], sparse=True), index)
     try:                                              # stemmed word counts, for every BM25
-        counter = CountVectorizer(analyzer=word_analyzer(stem=True))
+        counter = CountVectorizer(analyzer=stemmed_analyzer())
         inputs["counts"] = (counter.fit_transform(inputs["texts"]),
                             counter.transform(inputs["questions"]))
     except RuntimeError as exc:                       # snowballstemmer is not installed

@@ -15,7 +15,6 @@ found are shown, with the sources they come from.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import re

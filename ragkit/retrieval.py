@@ -19,7 +19,6 @@ the functions that need them.
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
 from dataclasses import dataclass, field
@@ -41,42 +40,24 @@ SEED = 0                 # fixes every bootstrap interval, so reruns print the s
 
 
 # == 1. BM25 as a sparse matrix ============================================================
-def bm25_idf(doc_freq: np.ndarray, n_docs: int, idf: str = "lucene") -> np.ndarray:
-    """Inverse document frequency of each term from the number of documents that contain it.
-
-    lucene: ln(1 + (N - n + 0.5) / (n + 0.5)), never negative (Lucene, Elasticsearch).
-    okapi:  ln((N - n + 0.5) / (n + 0.5)); terms in more than half the documents would score
-            negative, so rank_bm25 lifts those to 0.25 * the mean idf. Kept to test against it.
-    """
-    if idf == "lucene":
-        return np.log(1 + (n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
-    if idf == "okapi":
-        raw = np.log(n_docs - doc_freq + 0.5) - np.log(doc_freq + 0.5)
-        return np.where(raw < 0, 0.25 * raw.mean(), raw)
-    raise ValueError(f"unknown idf {idf!r}: choose lucene or okapi")
+def bm25_idf(doc_freq: np.ndarray, n_docs: int) -> np.ndarray:
+    """Inverse document frequency of each term from the number n of documents that contain it:
+    ln(1 + (N - n + 0.5) / (n + 0.5)), never negative (Lucene's, Elasticsearch's)."""
+    return np.log(1 + (n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
 
 
-def word_analyzer(stem: bool = False):
-    """Text -> the words BM25 counts: lower case, no stop words; stem=True cuts each to its
-    Porter2 stem ("retrieval", "retrieving" -> "retriev"), so forms of one word match."""
+def word_analyzer():
+    """Text -> the words BM25 counts: lower case, no stop words, words of 2+ letters."""
     from sklearn.feature_extraction.text import CountVectorizer
-    words = CountVectorizer(stop_words="english").build_analyzer()   # words of 2+ letters
-    if not stem:
-        return words
-    try:
-        import snowballstemmer
-    except ImportError:
-        raise RuntimeError("stemming needs snowballstemmer: run "
-                           "`.venv/bin/pip install snowballstemmer`") from None
-    stem = functools.lru_cache(maxsize=None)(snowballstemmer.stemmer("english").stemWord)
-    return lambda text: [stem(word) for word in words(text)]   # each distinct word stemmed once
+    return CountVectorizer(stop_words="english").build_analyzer()
 
 
-def bm25_weights(counts, k1: float = BM25_K1, b: float = BM25_B, idf: str = "lucene"):
+def bm25_weights(counts, k1: float = BM25_K1, b: float = BM25_B, idf=bm25_idf):
     """BM25 weights from a sparse document-term count matrix (one row per document).
 
     weight(t, d) = idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(d) / mean_len))
     Counting words is the slow part, so a grid over k1 and b counts once and calls this.
+    idf(doc_freq, n_docs): bm25_idf (rageval/ir_scores.py's okapi_idf is rank_bm25's).
     """
     from scipy import sparse
     if k1 < 0 or not 0 <= b <= 1:
@@ -84,7 +65,7 @@ def bm25_weights(counts, k1: float = BM25_K1, b: float = BM25_B, idf: str = "luc
     tf = sparse.csr_matrix(counts, dtype=np.float64)
     doc_len = np.asarray(tf.sum(axis=1)).ravel()
     doc_freq = np.bincount(tf.indices, minlength=tf.shape[1])
-    term_idf = bm25_idf(doc_freq, tf.shape[0], idf)
+    term_idf = idf(doc_freq, tf.shape[0])
     # Only the stored (non-zero) counts change: each is scaled by its document's length norm.
     length_norm = k1 * (1 - b + b * doc_len / max(doc_len.mean(), 1e-12))
     row_of = np.repeat(np.arange(tf.shape[0]), np.diff(tf.indptr))
@@ -92,12 +73,11 @@ def bm25_weights(counts, k1: float = BM25_K1, b: float = BM25_B, idf: str = "luc
     return sparse.csr_matrix((data, tf.indices, tf.indptr), shape=tf.shape)
 
 
-def bm25_matrix(texts: list[str], k1: float = BM25_K1, b: float = BM25_B, idf: str = "lucene",
-                stem: bool = False):
+def bm25_matrix(texts: list[str], k1: float = BM25_K1, b: float = BM25_B):
     """(vectorizer, W): sparse W[d, t] is term t's BM25 weight in text d; scores = W @ counts(q)."""
     from sklearn.feature_extraction.text import CountVectorizer
-    vectorizer = CountVectorizer(analyzer=word_analyzer(stem))
-    return vectorizer, bm25_weights(vectorizer.fit_transform(texts), k1, b, idf)
+    vectorizer = CountVectorizer(analyzer=word_analyzer())
+    return vectorizer, bm25_weights(vectorizer.fit_transform(texts), k1, b)
 
 
 def bm25_scores(queries: list[str], vectorizer, weights) -> np.ndarray:

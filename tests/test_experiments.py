@@ -9,10 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sklearn.feature_extraction.text import CountVectorizer
 
 import rag_experiments as rx
 import rag_from_scratch as rag
-from rageval import score_matrices
+from rageval import ir_scores, score_matrices
 from ragkit import retrieval
 from ragkit.support import split_sentences
 
@@ -181,7 +182,7 @@ def test_experiment_f_sentence_chunks_measured(run):
 # ---------------------------------------------------------------------------
 def reference_bm25(chunks, stem=False):
     from rank_bm25 import BM25Okapi
-    analyse = retrieval.word_analyzer(stem)
+    analyse = ir_scores.stemmed_analyzer() if stem else retrieval.word_analyzer()
     return BM25Okapi([analyse(c["text"]) for c in chunks]), analyse
 
 
@@ -190,7 +191,9 @@ def test_bm25_okapi_idf_matches_rank_bm25_exactly(chunks, k1, b):
     from rank_bm25 import BM25Okapi
     analyse = retrieval.word_analyzer()
     reference = BM25Okapi([analyse(c["text"]) for c in chunks], k1=k1, b=b)
-    vectorizer, weights = retrieval.bm25_matrix([c["text"] for c in chunks], k1=k1, b=b, idf="okapi")
+    vectorizer = CountVectorizer(analyzer=analyse)
+    weights = retrieval.bm25_weights(vectorizer.fit_transform([c["text"] for c in chunks]), k1, b,
+                                     idf=ir_scores.okapi_idf)
     questions = [item["question"] for item in rag.EVAL_SET] + ["leave leave days"]
     ours = retrieval.bm25_scores(questions, vectorizer, weights)
     for question, row in zip(questions, ours):
@@ -203,7 +206,8 @@ def test_bm25_okapi_floors_negative_idf_like_rank_bm25():
     from rank_bm25 import BM25Okapi
     analyse = retrieval.word_analyzer()
     reference = BM25Okapi([analyse(t) for t in texts])
-    vectorizer, weights = retrieval.bm25_matrix(texts, idf="okapi")
+    vectorizer = CountVectorizer(analyzer=analyse)
+    weights = retrieval.bm25_weights(vectorizer.fit_transform(texts), idf=ir_scores.okapi_idf)
     assert reference.idf["leave"] > 0
     np.testing.assert_allclose(retrieval.bm25_scores(["leave"], vectorizer, weights)[0],
                                reference.get_scores(["leave"]), rtol=1e-9)
@@ -216,16 +220,18 @@ def test_bm25_default_idf_is_rank_bm25_with_lucenes_idf(chunks, stem):
     for term in reference.idf:        # same documents frequencies, Lucene's never-negative idf
         df = sum(term in set(analyse(c["text"])) for c in chunks)
         reference.idf[term] = math.log(1 + (n - df + 0.5) / (df + 0.5))
-    vectorizer, weights = retrieval.bm25_matrix([c["text"] for c in chunks], stem=stem)
+    vectorizer = CountVectorizer(analyzer=analyse)
+    weights = retrieval.bm25_weights(vectorizer.fit_transform([c["text"] for c in chunks]))
     questions = [item["question"] for item in rag.EVAL_SET]
     for question, row in zip(questions, retrieval.bm25_scores(questions, vectorizer, weights)):
         np.testing.assert_allclose(row, reference.get_scores(analyse(question)), rtol=1e-9)
 
 
 def test_stemming_matches_word_forms():
-    analyse = retrieval.word_analyzer(stem=True)
+    analyse = ir_scores.stemmed_analyzer()
     assert analyse("Retrieving retrieval of documents") == ["retriev", "retriev", "document"]
-    vectorizer, weights = retrieval.bm25_matrix(["libraries and librarians", "chemistry"], stem=True)
+    vectorizer = CountVectorizer(analyzer=analyse)
+    weights = retrieval.bm25_weights(vectorizer.fit_transform(["libraries and librarians", "chemistry"]))
     assert retrieval.bm25_scores(["library"], vectorizer, weights)[0, 0] > 0
 
 

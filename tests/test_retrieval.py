@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from rageval import score_matrices
+from rageval import ir_scores, score_matrices
 from ragkit import retrieval, support
 
 DOCS = np.array([[1.0, 0.0, 0.0], [0.6, 0.8, 0.0], [0.0, 0.6, 0.8], [0.0, 0.0, 1.0]])
@@ -71,7 +71,7 @@ def test_stemming_each_distinct_word_once_gives_snowballs_stems():
     import snowballstemmer
     text = "Retrieving retrieval systems; libraries, librarians and library catalogues"
     words = retrieval.word_analyzer()(text)
-    assert retrieval.word_analyzer(stem=True)(text) == snowballstemmer.stemmer("english").stemWords(words)
+    assert ir_scores.stemmed_analyzer()(text) == snowballstemmer.stemmer("english").stemWords(words)
 
 
 def test_split_sentences_keeps_dotted_names_whole():
