@@ -11,8 +11,7 @@ ragkit/embeddings.py: the models behind the lesson's Embedder: found on disk, na
   model_identity    a model's name and a hash of its weights: the one staleness rule for saved
                     vectors (a saved --index, rageval/embedding_cache.py's files)
   CachedEmbedder    the kit's one Embedder: a text is encoded once; a question runs on one
-                    thread (two on a busy laptop wait on each other), a build on every core;
-                    torch_only=True (a saved index's questions) skips sentence-transformers
+                    thread (two on a busy laptop wait on each other), a build on every core
   dense             a NumPy array from a dense or a sparse (TF-IDF) matrix
 
 The evaluation's and the benchmarks' vectors kept on disk (EmbeddingCache) are
@@ -176,18 +175,10 @@ def use_threads(n: int) -> None:
 
 class CachedEmbedder(rag.Embedder):
     """The lesson's Embedder for the kit: each distinct text is encoded once per process; fewer
-    than BULK texts (a question) run on one thread, a build on every core.
+    than BULK texts (a question) run on one thread, a build on every core."""
 
-    torch_only=True (a saved index's questions) runs MiniLM as BertMeanPooled below: the same
-    vectors, without the seconds sentence-transformers takes to import."""
-
-    def __init__(self, backend: str = "auto", model: str = MINILM, torch_only: bool = False):
-        if torch_only:
-            print(f"loading {model.rstrip('/').split('/')[-1]} ...", file=sys.stderr, flush=True)
-            self.model = BertMeanPooled(Path(local_model(model)))
-            self.backend, self.model_name, self._fitted = "minilm", model, True
-        else:
-            super().__init__(backend, model)
+    def __init__(self, backend: str = "auto", model: str = MINILM):
+        super().__init__(backend, model)
         self.vectors, self.texts_encoded = {}, 0      # text -> unit vector; how many so far
 
     def encode(self, texts: list[str], sparse: bool = False):
@@ -217,115 +208,6 @@ def encode_in_pieces(embedder, texts: list[str], what: str = "chunks") -> np.nda
             rows[piece] = vectors
             bar.update(len(piece))
     return np.zeros((0, 0), dtype=np.float32) if rows is None else rows
-
-
-# == A question on a saved index: MiniLM without transformers' import (torch_only) =========
-# Importing sentence-transformers and transformers takes most of the CPU a question on a saved
-# index spends (4.6 of 6 s here). MiniLM itself is small: a BERT of 6 layers whose token vectors
-# are averaged. BertMeanPooled runs exactly that with torch alone, reading the same weights and
-# the same tokenizer file; its vectors equal SentenceTransformer's to within 1e-5
-# (tests/test_storage.py checks it). Only for a plain BERT with mean pooling; any other model
-# loads through sentence-transformers as before.
-MEAN_POOLED = ["sentence_transformers.models.Transformer", "sentence_transformers.models.Pooling",
-               "sentence_transformers.models.Normalize"]
-
-
-def read_json(path: Path):
-    """A small JSON file's value, or None if it is missing or not JSON."""
-    import json
-    try:
-        return json.loads(path.read_text(encoding="utf-8")) if path.stat().st_size < 1 << 20 else None
-    except (OSError, ValueError):
-        return None
-
-
-def plain_bert(folder: Path) -> bool:
-    """Is this model a BERT with mean pooling (and perhaps normalising), and nothing more?"""
-    modules, pooling = read_json(folder / "modules.json"), read_json(folder / "1_Pooling" / "config.json")
-    config, settings = read_json(folder / "config.json"), read_json(folder / "sentence_bert_config.json")
-    if not all(isinstance(x, (dict, list)) for x in (modules, pooling, config, settings)):
-        return False
-    types = [m.get("type") if isinstance(m, dict) else None for m in modules]
-    modes = {k for k, v in pooling.items() if k.startswith("pooling_mode") and v is True}
-    return (types in (MEAN_POOLED, MEAN_POOLED[:2]) and modes == {"pooling_mode_mean_tokens"}
-            and config.get("model_type") == "bert" and config.get("hidden_act") == "gelu"
-            and config.get("position_embedding_type", "absolute") == "absolute"
-            and isinstance(settings.get("max_seq_length"), int) and settings["max_seq_length"] > 0
-            and (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file())
-
-
-class BertMeanPooled:
-    """MiniLM's forward pass, as SentenceTransformer runs it: .encode(texts) -> mean token vectors.
-    Weights from model.safetensors (safetensors), word pieces from tokenizer.json (tokenizers)."""
-
-    def __init__(self, folder: Path):
-        from safetensors.torch import load_file
-        from tokenizers import Tokenizer
-        config = read_json(folder / "config.json")
-        self.max_seq_length = read_json(folder / "sentence_bert_config.json")["max_seq_length"]
-        self.heads, self.eps = config["num_attention_heads"], config["layer_norm_eps"]
-        self.layers = config["num_hidden_layers"]
-        self.w = {k.removeprefix("bert."): v for k, v in load_file(str(folder / "model.safetensors")).items()}
-        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        self.tokenizer.enable_truncation(self.max_seq_length)   # [CLS] and [SEP] count, as in transformers
-        self.tokenizer.no_padding()
-
-    def norm(self, x, name: str):
-        import torch.nn.functional as F
-        return F.layer_norm(x, x.shape[-1:], self.w[name + ".weight"], self.w[name + ".bias"], self.eps)
-
-    def linear(self, x, name: str):
-        import torch.nn.functional as F
-        return F.linear(x, self.w[name + ".weight"], self.w[name + ".bias"])
-
-    def get_sentence_embedding_dimension(self) -> int:
-        """The vector's width, named as sentence-transformers names it."""
-        return self.w["embeddings.word_embeddings.weight"].shape[1]
-
-    def forward(self, ids, mask):
-        """Token vectors of a padded batch: embeddings, then each layer's attention and feed-forward."""
-        import torch
-        import torch.nn.functional as F
-        w, (batch, length) = self.w, ids.shape
-        x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:length]
-             + w["embeddings.token_type_embeddings.weight"][0])
-        x = self.norm(x, "embeddings.LayerNorm")
-        keep = mask[:, None, None, :].bool()                 # padding is never attended to
-        for i in range(self.layers):
-            layer = f"encoder.layer.{i}"
-            q, k, v = (self.linear(x, f"{layer}.attention.self.{n}").view(batch, length, self.heads, -1)
-                       .transpose(1, 2) for n in ("query", "key", "value"))
-            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=keep).transpose(1, 2)
-            attended = self.linear(attended.reshape(batch, length, -1), f"{layer}.attention.output.dense")
-            x = self.norm(x + attended, f"{layer}.attention.output.LayerNorm")
-            hidden = F.gelu(self.linear(x, f"{layer}.intermediate.dense"))
-            x = self.norm(x + self.linear(hidden, f"{layer}.output.dense"), f"{layer}.output.LayerNorm")
-        return x
-
-    def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
-        """The mean of each text's token vectors (padding left out), as SentenceTransformer's;
-        texts of like length go together, so a batch pads little."""
-        import torch
-        pieces = self.tokenizer.encode_batch([t.strip() for t in texts])
-        order = sorted(range(len(pieces)), key=lambda i: len(pieces[i].ids))
-        out = np.zeros((len(texts), self.w["embeddings.word_embeddings.weight"].shape[1]), np.float32)
-        for start in range(0, len(order), batch_size):
-            batch = [pieces[i].ids for i in order[start:start + batch_size]]
-            length = max(len(ids) for ids in batch)
-            ids = torch.tensor([p + [0] * (length - len(p)) for p in batch])
-            mask = torch.tensor([[1] * len(p) + [0] * (length - len(p)) for p in batch])
-            with torch.inference_mode():
-                tokens = self.forward(ids, mask)
-            weights = mask.unsqueeze(-1).to(tokens.dtype)
-            mean = (tokens * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-            out[order[start:start + batch_size]] = mean.numpy()
-        return out
-
-
-def question_embedder(model: str = MINILM) -> CachedEmbedder:
-    """For questions on a saved index: MiniLM with torch alone when the model is a plain BERT
-    with mean pooling, else the whole sentence-transformers model."""
-    return CachedEmbedder("minilm", model, torch_only=plain_bert(Path(local_model(model))))
 
 
 def minilm_embedder() -> CachedEmbedder:

@@ -23,7 +23,7 @@ import numpy as np
 
 import rag_from_scratch as rag
 from ragkit import chunking, documents
-from ragkit.embeddings import encode_in_pieces, model_identity, question_embedder, use_threads
+from ragkit.embeddings import encode_in_pieces, model_identity, use_threads
 from ragkit.support import (claim_folder, folder_lock, INDEX_FORMAT, parse_json, plural, printable,
                             Progress, read_plain_file, sha256_bytes, write_atomic)
 
@@ -135,7 +135,8 @@ def parse_vectors(name: str, data: bytes, rows: int):
                 with z.open(member) as stream:
                     npy_header(stream, member.file_size)
         vectors = sparse.load_npz(io.BytesIO(data)).tocsr()
-        values = vectors.data
+        vectors.check_format(full_check=True)    # every column index in [0, width), indptr in order:
+        values = vectors.data                    # a forged one would read memory it does not own
     else:
         shape, dtype = npy_header(io.BytesIO(data), len(data))
         if dtype.kind != "f" or len(shape) != 2 or shape[0] != rows:
@@ -270,7 +271,8 @@ def index_folder(docs: list[dict], backend: str, model: str, chunk_size: int, co
     saved_index, saved_chunks, saved, why = (load_index(index_dir, meta) if index_dir
                                              else (None, None, None, "no --index"))
     if why is None:                       # nothing changed: only questions to embed from here
-        embedder = question_embedder(model) if minilm else rag.Embedder("tfidf")
+        with Progress("loading the embedding model"):      # MiniLM: seconds, shown as a clock
+            embedder = rag.Embedder(backend, model)
         embedder.fit(embedded_texts(saved_chunks, context))  # TF-IDF relearns its vocabulary
         width = (embedder.model.get_sentence_embedding_dimension() if minilm
                  else len(embedder.model.vocabulary_))

@@ -79,13 +79,6 @@ class CountingEmbed:
             return original(model, texts, *args, **kwargs)
 
         monkeypatch.setattr(SentenceTransformer, "encode", counted)
-        original_quick = embeddings.BertMeanPooled.encode      # a saved index's questions
-
-        def counted_quick(model, texts, *args, **kwargs):
-            self.texts += len(texts)
-            return original_quick(model, texts, *args, **kwargs)
-
-        monkeypatch.setattr(embeddings.BertMeanPooled, "encode", counted_quick)
 
 
 # --- loading -----------------------------------------------------------------------------

@@ -303,6 +303,57 @@ def raw_controls(text: str) -> list[str]:
     return CONTROL.findall(text)
 
 
+def forge_vectors(index_dir, edit) -> None:
+    """Edit a saved TF-IDF index's sparse vectors with edit(indices, indptr), then write the
+    checksum anew."""
+    import hashlib
+    import io
+    with np.load(index_dir / "vectors.npz") as z:
+        arrays = {name: z[name].copy() for name in z.files}
+    edit(arrays["indices"], arrays["indptr"])
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    (index_dir / "vectors.npz").write_bytes(buffer.getvalue())
+    meta = json.loads((index_dir / "meta.json").read_text())
+    meta["checksums"]["vectors.npz"] = hashlib.sha256(buffer.getvalue()).hexdigest()
+    (index_dir / "meta.json").write_text(json.dumps(meta))
+
+
+def width_of(index_dir) -> int:
+    with np.load(index_dir / "vectors.npz") as z:
+        return int(z["shape"][1])
+
+
+@pytest.mark.parametrize("edit", [
+    lambda ix, w: ix.__setitem__(slice(None), 2_000_000_000),     # far past the width
+    lambda ix, w: ix.__setitem__(slice(None), ix + w),             # shifted just past it
+    lambda ix, w: ix.__setitem__(0, -1),                           # negative
+], ids=["2e9", "shifted", "negative"])
+def test_a_saved_index_with_forged_column_indices_is_rebuilt_not_read(notes, tmp_path, capsys, edit):
+    index_dir = tmp_path / "ix"
+    flags = ["--docs", str(notes), "--backend", "tfidf", "--index", str(index_dir)]
+    assert rag.main(flags) == 0
+    width = width_of(index_dir)
+    forge_vectors(index_dir, lambda indices, indptr: edit(indices, width))
+    capsys.readouterr()
+    assert rag.main([*flags, "--question", "How long are backups kept?"]) == 0
+    out = capsys.readouterr().out
+    assert "building the index: the saved vectors could not be read" in out
+    assert "cosine nan" not in out and "loaded the saved index" not in out
+    scores = [float(s) for s in __import__("re").findall(r"cosine (-?[0-9.]+)", out)]
+    assert scores and all(0 < s <= 1 for s in scores)
+
+
+def test_a_saved_index_whose_rows_run_backwards_is_rebuilt(notes, tmp_path, capsys):
+    index_dir = tmp_path / "ix"
+    flags = ["--docs", str(notes), "--backend", "tfidf", "--index", str(index_dir)]
+    assert rag.main(flags) == 0
+    forge_vectors(index_dir, lambda indices, indptr: indptr.__setitem__(1, indptr[-1] + 5))
+    capsys.readouterr()
+    assert rag.main(flags) == 0
+    assert "building the index: the saved vectors could not be read" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_every_field_of_a_forged_saved_index_is_printed_escaped(notes, tmp_path):
     """MiniLM: its vectors keep their width whatever the text (TF-IDF's would not fit: rebuilt)."""
