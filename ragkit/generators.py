@@ -31,7 +31,7 @@ from typing import Protocol
 
 import rag_from_scratch as rag
 from ragkit.answering import GroundedPrompt, Guarded
-from ragkit.llama import (context_for, free_cores, llama_chunks, load_guarded, PROGRESS, shown,
+from ragkit.llama import (context_for, free_cores, llama_chunks, load_guarded, PROGRESS, rate, shown,
                           start_llama, THREADS)
 from ragkit.support import (bounded, items_with_deadline, one_line, parse_json, plural, printable,
                             with_deadline)
@@ -482,9 +482,13 @@ def print_stream(pieces) -> str:
     finally:                        # Ctrl-C or a broken stream: what came stays, on its own line
         print(flush=True)
     end = time.perf_counter()
-    rate = f", then {(len(text) - 1) / (end - first):.0f} pieces/s" if len(text) > 1 else ""
-    print(f"  [stream] first piece after {(first or end) - start:.2f} s{rate} ({len(text)} "
-          f"pieces in {end - start:.2f} s)", file=sys.stderr)
+    if first is None:                 # an empty reply: no wait to a first piece, no rate
+        said = "no piece came"
+    else:
+        said = f"first piece after {first - start:.2f} s"
+        per_second = rate(len(text) - 1, end - first, "pieces")     # the pieces after the first
+        said += f", then {per_second[2:-1]}" if per_second else ""
+    print(f"  [stream] {said} ({plural(len(text), 'piece')} in {end - start:.2f} s)", file=sys.stderr)
     return "".join(text)
 
 

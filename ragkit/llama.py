@@ -460,8 +460,8 @@ def reading(chunks):
     with Progress("reading the prompt", None, " tokens") as bar:
         for chunk in chunks:
             read = chunk.get("prompt_progress") if isinstance(chunk, dict) else None
-            if isinstance(read, dict) and counts(read, "total", "processed"):
-                cached = read["cache"] if counts(read, "cache") else 0
+            if isinstance(read, dict) and "total" in read and "processed" in read:   # llama.cpp's own
+                cached = read.get("cache", 0)
                 bar.at(read["processed"], read["total"], f"{cached:,} from the cache" if cached else None)
             if text_of(chunk) or timings_of(chunk):
                 return chunk               # the prompt is read: the bar is cleared before it shows
@@ -481,15 +481,7 @@ def written(first, chunks, bar):
     return timings
 
 
-def counts(values: dict, *keys) -> bool:
-    """Are these keys whole numbers of tokens (not a bool, not negative)?"""
-    return all(isinstance(values.get(k), int) and not isinstance(values.get(k), bool)
-               and values[k] >= 0 for k in keys)
-
-
-def number(x) -> bool:
-    """A real number (an int or a float, not a bool): what a figure must be to be shown."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+RATE_AT_LEAST = (3, 0.5)   # pieces and seconds: over less, a rate says nothing ("1,000,000 tokens/s")
 
 
 def text_of(chunk) -> str:
@@ -507,28 +499,23 @@ def timings_of(chunk) -> dict | None:
     return timings if isinstance(timings, dict) else None
 
 
-def rate(tokens, milliseconds, per_second=None) -> str:
-    """Tokens per second over the time spent on them: llama.cpp's own figure (`per_second`) when
-    it gave one, else tokens / time: rate(40, 6065.5) -> "6.6 tokens/s"; "n/a" when there is
-    nothing to divide (no tokens, no time, a figure that is not a number)."""
-    if not (number(per_second) and 0 < per_second < float("inf")):
-        if not (number(tokens) and number(milliseconds)) or tokens <= 0 or not milliseconds > 0:
-            return "n/a"
-        per_second = tokens / (milliseconds / 1000)
-    return f"{per_second:.1f} tokens/s" if per_second < 100 else f"{per_second:,.0f} tokens/s"
+def rate(count: int, seconds: float, noun: str = "tokens") -> str:
+    """" (6.6 tokens/s)" for a span long enough to mean something (RATE_AT_LEAST pieces and
+    seconds), else "": rate(40, 6.07) -> " (6.6 tokens/s)"; rate(1, 0.0) -> ""."""
+    pieces, span = RATE_AT_LEAST
+    if count < pieces or seconds < span:
+        return ""
+    return f" ({count / seconds:,.1f} {noun}/s)"
 
 
 def timing_line(timings: dict) -> str:
     """llama.cpp's timings as one line for stderr: "  [local] read 4,157 prompt tokens in 101.7 s
     (40.9 tokens/s), wrote 40 tokens in 6.1 s (6.4 tokens/s)"; prompt tokens reused from the
-    cache are named; a figure llama.cpp did not give is "n/a". Its writing rate leaves out the
-    first token, which came with the prompt's reading (39 tokens in those 6.1 s)."""
+    cache are named. Its writing rate leaves out the first token, which came with the prompt's
+    reading (39 tokens in those 6.1 s). llama.cpp runs in this process: its figures are its own."""
     def spent(kind: str, noun: str) -> str:
-        n, ms = timings.get(f"{kind}_n"), timings.get(f"{kind}_ms")
-        if not counts(timings, f"{kind}_n"):
-            return f"{noun}s: n/a"
-        took = f" in {ms / 1000:.1f} s" if number(ms) and ms >= 0 else ""
-        return f"{plural(n, noun)}{took} ({rate(n, ms, timings.get(f'{kind}_per_second'))})"
-    cached = timings.get("cache_n") if counts(timings, "cache_n") else 0
+        n, seconds = int(timings.get(f"{kind}_n", 0)), float(timings.get(f"{kind}_ms", 0.0)) / 1000
+        return f"{plural(n, noun)} in {seconds:.1f} s{rate(n - (kind == 'predicted'), seconds)}"
+    cached = int(timings.get("cache_n", 0))
     reused = f" and {cached:,} from the cache" if cached else ""
     return f"  [local] read {spent('prompt', 'prompt token')}{reused}, wrote {spent('predicted', 'token')}"

@@ -108,13 +108,13 @@ def test_a_cut_stream_ends_its_bar_and_prints_no_timings(capsys):
 
 
 @pytest.mark.parametrize("timings, line", [
-    ({**TIMINGS, "prompt_n": 57, "prompt_ms": 1660.0, "prompt_per_second": 34.34, "cache_n": 4100},
+    ({**TIMINGS, "prompt_n": 57, "prompt_ms": 1660.0, "cache_n": 4100},
      "read 57 prompt tokens in 1.7 s (34.3 tokens/s) and 4,100 from the cache, wrote 40 tokens"),
-    ({**TIMINGS, "predicted_n": 1, "predicted_ms": 0.0, "predicted_per_second": float("inf")},
-     "wrote 1 token in 0.0 s (n/a)"),
-    ({"prompt_n": "many", "predicted_n": None}, "read prompt tokens: n/a, wrote tokens: n/a"),
+    ({**TIMINGS, "predicted_n": 1, "predicted_ms": 0.0}, "wrote 1 token in 0.0 s"),   # no rate of one
+    ({**TIMINGS, "predicted_n": 2, "predicted_ms": 4000.0}, "wrote 2 tokens in 4.0 s"),
+    ({**TIMINGS, "predicted_n": 50, "predicted_ms": 200.0}, "wrote 50 tokens in 0.2 s"),
 ])
-def test_each_figure_llama_cpp_gave_is_shown_and_each_it_did_not_is_n_a(timings, line):
+def test_a_rate_is_shown_only_over_a_span_long_enough_to_mean_something(timings, line):
     assert line in llama.timing_line(timings)
 
 
@@ -122,8 +122,7 @@ def test_83_tokens_after_minutes_of_reading_are_a_true_rate_not_0_tokens_per_s()
     # the bug: 83 tokens / 300 s (reading included) printed "0 tokens/s"
     timings = {"prompt_n": 5200, "prompt_ms": 288_000.0, "predicted_n": 83, "predicted_ms": 12_300.0}
     assert llama.timing_line(timings).endswith("wrote 83 tokens in 12.3 s (6.7 tokens/s)")
-    assert llama.rate(83, 12_300.0) == "6.7 tokens/s" and llama.rate(83, 0) == "n/a"
-    assert llama.rate(0, 5.0) == "n/a" and llama.rate(True, 5.0) == "n/a" and llama.rate(500, 1000) == "500 tokens/s"
+    assert llama.rate(83, 12.3) == " (6.7 tokens/s)" and llama.rate(83, 0.4) == llama.rate(2, 5.0) == ""
 
 
 # == SmolLM2 itself ========================================================================
@@ -171,3 +170,15 @@ def test_smollm2_reading_a_long_prompt_shows_its_bar_within_2_s_then_every_5_s(m
     usage = next(c["usage"] for c in chunks if "usage" in c)
     assert timings["predicted_n"] == usage["completion_tokens"] and usage["prompt_tokens"] == total
     assert "n/a" not in llama.timing_line(timings)
+
+
+@pytest.mark.parametrize("pieces, said", [
+    ([], "  [stream] no piece came (0 pieces in "),                          # an empty reply
+    (["One"], "  [stream] first piece after "),                               # one piece: no rate
+    (["One", " two"], "  [stream] first piece after "),
+])
+def test_a_stream_names_a_first_piece_only_when_one_came_and_no_rate_of_one_or_two(pieces, said, capsys):
+    from ragkit import generators
+    assert generators.print_stream(iter(pieces)) == "".join(pieces)
+    err = capsys.readouterr().err
+    assert err.startswith(said) and "/s" not in err, err

@@ -89,7 +89,7 @@ def test_local_stream_prints_many_pieces_the_first_long_before_the_last():
     done = subprocess.run([sys.executable, *LOCAL_STREAM], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    timing = re.search(r"\[stream\] first piece after ([\d.]+) s, then \d+ pieces/s "
+    timing = re.search(r"\[stream\] first piece after ([\d.]+) s, then [\d.,]+ pieces/s "
                        r"\((\d+) pieces in ([\d.]+) s\)", done.stderr)
     first, pieces, total = float(timing[1]), int(timing[2]), float(timing[3])
     assert pieces >= 3 and first < total          # "The answer is: 5": its words, one by one
