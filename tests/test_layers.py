@@ -30,7 +30,7 @@ LAYERS = {
     "rageval.devset": 11, "rageval.tuning": 12, "rageval.answer_tuning": 12, "rageval.quantized": 11,
     "rageval.cited_runs": 12,
     "rag_experiments": 11, "rag_vector_db": 11, "verify_bedrock_request": 11,
-    "ragbench.ann": 12, "ragbench.learner": 12, "ragbench.markdown": 12, "ragbench.readers": 12, "ragbench.search": 13,
+    "ragbench.ann": 12, "ragbench.walk": 12, "ragbench.learner": 12, "ragbench.markdown": 12, "ragbench.readers": 12, "ragbench.search": 13,
     "lab.keeper": 13, "lab.graded_process": 13,
     "lab.lab_tasks": 14, "lab.check": 14, "lab.starter": 14,
     "lab.handouts.chunk_text": 14, "lab.handouts.build_prompt": 14,
