@@ -43,6 +43,8 @@ ROWS = [
     ("rag_from_scratch.py", "--backend tfidf --question q --stream", "add --generator NAME"),
     ("rag_from_scratch.py", "--backend tfidf --question q --cite sentences",
      "unrecognized arguments: --cite sentences"),       # one answer form: the quotes, checked
+    ("rag_from_scratch.py", "--backend tfidf --question q --generater local",
+     "unrecognized arguments: --generater local (did you mean --generate or --generator?)"),
     ("rag_from_scratch.py", "--backend tfidf --generator local --question " + "w" * 2001,
      "--question is 2,001 characters, more than the 2,000 a question may be"),
     ("rag_from_scratch.py", "--backend tfidf --interactive --question q", "choose one: --question Q"),
