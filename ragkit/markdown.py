@@ -8,9 +8,11 @@ A small reader for what documentation sites write, not a full CommonMark parser.
 what a reader sees (headings, paragraphs, list items, table rows, code with its line breaks)
 and drops or unwraps the markup around it: emphasis, heading attributes `{ #id }`, block
 quotes, admonitions (`!!!`, `???`, `///`, `:::`), content tabs (`=== "Tab"`), MyST directives
-(```` ```{note} ````, `:::{tip}`) and roles ({func}`name`), HTML tags and comments, include and
-Jinja directives. Inline code keeps its backticks. No pattern can backtrack over a line: each
-is anchored and bounded, or replaced by a plain scan, and nesting is a stack, not recursion.
+that hold Markdown (```` ```{note} ````, `:::{tip}`) and roles ({func}`name`), HTML tags and
+comments, include and Jinja directives. Inline code keeps its backticks; a ```` ```{eval-rst} ````
+or any other directive that holds no Markdown comes out verbatim, as code (one fenced with `:::`
+is read as Markdown). No pattern can backtrack over a line: each is anchored and bounded, or
+replaced by a plain scan, and nesting is a stack, not recursion.
 """
 
 import re
@@ -37,14 +39,22 @@ EMPHASIS = re.compile(r"(?<![\w*])\*{1,3}(?=[^\s*])|(?<=[^\s*])\*{1,3}(?![\w*])"
 LIST_ITEM = re.compile(r"[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]")
 OPENERS = {"{*": "*}", "{%": "%}", "{{": "}}"}                         # include and Jinja directives
 
-# MyST directives: these hold code, these hold nothing a reader sees; all others hold Markdown.
-CODE_DIRECTIVES = {"code", "code-block", "code-cell", "sourcecode", "doctest", "testcode",
-                   "testsetup", "testcleanup", "testoutput", "pip-cli", "prompt", "mermaid"}
+VERSIONS = {"versionadded": "New in version", "versionchanged": "Changed in version",
+            "deprecated": "Deprecated since version", "versionremoved": "Removed in version"}
+# MyST directives: these hold Markdown and are read as it; these hold nothing a reader sees;
+# every other one (```{eval-rst}, ```{code-block}, ```{math}) is kept verbatim, as code, since
+# reading reStructuredText or code as Markdown changes its words (_FOO=1 would lose its "_").
+MARKDOWN_DIRECTIVES = {"note", "warning", "tip", "important", "seealso", "admonition", "attention",
+                       "caution", "danger", "error", "hint", "todo", *VERSIONS, "tab", "tab-set",
+                       "tab-item", "card", "dropdown", "grid", "grid-item", "grid-item-card", "topic",
+                       "sidebar", "margin", "rubric", "glossary", "epigraph", "pull-quote", "div",
+                       "container"}
 DROPPED_DIRECTIVES = {"toctree", "include", "literalinclude", "image", "figure", "raw",
                       "contents", "automodule", "autoclass", "autofunction", "autodata",
                       "autoexception", "automethod", "autoattribute", "only"}
-VERSIONS = {"versionadded": "New in version", "versionchanged": "Changed in version",
-            "deprecated": "Deprecated since version", "versionremoved": "Removed in version"}
+# Kept verbatim, these name their language in the fence: ```{code-block} python -> ```python
+CODE_DIRECTIVES = {"code", "code-block", "code-cell", "sourcecode", "doctest", "testcode",
+                   "testsetup", "testcleanup", "testoutput", "pip-cli", "prompt", "mermaid"}
 CODE_ROLES = {"func", "class", "meth", "mod", "obj", "attr", "data", "exc", "any", "const",
               "option", "envvar", "command", "program", "code", "samp", "kbd"}
 
@@ -227,20 +237,22 @@ def unwrap(lines: list[str]) -> list[str]:
 
 
 def open_fence(fence, out: list, directives: list):
-    """(code block, dropped directive's fence, what may follow) for a fence line: a code
-    block, a MyST code directive (its code kept), a dropped one, or one holding Markdown (its
-    title written to `out`, its fence pushed on `directives`)."""
+    """(code block, dropped directive's fence, what may follow) for a fence line: a MyST
+    directive holding Markdown (its title written to `out`, its fence pushed on `directives`),
+    a dropped one, or a code block: plain, a code directive ("```python", its options skipped)
+    or any other directive, its fence line and body verbatim ("```{eval-rst}")."""
     info = fence.group(3).strip()
     named = DIRECTIVE_NAME.fullmatch(info)
     name, args = (named.group(1), named.group(2).strip()) if named else (None, info)
     if name in DROPPED_DIRECTIVES:
         return None, fence.group(2), False
-    if name is not None and name not in CODE_DIRECTIVES:
+    if name in MARKDOWN_DIRECTIVES:
         directives.append(fence.group(2))
         out += [directive_title(name, args), ""]
         return None, None, "fields"
-    language = (args.split() or [""])[0]
-    return [fence.group(2), len(fence.group(1)), ["```" + language]], None, name and "fields"
+    language = (args.split() or [""])[0] if name is None or name in CODE_DIRECTIVES else info
+    options = name in CODE_DIRECTIVES and "fields"          # another's ":field:" lines are its text
+    return [fence.group(2), len(fence.group(1)), ["```" + language]], None, options
 
 
 def unwrap_line(line: str, out: list, indents: list):

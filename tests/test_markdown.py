@@ -122,3 +122,62 @@ def test_a_heading_with_a_long_run_of_spaces_keeps_its_words():
     # pattern on 2 MB inputs is measured by `python -m ragbench.markdown`, not timed here.
     text = "# a" + " " * 100_000 + "b\n" + "text\n"
     assert markdown.read_markdown(text) == [("a b", [("text", "text")])]
+
+
+# --- MyST (Sphinx's Markdown): a directive holds Markdown only if it is an admonition ------
+MYST_MD = '''# Shell completion
+
+Click completes commands, options and choices in Bash, Zsh and Fish once the program is
+installed with an entry point.
+
+```{eval-rst}
+Add this to ``~/.bashrc`` to enable it:
+
+.. code-block:: bash
+
+    eval "$(_FOO_BAR_COMPLETE=bash_source foo-bar)"
+
+The callback takes ``*args`` and no keywords.
+```
+
+```{note}
+Restart the shell **after** editing `~/.bashrc`: only a new _login_ shell reads it.
+```
+
+```{code-block} python
+:caption: complete.py
+def complete_env_vars(ctx, param, incomplete):
+    return [k for k in os.environ if k.startswith(incomplete)]   # __all__ *names*
+```
+
+```python
+shell_complete(cli, {}, "foo-bar", "_FOO_BAR_COMPLETE", "bash_source")
+```
+'''
+
+
+def test_myst_eval_rst_and_code_directives_are_kept_verbatim_as_code():
+    [(heading, blocks)] = markdown.read_markdown(MYST_MD)
+    assert heading == "Shell completion"
+    assert [text for kind, text in blocks if kind == "code"] == [
+        "```{eval-rst}\nAdd this to ``~/.bashrc`` to enable it:\n\n.. code-block:: bash\n\n"
+        "    eval \"$(_FOO_BAR_COMPLETE=bash_source foo-bar)\"\n\n"
+        "The callback takes ``*args`` and no keywords.\n```",
+        "```python\ndef complete_env_vars(ctx, param, incomplete):\n"
+        "    return [k for k in os.environ if k.startswith(incomplete)]   # __all__ *names*\n```",
+        "```python\nshell_complete(cli, {}, \"foo-bar\", \"_FOO_BAR_COMPLETE\", \"bash_source\")\n```"]
+
+
+def test_a_myst_note_is_still_read_as_markdown():
+    [(_, blocks)] = markdown.read_markdown(MYST_MD)
+    assert ("text", "Restart the shell after editing `~/.bashrc`: only a new login shell reads it.") in blocks
+    assert "{note}" not in "\n".join(text for _, text in blocks)
+
+
+def test_a_myst_pages_eval_rst_reaches_the_prompt_with_its_underscores(tmp_path):
+    from ragkit import answering, chunking
+    (tmp_path / "shell-completion.md").write_text(MYST_MD, encoding="utf-8")
+    chunks = chunking.document_chunks(documents.load_documents(tmp_path))
+    prompt = answering.grounded_prompt("How do I enable Bash completion?", chunks).text
+    assert 'eval "$(_FOO_BAR_COMPLETE=bash_source foo-bar)"' in prompt
+    assert "``*args``" in prompt and "only a new login shell reads it" in prompt
