@@ -538,6 +538,14 @@ def check_args(args) -> None:
     chunk_text("", args.chunk_size, args.overlap)                  # checks the overlap
     if args.generate and args.model_id.startswith("<"):
         raise ValueError("--generate needs a real --model-id, not the placeholder")
+    if args.generate:                           # no key: said now, not after the model loads
+        try:
+            import boto3
+        except ImportError:
+            raise RuntimeError("--generate calls Amazon Bedrock through boto3: pip install boto3") from None
+        if boto3.Session(region_name=args.region).get_credentials() is None:
+            raise RuntimeError("no AWS credentials found: run `aws configure` (or set AWS_PROFILE, or "
+                               "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) before --generate")
 
 
 def run(args) -> None:

@@ -347,3 +347,10 @@ def test_cli_replaces_a_stubbed_answer_that_quotes_nothing_by_the_refusal(dummy_
     answer = out.split("== Step 7: the answer (Amazon Bedrock, billed) ==\n")[1].splitlines()
     assert answer[0] == "I don't know based on these documents." and vbr.FAKE_TEXT not in out
     assert answer[1].startswith("(checked: the model's answer quoted nothing found in the passages")
+
+def test_the_lessons_generate_without_credentials_says_so_before_loading_anything(no_aws, capsys):
+    import rag_from_scratch as rag
+    status = rag.main(["--question", "Can I work from home on Wednesday?", "--generate", "--model-id", "x"])
+    out, err = capsys.readouterr()
+    assert status == 1 and out == ""                   # no chunk cut, no model loaded
+    assert err.startswith("error: no AWS credentials found: run `aws configure`") and err.count("\n") == 1
