@@ -124,10 +124,12 @@ def in_prose(text: str, fn) -> str:
 # == Child processes: limits, and a fresh Python for work that may crash ===========================
 # a library that may crash or spin (PDFium on a hostile PDF, llama.cpp on a
 # model file of your own), run in a child process within bounds of CPU time and memory, so that
-# its crash or its endless loop is one line here, never the end of this process.
+# its crash or its endless loop is one line here, never the end of this process. A child ends
+# with this process, whatever signal ends it (end_with_parent).
 #
 #   forked                target(*args) in a forked child process
 #   new_python            module.function(*args) in a new interpreter
+#   end_with_parent       in the child: killed when its parent ends (Linux)
 #   limit_child           in the child: CPU seconds, address space, no core file, Ctrl-C ignored
 #   address_space_limit   a child's memory limit: what it uses now plus a margin (Linux)
 #   soft_limit            one resource limit, within the hard limit the process was given
@@ -151,7 +153,13 @@ def forked(target, *args):
         return None
     sys.stdout.flush()                              # or the child would write them out again
     sys.stderr.flush()
-    child = multiprocessing.get_context("fork").Process(target=target, args=args, daemon=True)
+    parent = os.getpid()
+
+    def ended_with_parent():                        # the child's first step
+        end_with_parent(parent)
+        target(*args)
+
+    child = multiprocessing.get_context("fork").Process(target=ended_with_parent, daemon=True)
     with warnings.catch_warnings():                 # Python 3.12 warns of forking beside threads:
         warnings.simplefilter("ignore", DeprecationWarning)   # the child runs one library alone
         child.start()
@@ -169,9 +177,27 @@ def new_python(module: str, function: str, *args: str, stderr):
         return None
     home = str(Path(__file__).resolve().parent.parent)     # where ragkit is, installed or not
     paths = os.pathsep.join(p for p in (home, os.environ.get("PYTHONPATH")) if p)
-    code = f"import sys, {module}; {module}.{function}(*sys.argv[1:])"
+    code = (f"import sys; from ragkit.support import end_with_parent; end_with_parent({os.getpid()}); "
+            f"import {module}; {module}.{function}(*sys.argv[1:])")
     return subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, "PYTHONPATH": paths})
+
+
+# SIGTERM or SIGHUP reaches the kit alone (Ctrl-C at a terminal reaches its whole process group)
+# and kill -9 takes no handler: a child left behind by them spun on to its CPU bound, 43 s and
+# 2 GB. So the kernel ends the child with its parent. Strictly, with the parent's thread that
+# started it: each caller waits for its child in that thread.
+PR_SET_PDEATHSIG = 1      # <linux/prctl.h>
+
+
+def end_with_parent(parent: int) -> None:
+    """In a child of `parent` (a pid): SIGKILL when the parent ends, however it ends (Linux)."""
+    if sys.platform != "linux":     # macOS has no such call: the child's CPU bound ends it
+        return
+    import ctypes
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:      # it ended before the prctl, so no signal will come
+        os._exit(1)
 
 
 def soft_limit(kind, soft: int) -> None:
