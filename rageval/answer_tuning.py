@@ -40,7 +40,8 @@ from ragkit.embeddings import CACHE_DIR, CachedEmbedder
 PLAN = [(8, "quote-two"), (8, "quote-two-sentences"), (5, "quote-two"), (3, "quote-two")]
 # The kit's own prompt alone (--plan kit): the quote check's settings need no other, and it
 # costs a quarter of the model's time; the prompts were compared on MkDocs with the whole PLAN.
-PLANS = {"all": PLAN, "kit": PLAN[:1]}
+# sizes: the prompt's passages alone (8, 5, 3), smallest first, to choose a shorter default prompt.
+PLANS = {"all": PLAN, "kit": PLAN[:1], "sizes": [(3, "quote-two"), (5, "quote-two"), (8, "quote-two")]}
 UNCHECKED = ["refuse", "flag"]
 MIN_TOPICS = [0.0, 0.2, 0.3, 0.4, 0.5]        # the share of the question the quotes must speak to
 MAX_TOKENS = generators.MAX_TOKENS          # as the kit asks: kept replies are then the kit's own
@@ -60,8 +61,9 @@ def prompts_of(name: str, embedder, cache, questions: int | None = None, plan=PL
         found = retrieve(item["question"], max(k for k, _ in plan))
         for k, instruction in plan:
             out.append({"set": name, "item": i, "k": k, "instruction": instruction,
-                        "prompt": answering.grounded_prompt(item["question"], found[:k],
-                                                          answer_variants.INSTRUCTIONS[instruction], SEED)})
+                        "prompt": answering.grounded_prompt(
+                            item["question"], found[:k], answer_variants.INSTRUCTIONS[instruction],
+                            answer_variants.fence_tag(item["question"], SEED))})
     return out
 
 
@@ -234,7 +236,8 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=support.bounded(int, 1, 64), default=1,
                    help="llama.cpp threads (default: %(default)s)")
     p.add_argument("--plan", choices=sorted(PLANS), default="all",
-                   help="all: every prompt of PLAN; kit: the kit's prompt only (default: %(default)s)")
+                   help="all: every prompt of PLAN; kit: the kit's prompt only; sizes: 3, 5 and 8 "
+                        "passages (default: %(default)s)")
     p.add_argument("--questions", type=support.bounded(int, 1, 1000), metavar="N",
                    help="N questions of each set, spread over it (default: all)")
     p.add_argument("--worst", type=support.bounded(int, 0, 1000), default=0, metavar="N",
