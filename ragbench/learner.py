@@ -57,7 +57,7 @@ finally:
 # the server's URL ("": llama.cpp in this process), threads and max tokens in argv. It prints
 # seconds to the first token, tokens/s after it and the prompt's tokens (llama.cpp's count).
 RUN_STREAM = """import json, sys, time
-from ragkit import llm as generators
+from ragkit import generators
 prompt, system = json.load(sys.stdin)
 url, threads, max_tokens, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 llm = (generators.openai_generator(url, "local", max_tokens=max_tokens, timeout=600, stream=True)
@@ -301,7 +301,7 @@ def session(index: list, questions: list[str], model: str, threads: int) -> dict
     start to the end of the first answer, and of each next one; the prompts; llama.cpp's prompt
     tokens and rate as the kit printed them; the model's context. Timed on what it printed."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "rag_from_scratch.py", *index, "--generator", "local", "--cite", "sentences",
+    argv = [sys.executable, "rag_from_scratch.py", *index, "--generator", "local",
             "--local-model", model, "--threads", str(threads), "--interactive"]
     with tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
@@ -329,9 +329,8 @@ def direct_rate(prompt: str, model: str, threads: int, context: int) -> float:
     """Prompt tokens/s of a direct llama.cpp call (RUN_DIRECT) on the kit's prompt."""
     import json
 
-    from rageval import citations
-    from ragkit import llama
-    stdin = json.dumps([prompt, citations.SYSTEM_PROMPT, str(llama.model_file(model)[0]), threads,
+    from ragkit import answering, llama
+    stdin = json.dumps([prompt, answering.GROUNDED_SYSTEM_PROMPT, str(llama.model_file(model)[0]), threads,
                         context, 8])
     run = subprocess.run([sys.executable, "-c", RUN_DIRECT], cwd=ROOT, input=stdin, text=True,
                          capture_output=True, timeout=1800)
@@ -341,7 +340,7 @@ def direct_rate(prompt: str, model: str, threads: int, context: int) -> float:
 
 
 def bench_session(questions: int, model: str, repeats: int) -> None:
-    """--interactive on the MkDocs pages (a saved index, --cite sentences): the first answer of a
+    """--interactive on the MkDocs pages (a saved index): the first answer of a
     fresh session, the next ones, and the kit's prompt rate against a direct llama.cpp call on
     the same prompts, threads and batch, in the same run; idle and beside a busy process."""
     import json

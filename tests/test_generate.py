@@ -241,7 +241,7 @@ def test_local_stops_at_the_token_limit():
 @needs_local
 @pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare (util-linux) for a network namespace")
 def test_local_answers_with_no_network_at_all(two_prompts):
-    code = ("import sys; from ragkit import llm as g; f = g.local_generator('smollm2', max_tokens=8); "
+    code = ("import sys; from ragkit import generators as g; f = g.local_generator('smollm2', max_tokens=8); "
             "print(repr(f(sys.stdin.read(), 'Answer briefly.')))")
     done = subprocess.run(["unshare", "-n", sys.executable, "-c", code], input=two_prompts[0],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
