@@ -349,7 +349,7 @@ def load_guarded(path: Path) -> None:
     llama_params(path)                     # xllamacpp is there, or one line saying how to install it
     memory = path.stat().st_size + LOAD_MEMORY
     file = printable(str(path), lines=False)
-    bounds = f"{LOAD_SECONDS} s of CPU and {memory >> 20:,} MB"
+    bounds = f"{LOAD_SECONDS} s of CPU, longer by the clock on a busy machine, and {memory >> 20:,} MB"
     with tempfile.TemporaryFile() as log:
         child = new_python("ragkit.llama", "load_child", str(path), str(LOAD_SECONDS), str(memory),
                            stderr=log)
