@@ -16,6 +16,7 @@ It imports nothing from the kit, so every other module may import it.
 
 import argparse
 import contextlib
+import errno
 import glob
 import hashlib
 import os
@@ -702,8 +703,11 @@ def write_atomic(path, data, check=None) -> str | None:
         if check is not None:
             check()
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:    # which disk is full
+            raise OSError(exc.errno, f"no space left on the disk of {path.parent} (writing "
+                                     f"{path.name}): free some, or save elsewhere") from None
         raise
     return sha256_bytes(data) if isinstance(data, bytes) else None
 

@@ -156,3 +156,15 @@ def test_a_run_waiting_for_another_runs_lock_gives_up_at_its_deadline(tmp_path, 
 def test_progress_in_a_log_or_a_pipe_is_one_plain_line_not_redrawn_frames(capsys):
     assert list(support.progress(range(1000), 1000, "scoring", " settings")) == list(range(1000))
     assert capsys.readouterr().err == "scoring: 1,000 settings ...\n"   # pytest's stderr: no terminal
+
+
+def test_a_full_disk_names_the_folder_and_leaves_no_partial_file(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match=f"no space left on the disk of {tmp_path} \\(writing vectors.npy\\)"):
+        support.write_atomic(tmp_path / "vectors.npy", b"\0" * 100)
+    assert list(tmp_path.iterdir()) == []
