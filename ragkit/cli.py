@@ -239,7 +239,14 @@ def run(args) -> None:
         if args.interactive:              # one a line, typed or piped, all with this index and model
             questions = answering.typed_questions(sys.stdin, MAX_QUESTION_CHARS)
         for question in questions:
-            answering.ask(question, retrieve, k, llm)
+            if not args.interactive:
+                answering.ask(question, retrieve, k, llm)
+                continue
+            try:                          # Ctrl-C stops this answer; at question>, the session
+                answering.ask(question, retrieve, k, llm)
+            except KeyboardInterrupt:
+                print("\n(interrupted: ask the next question, or press Ctrl-C again to stop)",
+                      file=sys.stderr, flush=True)
 
 
 def main(argv=None) -> int:
