@@ -56,7 +56,8 @@ def walk(argv: list[str]) -> dict:
         done = subprocess.run([sys.executable, "-c", TRACER, str(out), *argv], cwd=ROOT,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"the command failed: {done.stderr.strip().splitlines()[-1:]}")
+            said = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise RuntimeError(f"the traced command failed: {said[:300]}")
         calls = [tuple(c) for c in json.loads(out.read_text())]
     files = [path for path, _ in calls]
     switches = sum(a != b for a, b in zip(files, files[1:]))

