@@ -36,7 +36,8 @@ def add_docs_flags(g) -> None:
     """--docs and the flags that go with it, in their group of the parser."""
     g.add_argument("--docs", metavar="FOLDER", help="use your own files instead of the sample: .md, .txt, "
                                                     "and with their extras .pdf, .html, .docx, .ipynb")
-    g.add_argument("--index", metavar="DIR", help="with --docs: save the index here and reuse it")
+    g.add_argument("--index", metavar="DIR", help="with --docs: keep the index here and reuse it "
+                                                  "(default: the kit's cache folder, one a folder)")
     g.add_argument("--eval", metavar="FILE", help='with --docs: JSON Lines of {"question": ..., '
                                                   '"relevant": [file, ...]} to score retrieval')
     g.add_argument("--exclude", metavar="GLOB", action="append",
