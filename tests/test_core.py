@@ -341,7 +341,7 @@ def test_cli_generate_without_credentials_says_what_to_set_up(tmp_path):
     full = {k: v for k, v in os.environ.items() if k not in unset}
     full.update(AWS_SHARED_CREDENTIALS_FILE=str(empty), AWS_CONFIG_FILE=str(empty),
                 AWS_EC2_METADATA_DISABLED="true")
-    for argv, said in ((["--generate"], "NoCredentialsError: Unable to locate credentials"),   # the lesson
+    for argv, said in ((["--generate"], "no AWS credentials found: run `aws configure`"),        # the lesson, before any model loads
                        (["--generator", "bedrock"], "no AWS credentials found")):             # the kit
         out = subprocess.run([sys.executable, str(ROOT / "rag_from_scratch.py"), "--backend", "tfidf",
                               *argv, "--model-id", "amazon.nova-lite-v1:0"],
