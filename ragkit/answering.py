@@ -180,27 +180,33 @@ def grounded_prompt(question: str, retrieved: list[dict], instruction: str = INS
 
 # == Reading a reply ========================================================================
 # A quote opens a line or follows "Quote:"; it may run over lines (a list, a code block) and
-# ends at the quote mark before its [n]. The other order, [n] "...", is read too.
-QUOTE = re.compile(r'(?:^|quote:)\s*["“](.{2,2000}?)["”]\s*\[(\d+)\]'
-                   r'|(?:^|quote:)\s*\[(\d+)\]:?\s*["“]([^"“”\n]{2,2000})["”]',
+# ends at the quote mark before its [n], before the next quote starts. The other order,
+# [n] "...", is read too. Every pattern here reads a reply in linear time: after a line's start
+# comes [ \t]*, never \s* (which would read a run of blank lines again from each line in it), and
+# a quote's text stops where the next quote opens, so no stretch is re-read once per quote mark.
+OPENS = r'(?:^[ \t]*|quote:\s*)'                        # a line's start, or "Quote:"
+QUOTE = re.compile(OPENS + r'["“]((?:(?!\n[ \t]*["“]|quote:).){2,2000}?)["”]\s*\[(\d+)\]'
+                   r'|' + OPENS + r'\[(\d+)\]:?\s*["“]([^"“”\n]{2,2000})["”]',
                    flags=re.S | re.I | re.M)
-ANSWER = re.compile(r"^\s*\**answer\**\s*:\s*", flags=re.I | re.M)
-NEXT_PART = re.compile(r"^\s*\**(?:quote|answer)s?\**\s*:", flags=re.I | re.M)   # the next Quote:/Answer:
+ANSWER = re.compile(r"^[ \t]*\**answer\**[ \t]*:\s*", flags=re.I | re.M)
+# where the answer ends: the next Answer: line, or a Quote: wherever it stands (one inside the
+# answer's line would show a quote the check set aside as part of the answer)
+NEXT_PART = re.compile(r"^[ \t]*\**answers?\**[ \t]*:|\**\bquotes?\**[ \t]*:", flags=re.I | re.M)
+QUOTE_LABEL = re.compile(r"^[ \t]*\**quotes?\**[ \t]*:", flags=re.I | re.M)    # a Quote: line's label
 
 
 def read_reply(reply: str) -> tuple[list[tuple[str, str]], str]:
     """([(quote, passage number)], the answer): the quotes wherever they are, the answer after
-    "Answer:" (or, with no such label, what is left once the quotes are taken out)."""
+    "Answer:" up to the next part (or, with no such label, what is left once the quotes and
+    their labels are taken out)."""
     quotes = [(m.group(1) or m.group(4), m.group(2) or m.group(3)) for m in QUOTE.finditer(reply)]
     label = ANSWER.search(reply)
-    if label:                      # the first answer, up to the next Quote: or Answer: line
+    if label:                      # the first answer, up to the next Answer: line or Quote:
         answer = reply[label.end():]
         answer = answer[:next_part.start()] if (next_part := NEXT_PART.search(answer)) else answer
         answer = answer.split(REFUSAL)[0]
     else:
-        answer = QUOTE.sub(" ", reply)
-        answer = re.sub(r"(?im)^\s*\**quotes?\**\s*:\s*$", "", answer)
-    answer = re.sub(r"(?im)^\s*\**quotes?\**\s*:", "", answer)
+        answer = QUOTE_LABEL.sub("", QUOTE.sub(" ", reply))
     return quotes, " ".join(answer.split())
 
 
@@ -216,7 +222,7 @@ def normalised(text: str) -> str:
     return folded(text).strip(" .,;:!?\"'")
 
 
-LIST_MARK = re.compile(r"(?m)^\s*(?:[-*+>]|\d+[.)])\s+")     # "- ", "2. ", "> " opening a line
+LIST_MARK = re.compile(r"(?m)^[ \t]*(?:[-*+>]|\d+[.)])\s+")     # "- ", "2. ", "> " opening a line
 
 
 def whole_sentences(quote: str, passage: str) -> bool:
@@ -371,9 +377,17 @@ def shown_answer(checked: dict) -> str:
 
 
 # A marker whole ("<<BEGIN tag [2] source="a.md > Setup">>"; a source may hold '>'), one cut
-# short at either end ('<<BEGIN 3f2a', 'source="a.md', 'Guide">>'), or its source alone.
+# short at either end ('<<BEGIN 3f2a', 'source="a.md', 'Guide">>'), or its source alone. The text
+# before a cut end's '">>' is read from where it starts (after a line break, '<', '"' or '>>'),
+# not again from each character of a long line; longer than a source's name, it is prose and
+# only the '">>' goes.
 FENCE_MARKER = re.compile(r"<<\s*(?:BEGIN|END)\b(?:[^\n]{0,300}?>>|[^<>\n]{0,40})"
-                          r"|\bsource=\"[^\"\n]{0,300}\"(?:\s*>>)?|[^\n<\"]{0,300}\"\s*>>")
+                          r"|\bsource=\"[^\"\n]{0,300}\"(?:\s*>>)?"
+                          r"|(?:(?:(?<![^\n<\"])|(?<=>>))(?:[^\n<\">]|>(?!>)){0,300})?\"\s*>>")
+# The tag alone, or its start where the answer was cut off ("<<END 3f2a"): a run of spaces
+# before it is read from its start (the lookbehind), not again from each space in it.
+TAG_PIECE = re.compile(r"(?:<<\s*)?(?:BEGIN|END)?(?:(?<!\s)\s*)?\b([0-9a-f]{6,16})\b"
+                       r"(?:\s*\[\d+\])?(?:\s*>>)?")
 CITATION = re.compile(r"\[([^\[\]\n]{1,300})\](?!\()")
 LONGEST_LINE = 4000          # characters a line holding "<<" is held back for, at most
 KIT_LINES = ("sources:", "[stream]", "(unsupported", "(no answer", "(checked", "==", "--", "error:",
@@ -383,10 +397,12 @@ OPENERS = {"[": "]", "<": None, '"': None, ">": None}    # what may still become
 
 def sentence_parts(line: str) -> list[str]:
     """A line cut after each sentence, never inside a fence marker (its source may hold '. ')."""
-    markers = [m.span() for m in FENCE_MARKER.finditer(line)]
-    parts, last = [], 0
+    markers = [m.span() for m in FENCE_MARKER.finditer(line)]     # in order, none overlapping
+    parts, last, i = [], 0, 0
     for end, start in sentence_ends(line):
-        if not any(a < end < b for a, b in markers):
+        while i < len(markers) and markers[i][1] <= end:     # markers before this end: behind us
+            i += 1
+        if not (i < len(markers) and markers[i][0] < end):
             parts.append(line[last:end])
             last = start
     return parts + [line[last:]]
@@ -410,9 +426,8 @@ def cleaned(segment: str, sources: set, tag: str = "") -> str:
     """A piece of an answer without the prompt's fence markers (or its tag, echoed alone) and
     without citations of sources the prompt does not have (a model invents them)."""
     segment = FENCE_MARKER.sub("", segment)
-    if tag:                  # the tag, or its start where the answer was cut off
-        segment = re.sub(r"(?:<<\s*)?(?:BEGIN|END)?\s*\b([0-9a-f]{6,16})\b(?:\s*\[\d+\])?(?:\s*>>)?",
-                         lambda m: "" if tag.startswith(m.group(1)) else m.group(0), segment)
+    if tag:
+        segment = TAG_PIECE.sub(lambda m: "" if tag.startswith(m.group(1)) else m.group(0), segment)
     files = {s.split(" > ")[0] for s in sources}
     real = lambda name: name in sources or name.split(" > ")[0] in files
     return in_prose(segment, lambda prose: CITATION.sub(lambda m: m.group(0) if real(m.group(1).strip())
@@ -429,12 +444,12 @@ def held_back(rest: str) -> int:
     """Where what could still become a marker or a citation starts in the unfinished rest of
     a segment: an '[' not closed yet, or the first '<', '>' or '"' (a marker's end may still
     come: 'Guide">>'); len(rest) if nothing is held."""
-    cut = len(rest)
+    last = {closer: rest.rfind(closer) for closer in OPENERS.values() if closer}    # once, not per opener
     for opener in re.finditer(r'[\[<>"]', rest):
         closer = OPENERS[opener.group()]
-        if closer is None or closer not in rest[opener.end():]:
-            cut = min(cut, opener.start())
-    return cut
+        if closer is None or last[closer] < opener.end():
+            return opener.start()
+    return len(rest)
 
 
 @dataclass
@@ -443,6 +458,7 @@ class Shown:
     sources: set                 # what the prompt's passages may be cited as
     tag: str = ""                # the prompt's marker tag
     seen: set = field(default_factory=set)    # loop_key() of every sentence shown
+    starts: dict = field(default_factory=dict)    # their words as a tree: word -> the words after it
     code: bool = False           # inside a code block
     line_start: bool = True      # the next segment starts a line
     on_screen: str = ""          # how much of the unfinished segment is shown already
@@ -451,13 +467,16 @@ class Shown:
         """The rest of a finished segment as shown, or None for a repeat (the end)."""
         starts_code = segment.lstrip().startswith("```")
         self.code = self.code != starts_code
-        if self.code or starts_code:
+        if self.code or starts_code or segment.isspace():      # code, or a blank line: as it is
             text = segment[len(self.on_screen):]
         else:
             whole = loop_key(cleaned(segment, self.sources, self.tag))
             if len(whole.split()) >= 2 and whole in self.seen:
                 return None
             self.seen.add(whole)
+            node = self.starts
+            for word in whole.split():
+                node = node.setdefault(word, {})
             rest = cleaned(segment[len(self.on_screen):], self.sources, self.tag)
             text = self.marked(segment, rest)
         self.line_start, self.on_screen = segment.endswith("\n"), ""
@@ -474,10 +493,19 @@ class Shown:
         cut = min(len(sentence_parts(rest)[0]), held_back(rest))
         cut = max(rest.rfind(" ", 0, cut), rest.rfind("\t", 0, cut)) + 1
         so_far = loop_key(cleaned(rest[:cut], self.sources, self.tag))
-        said = any(s == so_far or s.startswith(so_far + " ") for s in self.seen)
+        said = self.said_before(so_far)
         if cut <= len(self.on_screen) or said:
             return len(self.on_screen)
         return cut
+
+    def said_before(self, words: str) -> bool:
+        """Is `words` (a loop_key()) a sentence shown already, or whole words it starts with (""
+        starts them all)? One walk down the tree of their words, however many were shown."""
+        node = self.starts
+        for word in words.split():
+            if (node := node.get(word)) is None:
+                return False
+        return True
 
     def marked(self, segment: str, text: str) -> str:
         """text, marked "(reply)" when it starts a line the way one of the kit's own does."""
@@ -487,17 +515,28 @@ class Shown:
         return text
 
 
+REREAD_CHARS = 400    # an unfinished sentence this long at most is read again at every piece
+
+
 def guard(pieces, sources: set, tag: str = ""):
     """Yield an answer's text as it comes, cleaned (see cleaned()): word by word, but holding
     back what could still turn into a fence marker or a citation until its sentence ends, and
     a sentence while it could still be one said before; at the first sentence said again (a
     loop) it stops. A line that starts like one of the kit's own is marked "(reply)". Code
-    blocks are passed on as they are, a line at a time."""
-    shown, buffer = Shown(sources, tag), ""
+    blocks are passed on as they are, a line at a time. A sentence longer than REREAD_CHARS is
+    read again only when a line ends or it has grown by half, so a reply is read in linear time
+    however it is cut into pieces."""
+    shown, buffer, waiting, arrived = Shown(sources, tag), "", [], 0
     for piece in itertools.chain(pieces, [None]):
+        if piece is not None:
+            waiting.append(piece)
+            arrived += len(piece)
+            if len(buffer) + arrived > REREAD_CHARS and 2 * arrived < len(buffer) and "\n" not in piece:
+                continue                  # a long sentence, still unfinished: read it again later
+        buffer, waiting, arrived = buffer + "".join(waiting), [], 0
         # None: the answer ended, so what is left is finished too
         if piece is not None:
-            done, buffer = segments(buffer + piece)
+            done, buffer = segments(buffer)
         else:
             done, buffer = (sentence_parts(buffer) if buffer else []), ""
         for i, segment in enumerate(done):
@@ -586,8 +625,15 @@ def check_length(size: int, limit: int, where: str) -> None:
 
 def typed_questions(stream, limit: int):
     """Yield one question a line of `stream` (--interactive): typed at a prompt on a terminal,
-    or piped from a file. Blank lines are skipped; a line over `limit` characters is one error
-    line on stderr, then the next line is read (no line is held whole past the limit)."""
+    or piped from a file. Each line is read as bytes and decoded on its own, so a line that is
+    not UTF-8 text is one error line on stderr and the others are still asked (the locale's
+    strict decoding would end the session at the first bad byte). Blank lines are skipped; a
+    line over `limit` characters is one error line, then the next line is read (no line is held
+    whole past the limit)."""
+    import codecs
+    import io
+    # a test's StringIO has no bytes under it, and holds its text whole already
+    lines = stream.buffer if hasattr(stream, "buffer") else io.BytesIO(stream.read().encode())
     typing = stream.isatty()
     if typing:
         print("ask a question, one a line (Ctrl-D to stop)", file=sys.stderr)
@@ -595,21 +641,32 @@ def typed_questions(stream, limit: int):
     while True:
         if typing:
             print("\nquestion> ", end="", file=sys.stderr, flush=True)
-        line = stream.readline(limit + 1)
+        line = lines.readline(4 * limit + 4)        # a character is 4 bytes at most
         if not line:
             return
         number += 1
-        question, size = line.strip(), len(line.rstrip("\n"))
-        while size > limit and line and not line.endswith("\n"):    # the rest of it, dropped
-            line = stream.readline(limit + 1)
-            size += len(line.rstrip("\n"))
+        count = codecs.getincrementaldecoder("utf-8")("replace")     # a character cut in two is one
+        size, part = len(count.decode(line).rstrip("\n")), line
+        while size > limit and part and not part.endswith(b"\n"):    # the rest of it, counted, dropped
+            part = lines.readline(4 * limit + 4)
+            size += len(count.decode(part, final=not part).rstrip("\n"))
         try:
             check_length(size, limit, f"line {number}")
+            question = decoded(line, number).strip()
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             continue
         if question:
             yield question
+
+
+def decoded(line: bytes, number: int) -> str:
+    """A typed line as text, or ValueError naming the line and its first byte that is not UTF-8."""
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"line {number} is not UTF-8 text (byte 0x{line[exc.start]:02x} at {exc.start}): "
+                         f"skipped") from None
 
 
 def name_of(chunk: dict) -> str:
@@ -674,6 +731,12 @@ def ask(question: str, retrieve, k: int, llm=None) -> dict | None:
     return checked
 
 
+def echoed(text: str, most: int = 200) -> str:
+    """Text from a reply or a file as a message quotes it: its first `most` characters, then its
+    size named ("99999... (1,048,556 characters)"), so no echo is a megabyte line."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text):,} characters)"
+
+
 def print_check(checked: dict) -> None:
     """The sources the answer stands on (only the quotes found), and what the check set aside."""
     sources = list(dict.fromkeys(source for _, _, source in checked["checked"]))
@@ -687,8 +750,8 @@ def print_check(checked: dict) -> None:
         print(f"(checked: its quotes speak to {checked['topic']:.0%} of the question's words, "
               f"weighed by rarity, under the {MIN_TOPIC:.0%} an answer needs; not shown)")
     if checked["stray_numbers"]:
-        print(f"(checked: the answer states {', '.join(checked['stray_numbers'])}, which no quote "
-              f"holds; not shown)")
+        print(f"(checked: the answer states {echoed(', '.join(checked['stray_numbers']))}, which no "
+              f"quote holds; not shown)")
     if not checked["found"] and not checked["refused"] and checked["answer"]:
         print("(checked: the model's answer quoted nothing found in the passages, so it is not "
               "shown; --stream shows a reply as it is written)")

@@ -88,7 +88,9 @@ def sentence_ends(text: str) -> list[tuple[int, int]]:
     sentence splitter of the kit: chunks, the extractive answer and the reply guard use it."""
     ends = []
     for space in re.finditer(r"(?<=[.!?])\s+", text):
-        last = text[:space.start()].rsplit(None, 1)[-1].lstrip("([\"'").lower()
+        # the word before the break, read from a short window: linear in a long text (a word
+        # of over 64 characters is no abbreviation, whichever part of it is read)
+        last = text[max(0, space.start() - 64):space.start()].rsplit(None, 1)[-1].lstrip("([\"'").lower()
         if last not in ABBREVIATIONS and not re.fullmatch(r"[a-z]\.", last):
             ends.append((space.start(), space.end()))
     return ends
