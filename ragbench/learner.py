@@ -301,7 +301,7 @@ def session(index: list, questions: list[str], model: str, threads: int) -> dict
     start to the end of the first answer, and of each next one; the prompts; llama.cpp's prompt
     tokens and rate as the kit printed them; the model's context. Timed on what it printed."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "rag_from_scratch.py", *index, "--generator", "local",
+    argv = [sys.executable, "rag_from_scratch.py", *index, "--generator", "local", "--show-prompt",
             "--local-model", model, "--threads", str(threads), "--interactive"]
     with tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()

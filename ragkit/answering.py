@@ -285,6 +285,9 @@ def where(quote: str, number: str, passages: dict) -> tuple[str | None, str, str
         return None, "a heading, not a sentence", quote
     if number in passages and found_in(quote, passages[number][1]):
         return number, "", quote
+    elsewhere = [n for n in passages if n != number and found_in(quote, passages[n][1])]
+    if elsewhere:                  # a true quote under the wrong number is still no source
+        return None, f"not in passage [{number}] (it is in passage [{elsewhere[0]}])", quote
     return None, f"not in passage [{number}]", quote
 
 
@@ -708,15 +711,20 @@ def checked_answer(reply: str, prompt: GroundedPrompt, min_topic: float = MIN_TO
     return checked, shown_answer(checked)
 
 
-def ask(question: str, retrieve, k: int, llm=None) -> dict | None:
+def ask(question: str, retrieve, k: int, llm=None, who: str = "the model",
+        show_prompt: bool = False) -> dict | None:
     """Retrieve, prompt, answer, check: print each step. retrieve(question, k) -> chunks with
-    "cosine" (ragkit/retrieval.py); llm: from ragkit/generators.py's make_generator, or None. Returns
-    the checked reply (ragkit/answering.py's check_reply), or None without a generator."""
+    "cosine" (ragkit/retrieval.py); llm: from ragkit/generators.py's make_generator, or None;
+    who: what writes the answer, as the check's lines name it. The prompt is printed without
+    a generator (it is what there is to see) or with show_prompt (--show-prompt): a model's
+    prompt is thousands of words, and the answer would scroll away under it. Returns the
+    checked reply (check_reply), or None without a generator."""
     found, passages = passages_for(question, retrieve, k)
     print(f"\n== Your question (k={k}; {retrieve.ranking}) ==\nQ: {printable(question)}")
     print_found(found, plain=retrieve.cosine_only)
     prompt = grounded_prompt(question, passages)
-    print("\n-- the prompt a model would read --\n" + printable(prompt.text))
+    if llm is None or show_prompt:
+        print("\n-- the prompt a model would read --\n" + printable(prompt.text))
     if llm is None:
         print("\n(no answer generated: add --generator extractive for an offline answer, "
               "--generator local for a model on this machine, or --generate for Amazon Bedrock, billed)")
@@ -727,7 +735,7 @@ def ask(question: str, retrieve, k: int, llm=None) -> dict | None:
     if llm.streams:
         print("-- checked against the passages --")
     print(answer)
-    print_check(checked)
+    print_check(checked, who)
     return checked
 
 
@@ -737,15 +745,14 @@ def echoed(text: str, most: int = 200) -> str:
     return text if len(text) <= most else f"{text[:most]}... ({len(text):,} characters)"
 
 
-def print_check(checked: dict) -> None:
-    """The sources the answer stands on (only the quotes found), and what the check set aside."""
+def print_check(checked: dict, who: str = "the model") -> None:
+    """The sources the answer stands on (only the quotes found), and what the check set aside,
+    each with its reason. who: what wrote the answer ("the model", "the extractive answer")."""
     sources = list(dict.fromkeys(source for _, _, source in checked["checked"]))
     if sources:
         print("sources: " + ", ".join(sources))
-    failed = len(checked["failed"])
-    if failed:
-        print(f"(checked: {plural(failed, 'quote')} the model gave {'is' if failed == 1 else 'are'} "
-              f"not in the passages {'it names' if failed == 1 else 'they name'}; not shown)")
+    for _, number, why in checked["failed"]:     # each with the reason the check decided on; the
+        print(f"(checked: {who}'s quote of [{echoed(number, 12)}] is set aside: {why}; not shown)")   # text unshown
     if checked["off_topic"]:
         print(f"(checked: its quotes speak to {checked['topic']:.0%} of the question's words, "
               f"weighed by rarity, under the {MIN_TOPIC:.0%} an answer needs; not shown)")
@@ -753,5 +760,5 @@ def print_check(checked: dict) -> None:
         print(f"(checked: the answer states {echoed(', '.join(checked['stray_numbers']))}, which no "
               f"quote holds; not shown)")
     if not checked["found"] and not checked["refused"] and checked["answer"]:
-        print("(checked: the model's answer quoted nothing found in the passages, so it is not "
-              "shown; --stream shows a reply as it is written)")
+        print(f"(checked: {who}'s answer quoted nothing found in the passages, so it is not "
+              f"shown; --stream shows a reply as it is written)")

@@ -69,6 +69,9 @@ def parser():
                         "Ollama), bedrock (Amazon Bedrock, BILLED; --generate says the same). "
                         "Every answer's quotes are checked against the passages")
     generators.add_model_arguments(g)   # --llm-url, --llm-model, --api-key-env, --max-tokens, ...
+    g.add_argument("--show-prompt", action="store_true",
+                   help="print the whole prompt before a generator's answer (without a generator "
+                        "it is always printed)")
     g.add_argument("--stream", action="store_true",
                    help="print the answer piece by piece as it is written, then check it")
     g.add_argument("--interactive", action="store_true",
@@ -238,15 +241,16 @@ def run(args) -> None:
         llm = None
         if chosen.generator:              # built once: a local model loads at the first question
             llm = generators.make_generator(chosen.generator, chosen.models, args.stream, embedder, chunks)
+        who = "the extractive answer" if chosen.generator == "extractive" else "the model"
         questions = [args.question or rag.VACATION_Q]
         if args.interactive:              # one a line, typed or piped, all with this index and model
             questions = answering.typed_questions(sys.stdin, MAX_QUESTION_CHARS)
         for question in questions:
             if not args.interactive:
-                answering.ask(question, retrieve, k, llm)
+                answering.ask(question, retrieve, k, llm, who, args.show_prompt)
                 continue
             try:                          # Ctrl-C stops this answer; at question>, the session
-                answering.ask(question, retrieve, k, llm)
+                answering.ask(question, retrieve, k, llm, who, args.show_prompt)
             except KeyboardInterrupt:
                 print("\n(interrupted: ask the next question, or press Ctrl-C again to stop)",
                       file=sys.stderr, flush=True)

@@ -327,11 +327,12 @@ def test_cli_shows_a_stubbed_answer_with_its_checked_quote_and_source(dummy_aws,
     import re
     quote = "Every full-time employee at Kestrelwood Systems receives 24 days of paid annual leave per calendar year."
     stub_replying(monkeypatch, f'Quote: "{quote}" [3]\nAnswer: 24 days a year.')   # [3]: the wrong number
-    status, out, err = run_cli(capsys, CLI)
+    status, out, err = run_cli(capsys, CLI + ["--show-prompt"])
     assert status == 0, err
     answer = out.split("== Step 7: the answer (Amazon Bedrock, billed) ==\n")[1].splitlines()
     assert answer[:2] == ["I don't know based on these documents.",
-                          "(checked: 1 quote the model gave is not in the passages it names; not shown)"]
+                          "(checked: the model's quote of [3] is set aside: not in passage [3] (it is in "
+                          "passage [1]); not shown)"]
     right = re.search(r'\[(\d)\] source="HR-01 > Annual leave policy"', out).group(1)
     stub_replying(monkeypatch, f'Quote: "{quote}" [{right}]\nAnswer: 24 days a year.')
     status, out, err = run_cli(capsys, CLI)

@@ -448,7 +448,8 @@ def test_only_numpy_and_scikit_learn_are_needed_for_tfidf():
 
 
 def test_the_kits_prompt_leaves_chunks_that_share_no_word_out(capsys):
-    assert rag.main(["--backend", "tfidf", "--question", PASSWORD_Q, "--generator", "extractive"]) == 0
+    assert rag.main(["--backend", "tfidf", "--question", PASSWORD_Q, "--generator", "extractive",
+                     "--show-prompt"]) == 0
     out = capsys.readouterr().out
     listed, prompt = out.split("-- the prompt a model would read --")
     assert "2 more at cosine 0.000: they share no word" in listed

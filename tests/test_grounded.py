@@ -162,3 +162,24 @@ def test_a_quote_is_shown_only_as_whole_sentences_so_it_cannot_drop_a_not():
     assert answering.whole_sentences("Do not delete the backup folder before the migration "
                                     "finishes. Never restart the replica", passage["text"])
     assert not answering.whole_sentences("restart the replica.", passage["text"])
+
+
+@pytest.mark.parametrize("reply, why", [
+    ('Quote: "Backups" [1]\nAnswer: nightly.', "too short to stand for a sentence"),
+    ('Quote: "Restarting the database safely" [1]\nAnswer: restart it.', "a heading, not a sentence"),
+    ('Quote: "Nightly backups are kept for 35 days in the cold-storage bucket." [2]\nAnswer: 35 days.',
+     "not in passage [2] (it is in passage [1])"),
+    ('Quote: "Backups are kept on tape for ever in Zurich." [1]\nAnswer: for ever.', "not in passage [1]"),
+])
+def test_each_quote_set_aside_is_printed_with_the_reason_the_check_decided_on(reply, why, capsys):
+    passages = [{"doc_id": "ops/backup.md", "title": "ops/backup.md > Backups",
+                 "text": "Restarting the database safely\nNightly backups are kept for 35 days in the "
+                         "cold-storage bucket."},
+                {"doc_id": "hr.md", "title": "hr.md > Leave", "text": "Every employee gets 24 days of leave."}]
+    prompt = answering.grounded_prompt("How long are backups kept?", passages)
+    checked, shown = answering.checked_answer(reply, prompt)
+    answering.print_check(checked, "the extractive answer")
+    lines = capsys.readouterr().out.splitlines()
+    assert shown == answering.REFUSAL and f"is set aside: {why}; not shown)" in lines[0], lines
+    assert lines[0].startswith("(checked: the extractive answer's quote of [")
+    assert "Zurich" not in "\n".join(lines) and "the model" not in "\n".join(lines)
