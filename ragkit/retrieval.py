@@ -57,7 +57,7 @@ def bm25_weights(counts, k1: float = BM25_K1, b: float = BM25_B, idf=bm25_idf):
 
     weight(t, d) = idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(d) / mean_len))
     Counting words is the slow part, so a grid over k1 and b counts once and calls this.
-    idf(doc_freq, n_docs): bm25_idf (rageval/ir_scores.py's okapi_idf is rank_bm25's).
+    idf(doc_freq, n_docs): bm25_idf here; rageval/ir_scores.py holds rank_bm25's, to test against.
     """
     from scipy import sparse
     if k1 < 0 or not 0 <= b <= 1:
