@@ -295,7 +295,7 @@ def test_cli_prints_one_line_for_each_bedrock_error(dummy_aws, monkeypatch, caps
     monkeypatch.setattr(generators, "bedrock_client", stubbed_bedrock_client)
     status, out, err = run_cli(capsys, CLI)
     assert status == 1
-    assert 'source="HR-01 > Annual leave policy">>' in out    # retrieval ran before generation failed
+    assert "HR-01#0   Annual leave policy" in out    # retrieval ran before generation failed
     waiting, error = err.splitlines()                  # says what it waits for, then one line
     assert waiting == "waiting for Amazon Bedrock in us-east-1 (up to 45 s) ..."
     assert error.startswith("error: ") and "Traceback" not in err

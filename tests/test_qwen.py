@@ -59,9 +59,9 @@ def test_local_loads_qwen_by_default_streams_and_shows_a_checked_quote_with_its_
         assert checked.startswith("I don't know based on these documents.\n(checked: ")
 
 
-# reading the prompt; writing the answer (its first "Quote:" line: the prompt printed before it
-# holds one too). Two passages, as above: a prompt that is read in seconds, not a minute
-@pytest.mark.parametrize("at, nth", [("== Step 7: the answer", 1), ("Quote:", 2)])
+# reading the prompt; writing the answer (its first "Quote:" line: the prompt, not printed without
+# --show-prompt, holds none on screen). Two passages, as above: a prompt read in seconds, not a minute
+@pytest.mark.parametrize("at, nth", [("== Step 7: the answer", 1), ("Quote:", 1)])
 def test_ctrl_c_in_the_middle_of_a_stream_is_one_line_and_130(ask, at, nth):
     status, output = press_ctrl_c([*ask, "--stream", "--k", "2"], at=at, nth=nth)
     assert status == 130 and output.rstrip().endswith("interrupted")
