@@ -2,16 +2,18 @@
 ragkit/cli.py: the kit's command line, the layer on top of every other module. It only declares
 flags and hands each one to the file that does its work, with a plain import inside a plain `if`.
 
-    python rag_from_scratch.py --docs my_notes/ --question "How do I restart the database?"
+    python rag_from_scratch.py --docs examples/notes/ --question "How do I restart the database?"
 
 rag_from_scratch.py hands a command line with any flag beyond the tutorial's here, whole:
 main() -> run(), which goes through the modules in this order:
-  --docs, --index              ragkit/folder_index.py (and documents, chunking, saved_index)
+  check_args()                 every flag checked into one Settings; nothing loaded yet
+  --docs, --index              ragkit/documents.py reads the folder, ragkit/folder_index.py
+                               chunks, embeds and keeps the index (in --index DIR or the cache)
   (or the sample)              the lesson's index_sample(), or its demo, run_demo()
-  --hybrid, --rerank, --source, --tag, --context   ragkit/retrieval.py, ragkit/retrieval.py
-  --eval, --compare            ragkit/documents.py, ragkit/retrieval.py
-  --question, --generator, --stream   ragkit/generators.py builds the generator, ragkit/answering.py
-                               retrieves, prompts, answers and checks the quotes
+  --hybrid, --rerank, --source, --tag, --context, --compare   ragkit/retrieval.py
+  --eval                       ragkit/documents.py reads it, ragkit/retrieval.py scores it
+  --question, --generator, --stream, --show-prompt   ragkit/generators.py builds the generator,
+                               ragkit/answering.py retrieves, prompts, answers and checks the quotes
 """
 
 import argparse
