@@ -28,7 +28,7 @@ import rag_from_scratch as rag
 from ragkit import support
 from rageval.score_matrices import ROCCHIO_A, ROCCHIO_B, ROCCHIO_M, evaluate_scores, rocchio
 from rageval.arguments import add_cache, add_collection
-from ragkit.embeddings import dense
+from ragkit.folder_index import dense
 from ragkit.retrieval import (BM25_B, BM25_K1, SEED, bm25_matrix, bm25_scores, bootstrap_ci, hybrid_scores, paired_bootstrap, per_question, reciprocal_rank_fusion)
 from ragkit.support import split_sentences
 
@@ -488,7 +488,7 @@ def run_experiments(letters: str = EXPERIMENTS, minilm: rag.Embedder | None = No
     letters = parse_letters(letters)
     results, skipped = {}, {}
     if minilm is None and set(letters) - NO_EMBEDDINGS:
-        from ragkit.embeddings import minilm_embedder
+        from ragkit.folder_index import minilm_embedder
         try:
             minilm = minilm_embedder()
         except RuntimeError as exc:

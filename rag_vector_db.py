@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit import embeddings, folder_index
+from ragkit import folder_index
 from rageval.arguments import add_backend, add_k
 from ragkit.support import (bounded, claim_folder, is_our_store, leave, main_for, one_line,
                             OneLineParser, OWNER, refuse_foreign, with_deadline)
@@ -56,7 +56,7 @@ def index_fingerprint(corpus: list[dict], embedder: rag.Embedder, chunk_size: in
     """What a stored index was built from; a stored copy is usable only if all of it matches."""
     return {"backend": embedder.backend,
             # the model's name and weights, as --index checks them
-            "model": embeddings.model_identity(embedder.backend, embedder.model_name),
+            "model": folder_index.model_identity(embedder.backend, embedder.model_name),
             "chunk_size": chunk_size, "overlap": overlap,
             "corpus": folder_index.fingerprint(corpus),       # changes when any id or text does
             "space": "cosine"}
@@ -493,7 +493,7 @@ def compare(args, chunks, stores: dict, skipped: dict) -> tuple[dict, list[str]]
     """Print every engine's results; return ({engine: top-k ids}, engines that disagree)."""
     embedder = rag.Embedder(args.backend, args.model)
     index = rag.build_index(chunks, embedder)
-    vectors = np.ascontiguousarray(embeddings.dense(index), dtype=np.float32)   # FAISS and Chroma
+    vectors = np.ascontiguousarray(folder_index.dense(index), dtype=np.float32)   # FAISS and Chroma
     q = embedder.encode([args.question])[0]
     if not np.any(q):
         raise ValueError("no word of the question is in the corpus vocabulary (TF-IDF): "

@@ -125,8 +125,8 @@ def check_stream(prompt: str, events=STREAM_EVENTS) -> tuple[list[str], list[str
         io.BytesIO(raw), preload_content=False))             # instead of sending the request
     client.meta.events.register("before-send.bedrock-runtime.ConverseStream", reply)
     with redirect_stderr(io.StringIO()):             # the "waiting for Bedrock" line: no wait here
-        llm_fn = generators.bedrock_generator(MODEL_ID, client=client, stream=True)
-        pieces = list(llm_fn(prompt, None))
+        bedrock = generators.bedrock_generator(MODEL_ID, client=client, stream=True)
+        pieces = list(bedrock.reply(prompt, None))
     return sorted(sent), pieces
 
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # find rag_fro
 import rag_from_scratch as rag  # noqa: E402
 from rag_experiments import HR05_DOC, HR05_QUESTION, setup  # HR-05: the new policy of Task 2
 from rageval.arguments import add_backend
-from ragkit.embeddings import CachedEmbedder, model_for
+from ragkit.folder_index import CachedEmbedder, model_for
 from ragkit.support import OneLineParser, leave, run_cli
 
 # ---------------------------------------------------------------------------

@@ -57,15 +57,18 @@ finally:
 # the server's URL ("": llama.cpp in this process), threads and max tokens in argv. It prints
 # seconds to the first token, tokens/s after it and the prompt's tokens (llama.cpp's count).
 RUN_STREAM = """import json, sys, time
-from ragkit import generators
+from ragkit import generators, llama
 prompt, system = json.load(sys.stdin)
 url, threads, max_tokens, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 llm = (generators.openai_generator(url, "local", max_tokens=max_tokens, timeout=600, stream=True)
        if url else generators.local_generator(model, threads, max_tokens, stream=True))
-start = time.perf_counter()
-stamps = [time.perf_counter() for _ in llm(prompt, system)]
-tokens = llm.usage["completion_tokens"]
-print(stamps[0] - start, (tokens - 1) / max(stamps[-1] - stamps[0], 1e-9), llm.usage["prompt_tokens"],
+start, stamps, usage = time.perf_counter(), [], {}
+for chunk in llm.chunks(prompt, system):     # the stream's chunks: text as it comes, usage at the end
+    if llama.text_of(chunk):
+        stamps.append(time.perf_counter())
+    usage = chunk.get("usage") or usage
+tokens = usage["completion_tokens"]
+print(stamps[0] - start, (tokens - 1) / max(stamps[-1] - stamps[0], 1e-9), usage["prompt_tokens"],
       stamps[-1] - start)"""
 # A direct llama.cpp call, no kit code: the same prompt, model, threads, context and batch as the
 # kit's, in a fresh process. [prompt, system, model path, threads, n_ctx, max tokens] on stdin;

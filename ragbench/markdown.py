@@ -15,7 +15,7 @@ this machine's, now: compare them with each other, not across machines.
 import sys
 import time
 
-from ragkit import chunking, documents, support, markdown
+from ragkit import chunking, documents, readers, support
 
 GOAL_S = 5.0
 
@@ -62,7 +62,7 @@ def run(args) -> None:
     for name, text in patterns(size).items():
         print(f"{name} ...", file=sys.stderr, flush=True)
         doc = {"doc_id": "hostile.md", "text": documents.split_front_matter(text)[1]}
-        read = timed(markdown.read_markdown, doc["text"])
+        read = timed(readers.read_markdown, doc["text"])
         start = time.perf_counter()
         chunks = chunking.document_chunks([doc], fits=fits)
         chunk = time.perf_counter() - start

@@ -266,7 +266,7 @@ def bench_tfidf(chunks: list[dict], questions: list[str], k: int = TOP_K,
 def bench_minilm(texts: list[str], embedder=None) -> dict:
     """Chunks per second MiniLM encodes (texts it has not seen, so none come from its cache):
     the kit's CachedEmbedder, which counts what it really encodes."""
-    from ragkit.embeddings import CachedEmbedder
+    from ragkit.folder_index import CachedEmbedder
     load_s = 0.0
     if embedder is None:
         start = time.perf_counter()

@@ -7,8 +7,12 @@ functions it passes through, the calls, and how often the run switches from one 
 
 Every flag after the module's name is rag_from_scratch.py's. The command runs in a child process
 under a call tracer (sys.setprofile, in every thread), which records each call into the
-project's own files (not the virtual environment's, not a module's import); the figures go to
-stdout, what the command printed is left out. A traced run is several times slower than a plain one.
+project's own files (not the virtual environment's); the figures go to stdout, what the command
+printed is left out. A function is a def or a lambda a reader would open: a module's or a class
+body's code running at import is not counted, nor a comprehension (an expression inside its
+function). The run asks its folder for the first time: its kept index goes to a new, empty cache
+folder (RAG_CACHE_DIR), so reading and chunking are walked too. A traced run is several times
+slower than a plain one.
 """
 
 import json
@@ -26,14 +30,16 @@ ROOT = Path(__file__).resolve().parent.parent
 # Runs rag_from_scratch.py with the arguments after argv[1], writing the calls into the project's
 # own files, in order, as JSON to the path argv[1]: [[file, function], ...].
 TRACER = r"""
-import json, os, runpy, sys, threading
+import inspect, json, os, runpy, sys, threading
+COMPREHENSIONS = {"<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>"}
 root, out = os.path.realpath(os.getcwd()), sys.argv[1]
 calls, last = [], [None]
 def profile(frame, event, arg):
     if event == "call":
         name, path = frame.f_code.co_filename, os.path.realpath(frame.f_code.co_filename)
-        if (not name.startswith("<") and path.startswith(root + os.sep)
-                and "/.venv/" not in path and frame.f_code.co_name != "<module>"):
+        if (not name.startswith("<") and path.startswith(root + os.sep) and "/.venv/" not in path
+                and frame.f_code.co_flags & inspect.CO_OPTIMIZED           # no module or class body
+                and frame.f_code.co_name not in COMPREHENSIONS):
             calls.append((os.path.relpath(path, root), frame.f_code.co_qualname))
 sys.argv = ["rag_from_scratch.py"] + sys.argv[2:]
 threading.setprofile(profile)
@@ -53,7 +59,8 @@ def walk(argv: list[str]) -> dict:
     files with their functions' counts."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "calls.json"
-        done = subprocess.run([sys.executable, "-c", TRACER, str(out), *argv], cwd=ROOT,
+        env = dict(os.environ, RAG_CACHE_DIR=str(Path(folder) / "cache"))    # a first question
+        done = subprocess.run([sys.executable, "-c", TRACER, str(out), *argv], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or ["no message"])[-1]

@@ -32,7 +32,8 @@ from rageval.devset import kept_file, read_kept, request_key
 from rageval.embedding_cache import EmbeddingCache
 from rageval.generation import KEPT_SEED as SEED
 from ragkit import support, answering, generators
-from ragkit.embeddings import CACHE_DIR, CachedEmbedder
+from ragkit.support import printable
+from ragkit.folder_index import CACHE_DIR, CachedEmbedder
 
 # The prompts asked for each question, in this order: the biggest first, so the others reuse
 # its start (see above). Both instructions at 8 passages; the better one (on the first 30
@@ -87,8 +88,9 @@ def collect(names, model: str | None, threads: int, questions: int | None = None
     with open(path, "a", encoding="utf-8") as out:
         for n, p in enumerate(todo, 1):
             start = time.perf_counter()
-            reply = local.answer(p["prompt"])
-            usage = local.usage
+            chunks = list(local.chunks(p["prompt"].text, p["prompt"].system))   # usage comes last
+            reply = printable("".join(generators.stream_text(iter(chunks), "llama.cpp", MAX_TOKENS)).strip())
+            usage = next((c["usage"] for c in reversed(chunks) if c.get("usage")), {})
             out.write(json.dumps({"key": key(p["prompt"]), "set": p["set"], "item": p["item"], "k": p["k"],
                                   "instruction": p["instruction"], "reply": reply,
                                   "seconds": round(time.perf_counter() - start, 2),

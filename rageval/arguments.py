@@ -9,7 +9,7 @@ rageval/arguments.py: the flags several scripts share, declared once.
 """
 
 import rag_from_scratch as rag
-from ragkit.embeddings import CACHE_DIR
+from ragkit.folder_index import CACHE_DIR
 from ragkit.support import bounded
 
 BACKENDS = rag.Embedder.BACKENDS          # "auto", "minilm", "tfidf": the lesson's names

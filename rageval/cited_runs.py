@@ -30,7 +30,7 @@ from rageval import generation as gen
 from rageval.embedding_cache import EmbeddingCache
 from rageval import answer_variants, citations
 from ragkit import documents, support
-from ragkit.embeddings import CACHE_DIR, CachedEmbedder
+from ragkit.folder_index import CACHE_DIR, CachedEmbedder
 
 SEED = "devset"                 # the markers' tag is fixed per question, so a rerun asks the same
 FOUND = 8                       # passages retrieved per question, as --docs gives them

@@ -33,9 +33,8 @@ from rageval.embedding_cache import EmbeddingCache
 from rageval.generation import KEPT_SEED
 from ragkit import chunking, documents, support, answering, llama, generators, retrieval
 from rageval.arguments import add_backend
-from ragkit.embeddings import CACHE_DIR, CachedEmbedder
-from ragkit.answering import Guarded
-from ragkit.support import CODE
+from ragkit.folder_index import CACHE_DIR, CachedEmbedder
+from ragkit.support import CODE, printable
 
 K = 5                       # hit@5 and MRR@5 by file
 PROMPT_K = documents.K      # the passages an answer is written from, as --docs gives them
@@ -137,29 +136,28 @@ def kept_file(model_path, folder) -> Path:
 
 @dataclass
 class Keeping:
-    """A local model whose replies are kept: a request answered before is read from the kept
-    file, any other asked of the model and its reply kept."""
+    """A local model whose replies are kept (a Generator of ragkit/generators.py): a request
+    answered before is read from the kept file, any other asked of the model and its reply kept;
+    either is guarded as the model's own answer() guards it."""
     model: generators.LocalModel
     folder: Path
     kept: dict = field(default_factory=dict, repr=False)      # key -> record, read at the start
-    streams = property(lambda self: False)
-    truncated = property(lambda self: False)                  # a kept reply: not known
-    name = property(lambda self: self.model.name)
-    runtime = property(lambda self: self.model.runtime)
-    usage = property(lambda self: self.model.usage)
+    name: str = field(init=False)
+    stream: bool = False
 
     def __post_init__(self):
         self.kept = read_kept(kept_file(self.model.path, self.folder))
+        self.name = self.model.name
 
-    def answer(self, prompt: answering.GroundedPrompt) -> str:
-        """The kept reply to the prompt, or the model's, kept now."""
+    def answer(self, prompt: answering.GroundedPrompt):
+        """The kept reply to the prompt, or the model's, kept now; guarded."""
         key = request_key(str(self.model.path), prompt.system, prompt.text, self.model.max_tokens)
         if key not in self.kept:
-            self.kept[key] = {"key": key, "reply": self.model.answer(prompt)}
+            reply = printable("".join(self.model.reply(prompt.text, prompt.system)).strip())
+            self.kept[key] = {"key": key, "reply": reply}
             with open(kept_file(self.model.path, self.folder), "a", encoding="utf-8") as out:
                 out.write(json.dumps(self.kept[key]) + "\n")
-        return self.kept[key]["reply"]
-
+        return answering.guarded([self.kept[key]["reply"]], prompt)
 
 
 # == Scores =================================================================================
@@ -241,13 +239,13 @@ def generator(spec: str, args):
     """A generator named as --generators names it: "local" (the default model), "local:MODEL"
     (qwen, smollm2 or a .gguf file), or any other generator's name. A local model's replies
     are kept in --cache (a rerun, or the same request in rageval/answer_tuning.py, is not
-    asked again), then guarded as make_generator guards every model."""
+    asked again), then guarded as a model's own answer() guards it."""
     name, _, model = spec.partition(":")
     models = gen.models_from(args, model or None)
     if name != "local":
         return gen.make_generator(name, models)
     local = generators.local_generator(models.local_model, models.threads or llama.free_cores(), models.max_tokens)
-    return Guarded(Keeping(local, Path(args.cache or CACHE_DIR)))
+    return Keeping(local, Path(args.cache or CACHE_DIR))
 
 
 def run(args) -> None:

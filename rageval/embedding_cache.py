@@ -7,7 +7,7 @@ rerun encodes only the texts it has not seen (the kit's command line never uses 
 
 Cache files are `<folder>/<model>-<hash>.npz`, holding `keys` (the SHA-256 of each text, so
 equal texts share one vector) and `vectors` (float32 rows); the hash is of the model's identity
-(ragkit/embeddings.py's model_identity: replaced weights show). The folder carries the kit's
+(ragkit/folder_index.py's model_identity: replaced weights show). The folder carries the kit's
 mark (ragkit/support.py): a folder holding anything else is refused, never written to. Files
 are written whole or not at all, under the folder's lock; a damaged file (cut short, a flipped
 byte) is ignored with one line and rebuilt. Pickle is never used.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ragkit.embeddings import CACHE_DIR, ENCODE_PIECE, encode_in_pieces, model_identity
+from ragkit.folder_index import CACHE_DIR, ENCODE_PIECE, encode_in_pieces, model_identity
 from ragkit.support import claim_folder, folder_lock, one_line, usable_folder, write_atomic
 
 

@@ -9,7 +9,7 @@ rageval/generation.py: score the generators against a gold file: facts, citation
     python -m rageval.generation --serve                           # SmolLM2 as an OpenAI-compatible server
     python -m rageval.generation --generators openai --llm-url http://127.0.0.1:8080/v1 --llm-model smollm2
 
-The generators live in ragkit/extractive.py (no model) and ragkit/generators.py (SmolLM2, OpenAI-compatible
+The generators live in ragkit/generators.py (no model, SmolLM2, OpenAI-compatible
 servers, Bedrock). All but bedrock run offline and free.
 """
 
@@ -25,7 +25,7 @@ from ragkit import answering, chunking, support, retrieval
 from rageval import answer_variants
 from rageval.arguments import add_backend, add_k
 from ragkit.documents import fact_text
-from ragkit.extractive import content_words, extract_answer, stop_words
+from ragkit.generators import content_words, extract_answer, stop_words
 from ragkit.support import CODE
 from ragkit.llama import INSTALL_LOCAL, free_cores
 from ragkit.generators import (GENERATORS, add_model_arguments, check_generator, make_generator,
@@ -136,18 +136,19 @@ def evaluate_generation(gold: list[dict], generators: dict, retrieve, k: int = T
     for name, llm in generators.items():
         rows = []
         for item, (prompt, text) in zip(gold, prompts):
-            if llm.streams:                             # --stream: shown as it is written
+            if llm.stream:                              # --stream: shown as it is written
                 print(f"[{name}] Q: {item['question']}\nA: ", end="")
             start = time.perf_counter()
-            reply = llm.answer(prompt)
+            pieces = llm.answer(prompt)
+            reply = answering.print_stream(pieces) if llm.stream else "".join(pieces)
             seconds = time.perf_counter() - start
-            checked, answer = answering.checked_answer(reply, prompt)
+            checked, answer = answering.checked_answer(answering.single_spaced(reply), prompt)
             rows.append({"question": item["question"], "answer": answer, "reply": reply,
-                         "seconds": seconds, "truncated": bool(llm.truncated),
+                         "seconds": seconds,
                          "quotes": len(checked["checked"]) + len(checked["failed"]),
                          "checked": len(checked["checked"]),
                          **score_answer(answer, item, text, answering.REFUSAL, stop)})
-        results[name] = summarize(rows, gold) | {"rows": rows, "runtime": llm.runtime}
+        results[name] = summarize(rows, gold) | {"rows": rows, "runtime": llm.name}
     return results
 
 
@@ -161,7 +162,6 @@ def summarize(rows: list[dict], gold: list[dict]) -> dict:
             "citation": mean([r["cited"] for r in answerable]),
             "faithful": mean([r["faithful"] for r in rows if r["faithful"] is not None]),
             "refusal_precision": mean(refused), "refusal_recall": mean(unanswerable),
-            "at_limit": mean([r["truncated"] for r in rows]),
             "quotes_checked": (sum(r["checked"] for r in rows) / sum(r["quotes"] for r in rows)
                                if sum(r["quotes"] for r in rows) else None),
             "seconds": mean([r["seconds"] for r in rows])}
@@ -169,7 +169,7 @@ def summarize(rows: list[dict], gold: list[dict]) -> dict:
 
 COLUMNS = [("fact", "facts"), ("citation", "citations"), ("faithful", "faithful"),
            ("refusal_precision", "refusal P"), ("refusal_recall", "refusal R"),
-           ("quotes_checked", "quotes ok"), ("at_limit", "at limit")]
+           ("quotes_checked", "quotes ok")]
 
 
 def format_table(results: dict) -> str:

@@ -8,7 +8,7 @@ rageval/ir_scores.py: score retrieval methods on a classic IR test collection (C
     python rag_experiments.py --collection data/cisi   # every method scored, cross-validated
 
 Everything here runs offline. rageval/ir_collection.py reads the collection's files and
-ragkit/embeddings.py keeps document vectors on disk; this file scores TF-IDF, BM25, MiniLM and
+rageval/embedding_cache.py keeps document vectors on disk; this file scores TF-IDF, BM25, MiniLM and
 their hybrids and feedback against the relevance judgements. A method with settings chooses
 them by cross-validation over queries: each fold of queries is scored with the setting that
 did best on the other folds, so no query helps choose its own setting.
@@ -24,9 +24,9 @@ import numpy as np
 
 from rageval.embedding_cache import EmbeddingCache
 from rageval.ir_collection import DEFAULT_COLLECTION, GRADE_READINGS, load_collection
-from ragkit import embeddings, support
+from ragkit import folder_index, support
 from rageval.arguments import add_cache
-from ragkit.embeddings import CACHE_DIR, minilm_embedder
+from ragkit.folder_index import CACHE_DIR, minilm_embedder
 from ragkit.retrieval import BM25_B, BM25_K1
 
 # ---------------------------------------------------------------------------
@@ -178,7 +178,7 @@ def settings(inputs: dict) -> list[tuple]:
         cosine = whole @ docs.T
 
     def rocchio_scores(queries, docs, first, b, m):      # sparse (TF-IDF) or dense (MiniLM)
-        return embeddings.dense(rocchio(queries, docs, first, 1.0, b, m) @ docs.T)
+        return folder_index.dense(rocchio(queries, docs, first, 1.0, b, m) @ docs.T)
 
     @cache
     def bm25(k1=BM25_K1, b=BM25_B):         # (scores, weights W), computed once per k1 and b

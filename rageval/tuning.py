@@ -31,8 +31,8 @@ import numpy as np
 from rageval import devsets
 from rageval import generation as gen
 from rageval.embedding_cache import EmbeddingCache
-from ragkit import answering, chunking, documents, support, extractive, retrieval
-from ragkit.embeddings import CachedEmbedder
+from ragkit import answering, chunking, documents, support, generators, retrieval
+from ragkit.folder_index import CachedEmbedder
 
 K = 5                                          # passages scored when choosing retrieval
 KS = [3, 5, 8]                                 # how many passages a prompt may hold
@@ -40,7 +40,7 @@ IN_CONTEXT_GOAL = 0.9                          # ... the fewest that reach this
 WORDS = [60, 100, 150, 200]                    # words of text per chunk at most
 CONTEXTS = [False, True]                       # titles in front when embedding
 HYBRIDS = [0.0, 0.2, 0.3, 0.5]                 # BM25's share of the fused score
-FEATURES = ("meaning", "words", "names", "code", "asks", "rank")   # extractive.features()' names
+FEATURES = ("meaning", "words", "names", "code", "asks", "rank")   # generators.features()' names
 STRENGTHS = [0.01, 0.1, 1.0]                   # the weights' fit: C, less is smoother
 
 
@@ -120,16 +120,16 @@ def answer_cases(name: str, setting, k: int, embedder, cache, store) -> list[dic
     words, context, hybrid = setting
     chunks, vectors = indexed(name, words, context, embedder, cache, store)
     retrieve = retriever(chunks, vectors, embedder, context, hybrid)
-    stop, known = extractive.stop_words(), extractive.known_words(chunks)
+    stop, known = generators.stop_words(), generators.known_words(chunks)
     cases = []
     for item in gen.load_gold(devsets.questions(name)):
         prompt = answering.grounded_prompt(item["question"], retrieve(item["question"], k))
         question = prompt.question
-        candidates = extractive.candidate_sentences(prompt.passages, stop)
-        idf = extractive.idf_weights([c["words"] for c in candidates])
-        features = extractive.features(question, candidates, idf, stop, embedder.encode)
+        candidates = generators.candidate_sentences(prompt.passages, stop)
+        idf = generators.idf_weights([c["words"] for c in candidates])
+        features = generators.features(question, candidates, idf, stop, embedder.encode)
         cases.append({"item": item, "prompt": prompt, "candidates": candidates, "features": features,
-                      "new_word": not set(extractive.content_words(question, stop)) <= known})
+                      "new_word": not set(generators.content_words(question, stop)) <= known})
     return cases
 
 
@@ -139,7 +139,7 @@ def best_support(case: dict, weights: dict) -> float:
     if not part:
         return 0.0
     best = max(range(len(part)), key=lambda i: (sum(weights[f] * part[i][f] for f in FEATURES), -i))
-    return extractive.support_of(part[best], weights)
+    return generators.support_of(part[best], weights)
 
 
 def fit_answer(cases: list[dict], strength: float = 1.0):
@@ -202,7 +202,7 @@ def verdicts(cases: list[dict], weights: dict, refuse_below: tuple, each: bool =
     from rageval.devset import counts, verdict
     rows = []
     for case in cases:
-        chosen = extractive.pick(case["candidates"], case["features"], weights,
+        chosen = generators.pick(case["candidates"], case["features"], weights,
                                  refuse_below[case["new_word"]])
         reply = "\n".join(f'Quote: "{p}" [{c["number"]}]' for c in chosen for p in c["quote"])
         _, shown = answering.checked_answer(reply or answering.REFUSAL, case["prompt"])
@@ -235,7 +235,7 @@ def print_answers(names: list[str], table: dict | None, embedder, cache) -> None
             print(f"  all five: {setting[0]} words, context {setting[1]}, BM25 share {setting[2]}, "
                   f"k={k} (answer in context {in_context:.2f}), C={strength}\n"
                   f"  WEIGHTS = {weights}\n  REFUSE_BELOW, REFUSE_BELOW_NEW_WORD = {refuse[0]}, {refuse[1]}: "
-                  f"the kit's (ragkit/extractive.py)")
+                  f"the kit's (ragkit/generators.py)")
             continue
         c = verdicts(cases[setting, k][held], weights, refuse)
         answerable = c["right"] + c["partial"] + c["wrong"] + c["refused (wrong)"]

@@ -20,10 +20,11 @@ import math
 import re
 import secrets
 import sys
+import time
 from dataclasses import dataclass, field
 
 import rag_from_scratch as rag
-from ragkit.support import CODE, in_prose, plural, printable, sentence_ends, split_sentences
+from ragkit.support import CODE, in_prose, plural, printable, rate, sentence_ends, split_sentences
 
 
 # == Content words: what the extractive answer and the quote check count ===========================
@@ -361,8 +362,8 @@ def shown_answer(checked: dict) -> str:
 # == Cleaning a reply as it streams ================================================================
 # what a language model writes, cleaned before anyone reads it.
 #
-#     pieces = guard(model_pieces, prompt.citable(), prompt.tag)   # for --stream
-#     text = Guarded(model).answer(prompt)                   # a whole answer, the same rules
+#     pieces = guarded(model_pieces, prompt)          # what a model generator's answer() returns
+#     text = guarded_reply(whole_reply, prompt)       # a whole reply, the same rules
 #
 # prompt is ragkit/answering.py's GroundedPrompt: its passages and tag travel beside its text.
 #
@@ -583,31 +584,45 @@ def without_phrase_loops(pieces):
         yield "".join(kept)
 
 
+def guarded(pieces, prompt: GroundedPrompt):
+    """A model's reply to a GroundedPrompt, its pieces as they come, through guard() and
+    without_phrase_loops(): what every model generator's answer() returns (ragkit/generators.py)."""
+    return without_phrase_loops(guard(pieces, prompt.citable(), prompt.tag))
+
+
+def single_spaced(reply: str) -> str:
+    """A whole reply as the check reads it: stripped, spaces the guard left doubled in prose
+    made single (code untouched)."""
+    return in_prose(reply, lambda prose: re.sub(r"[ \t]{2,}", " ", prose)).strip()
+
+
 def guarded_reply(reply: str, prompt: GroundedPrompt) -> str:
-    """A whole reply to a GroundedPrompt as guard() leaves it (spaces it left doubled in prose
-    made single)."""
-    text = "".join(without_phrase_loops(guard([reply], prompt.citable(), prompt.tag)))
-    return in_prose(text, lambda prose: re.sub(r"[ \t]{2,}", " ", prose)).strip()
+    """A whole reply to a GroundedPrompt as a model generator's answer() leaves it, joined."""
+    return single_spaced("".join(guarded([reply], prompt)))
 
 
-@dataclass
-class Guarded:
-    """A generator (ragkit/generators.py's Generator) whose answer, a string or pieces as they come,
-    passes through guard()."""
-    model: object
+def print_stream(pieces) -> str:
+    """Print an answer piece by piece as it arrives (--stream); then, on stderr, the wait for the
+    first piece (prefill: the model reads the whole prompt) and pieces/s after it (decode: one
+    token each). Returns the text."""
+    start, first, text = time.perf_counter(), None, []
+    try:
+        for piece in pieces:
+            first = first or time.perf_counter()
+            text.append(piece)
+            print(piece, end="", flush=True)
+    finally:                        # Ctrl-C or a broken stream: what came stays, on its own line
+        print(flush=True)
+    end = time.perf_counter()
+    if first is None:                 # an empty reply: no wait to a first piece, no rate
+        said = "no piece came"
+    else:
+        said = f"first piece after {first - start:.2f} s"
+        per_second = rate(len(text) - 1, end - first, "pieces")     # the pieces after the first
+        said += f", then {per_second[2:-1]}" if per_second else ""
+    print(f"  [stream] {said} ({plural(len(text), 'piece')} in {end - start:.2f} s)", file=sys.stderr)
+    return "".join(text)
 
-    name = property(lambda self: self.model.name)
-    runtime = property(lambda self: self.model.runtime)
-    streams = property(lambda self: self.model.streams)
-    truncated = property(lambda self: self.model.truncated)     # of the last reply
-    usage = property(lambda self: self.model.usage)
-
-    def answer(self, prompt: GroundedPrompt):
-        """The model's answer to a GroundedPrompt, cleaned: pieces when the model streams."""
-        answer = self.model.answer(prompt)
-        if not isinstance(answer, str):               # a stream: guarded as it comes
-            return without_phrase_loops(guard(answer, prompt.citable(), prompt.tag))
-        return guarded_reply(answer, prompt)
 
 # How strictly a quote is checked, and what an answer whose quotes all fail becomes: chosen on
 # the development sets by leaving one project out (rageval/answer_tuning.py, which compares the
@@ -730,9 +745,10 @@ def ask(question: str, retrieve, k: int, llm=None, who: str = "the model",
               "--generator local for a model on this machine, or --generate for Amazon Bedrock, billed)")
         return None
     print(f"\n== Step 7: the answer ({llm.name}) ==")
-    reply = llm.answer(prompt)                  # --stream: printed as written
-    checked, answer = checked_answer(reply, prompt)
-    if llm.streams:
+    pieces = llm.answer(prompt)
+    reply = print_stream(pieces) if llm.stream else "".join(pieces)    # --stream: printed as written
+    checked, answer = checked_answer(single_spaced(reply), prompt)
+    if llm.stream:
         print("-- checked against the passages --")
     print(answer)
     print_check(checked, who)

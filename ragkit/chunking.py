@@ -20,7 +20,7 @@ import re
 
 import numpy as np
 
-from ragkit.markdown import read_markdown
+from ragkit.readers import read_markdown
 from ragkit.support import printable, split_sentences
 
 WORDS = 150          # words of text per chunk at most (chosen on the development sets)

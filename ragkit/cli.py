@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 
 import rag_from_scratch as rag
-from ragkit import answering, chunking, documents, embeddings, generators, readers, retrieval
+from ragkit import answering, chunking, documents, folder_index, generators, readers, retrieval
 from ragkit.support import bounded, run_cli
 
 # What --docs switches on, and the flag that changes each (the values were chosen on the
@@ -63,7 +63,7 @@ def parser():
     p.add_argument("--help-all", action="help", help="show every flag, the kit's too, and exit")
     p.add_argument("--model", default=rag.defaults(rag.Embedder)["model"],
                    help="MiniLM model name or local folder (default: %(default)s)")
-    g = p.add_argument_group("answers (ragkit/answering.py, ragkit/generators.py, ragkit/extractive.py)")
+    g = p.add_argument_group("answers (ragkit/answering.py, ragkit/generators.py)")
     g.add_argument("--generator", choices=generators.GENERATORS,
                    help="write the answer: extractive (no model: sentences of the passages), local "
                         "(a model on this machine: Qwen2.5-Coder-1.5B once installed, or "
@@ -162,7 +162,7 @@ def check_args(args) -> Settings:
         raise ValueError("--stream shows an answer as it is written: add --generator NAME")
     if args.question:
         answering.check_length(len(args.question), MAX_QUESTION_CHARS, "--question")
-    backend, model = embeddings.model_for(args.backend, args.model)     # --model: one line now
+    backend, model = folder_index.model_for(args.backend, args.model)     # --model: one line now
     documents.check_paths(args.docs, args.index, args.eval, tuple(args.exclude or ()))
     if not docs and (args.index or args.eval or args.exclude or args.max_pages is not None
                      or args.notebook_outputs or args.max_folder_mb is not None):
@@ -205,7 +205,6 @@ def run(args) -> None:
                                    "chunk_size": chosen.chunk_size, "k": chosen.k})
     context = None                        # vectors of each chunk with its title in front
     if args.docs:                         # your own folder instead of the sample
-        from ragkit import folder_index
         print_docs_settings(args, chosen)
         docs = documents.load_folder(args.docs, chosen.reading)
         if args.source is not None or args.tag is not None:

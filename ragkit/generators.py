@@ -4,12 +4,11 @@
     python -m rageval.generation --serve    # a model as an OpenAI-compatible server on 127.0.0.1
     python rag_from_scratch.py --question "..." --generator openai --llm-url http://127.0.0.1:PORT/v1
 
-Every generator is a small type with the fields of Generator below; its answer(prompt) reads a
-grounded prompt (ragkit/answering.py's GroundedPrompt) and returns the reply. The models are also
-the lesson's llm_fn: model(prompt_text, system_prompt) -> str, as rag_answer takes. Built with
-stream=True, they return an iterator of text pieces instead; make_generator (--stream) wraps
-that in Streaming, which prints the pieces as they arrive and returns the text:
-  extractive  no model: the retrieved sentences that answer (ragkit/extractive.py)
+Every generator is a small type with the fields of Generator below: a name, whether its answer
+is printed as it comes (--stream), and answer(prompt), which reads a grounded prompt
+(ragkit/answering.py's GroundedPrompt) and returns the reply's pieces; the caller joins them, or
+prints them as they come. make_generator builds the one --generator names:
+  extractive  no model: the retrieved sentences that answer (below)
   local       a GGUF model on llama.cpp, in this process, greedy, on the cores no other process
               is using: Qwen2.5-Coder-1.5B where its parts are installed, else SmolLM2-135M,
               or --local-model FILE (ragkit/llama.py finds it, ragkit/llama.py loads it)
@@ -22,18 +21,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Iterator, Protocol
 
 import rag_from_scratch as rag
-from ragkit.answering import GroundedPrompt, Guarded
-from ragkit.llama import (context_for, free_cores, llama_chunks, load_guarded, PROGRESS, rate, shown,
+from ragkit.answering import (content_words, GroundedPrompt, guarded, idf_weights, REFUSAL, stop_words,
+                              supported_share)
+from ragkit.llama import (context_for, free_cores, llama_chunks, load_guarded, PROGRESS, shown,
                           start_llama, THREADS)
-from ragkit.support import (bounded, items_with_deadline, one_line, parse_json, plural, printable,
+from ragkit.support import (bounded, in_prose, items_with_deadline, one_line, parse_json, plural, printable,
+                            split_sentences,
                             with_deadline)
 
 
@@ -320,34 +322,31 @@ def explain(exc: Exception, model_id: str, region: str, attempts: int = ATTEMPTS
 
 @dataclass
 class Bedrock:
-    """Amazon Bedrock as a generator: bedrock(prompt, system_prompt) -> str, the lesson's llm_fn,
-    bounded in time, with advice on errors; with streams, an iterator of the answer's pieces."""
+    """Amazon Bedrock as a generator (Generator below), bounded in time, with advice on errors."""
     model_id: str
     region: str
     client: object              # bedrock-runtime, with bounded timeouts and retries
     deadline_s: float = DEADLINE_S
-    streams: bool = False
-    runtime: str = "Amazon Bedrock, billed"
-    truncated: bool = False     # Converse's stop reason is not read: never known to be cut
-    usage: dict = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        """The name shown above the answer."""
-        return self.runtime
+    stream: bool = False        # ConverseStream, its pieces as they come; else Converse, whole
+    name: str = "Amazon Bedrock, billed"
 
     @property
     def attempts(self) -> int:
         """The tries botocore makes of one call, the first included."""
         return (self.client.meta.config.retries or {}).get("total_max_attempts", ATTEMPTS)
 
-    def answer(self, prompt):
-        """The answer to a grounded prompt (ragkit/answering.py): its text and system prompt."""
-        return self(prompt.text, prompt.system)
-
-    def __call__(self, prompt: str, system_prompt: str):
-        if self.streams:
+    def reply(self, prompt: str, system_prompt: str):
+        """Bedrock's own reply, unguarded: its pieces as they come (stream), else one piece."""
+        if self.stream:
             return self.pieces(prompt, system_prompt)
+        return iter([self.converse(prompt, system_prompt)])
+
+    def answer(self, prompt: GroundedPrompt):
+        """The answer's pieces to a grounded prompt (ragkit/answering.py), guarded."""
+        return guarded(self.reply(prompt.text, prompt.system), prompt)
+
+    def converse(self, prompt: str, system_prompt: str) -> str:
+        """The lesson's generate_with_bedrock, within deadline_s: the whole reply."""
         where = f"Amazon Bedrock in {self.region}"
         ask = lambda: rag.generate_with_bedrock(prompt, system_prompt, self.model_id, self.region,
                                                 client=self.client)
@@ -395,17 +394,291 @@ STREAMED = {"stream": True, "stream_options": {"include_usage": True}}   # token
 
 
 class Generator(Protocol):
-    """What the kit reads of every generator: LocalModel, OpenAIModel and Streaming here,
-    ragkit/extractive.py's Extractive, ragkit/generators.py's Bedrock, ragkit/answering.py's Guarded
-    (and the evaluation's rageval/devset.py's Keeping)."""
+    """What the kit reads of every generator: Extractive, LocalModel, OpenAIModel and Bedrock
+    here (and the evaluation's rageval/devset.py's Keeping)."""
     name: str          # shown above the answer: "local: SmolLM2-135M-Instruct Q4_1, ..."
-    runtime: str       # what runs it: the model, its runtime and threads, or its server
-    streams: bool      # answer() returns the pieces as they are written
-    truncated: bool    # the last reply stopped at the token limit
-    usage: dict        # the last reply's token counts, when the model sent them
+    stream: bool       # the caller prints the pieces as they come (--stream)
+
+    def answer(self, prompt: GroundedPrompt) -> Iterator[str]:
+        """The reply to a grounded prompt, in pieces as they are written: "".join() them for
+        the whole reply. A model's pieces have passed ragkit/answering.py's guarded()."""
+
+
+# == The extractive generator: no model, the retrieved sentences that answer, quoted ==========
+#
+#     python rag_from_scratch.py --question "How much time off do new fathers get?" --generator extractive
+#
+# extractive_generator() returns an Extractive generator: its answer(prompt) stands where a
+# language model's would, and it reads only what a model is given: the grounded prompt's question
+# and passages (ragkit/answering.py's GroundedPrompt, the passages kept beside its text). It picks
+# sentences of the passages and replies in the form a model is asked for, each sentence a Quote
+# line with its passage's number, or with the refusal; the kit then checks and shows the reply
+# like any model's. How it picks:
+#   - with MiniLM (your own pages, --docs): by meaning (the cosine of question and sentence) and
+#     the question's rare words the sentence shares, more for a sentence that names an option,
+#     command or path or holds code, less for one that is a question itself or comes from a
+#     lower-ranked passage. It refuses when the best sentence's meaning and words fall below a
+#     threshold, a higher one when the question has a word no page uses ("conda", "Sentry":
+#     often what the pages lack);
+#   - otherwise (the tutorial's ten policies, TF-IDF, no model): by the rare words it shares
+#     with the question, refusing when too little of the question is supported.
+# The weights and thresholds are chosen on the development sets by leaving one project out,
+# counting a wrong answer against a refusal (`python -m rageval.tuning`; the figures and the
+# history are in docs/generation.md). A heading alone, a lead-in with nothing after it or a list
+# of links is never an answer; a sentence that points back ("This ...", "Outside those hours")
+# brings the one before it.
+
+MIN_SUPPORT = 0.25    # words alone: refuse below this share of the question supported
+# WEIGHTS and the two REFUSE_BELOW scores were fitted by rageval/tuning.py when it cut refusals
+# at a share of the answerable questions (8%). Refitted as the project now scores (a wrong
+# answer -2, a right one +1, after the kit's quote check; `python -m rageval.tuning --part
+# answer`), every held-out project refuses 26 to 29 of its 30 to 38 answerable questions and
+# every question of the tutorial's sample: the support score does not tell a right sentence
+# from a wrong one well enough to answer at that price. These are kept, and the answer is
+# labelled "often wrong" where it is offered (docs/generation.md has both fits' figures).
+WEIGHTS = {"meaning": 0.7, "words": 0.8, "names": 1.03, "code": 0.52, "asks": -0.05, "rank": -0.22}
+REFUSE_BELOW = -0.46             # with MiniLM: refuse below this support ...
+REFUSE_BELOW_NEW_WORD = 0.41     # ... or this one, when the question has a word no page uses
+ANSWER_WORDS = 50          # more sentences from the best one's file join it up to this many words
+
+
+def question_parts(question: str, stop: frozenset) -> list[str]:
+    """A question joined by "and" has two parts when each side has content words of its own."""
+    parts = [p for p in re.split(r"\band\b", question, maxsplit=1)]
+    if len(parts) == 2 and all(len(content_words(p, stop)) >= 2 for p in parts):
+        return parts
+    return [question]
+
+
+def best_sentence(part_words: set, candidates: list[dict], idf: dict, skip: set) -> dict | None:
+    """The candidate whose words shared with the question weigh most (sum of IDF).
+
+    Ties go to the earlier sentence: the retriever's order, as a reader would start
+    with the first passage. (Dividing by sentence length lost 1 fact of 10: it favours
+    short sentences that share one common word.)
+    """
+    def score(c):
+        return sum(idf.get(w, idf[None]) for w in part_words & c["words"])
+    scored = [(score(c), -i, c) for i, c in enumerate(candidates) if c["text"] not in skip]
+    if not scored:
+        return None
+    best = max(scored, key=lambda t: (t[0], t[1]))
+    return best[2] if best[0] > 0 else None
+
+
+def support(question_words: set, chosen: list[dict], idf: dict) -> float:
+    """IDF-weighted share of the question's content words found in the chosen sentences."""
+    answer_words = set().union(*(c["words"] for c in chosen)) if chosen else set()
+    return supported_share(question_words, answer_words, idf)
+
+
+LIST_OR_TABLE = re.compile(r"(?:[-*+]|\d+[.)])\s|\|")     # "- item", "1. step", "| a | b |"
+
+
+REFERS_BACK = re.compile(r"(?:this|that|these|those|it|they|such|there|then|otherwise|outside "
+                         r"(?:of )?(?:this|that|these|those))\b", flags=re.I)   # "Outside those hours, ..."
+
+
+def passage_units(text: str) -> list[dict]:
+    """A passage's sentences, each {"text": what is scored, "quote": the pieces of the passage
+    it quotes, word for word}. A line break ends a sentence too. A fenced code block stays with
+    the sentence before it ("Install it:" and the commands), and so do the list items after a
+    sentence that ends with a colon ("The options are:" and the options). A table row comes
+    with the table's header row, which says what its cells mean (quoted apart: shown once). A
+    sentence that points back ("This ...", "Outside those hours, ...") brings the one before it.
+    A short title line ("Version pin") is scored with the sentence after it, not quoted."""
+    units, lines, i, title, introduces, header = [], text.split("\n"), 0, "", False, ""
+    while i < len(lines):
+        line = lines[i].strip()
+        if 0 < len(line.split()) <= 6 and not line.endswith((".", "!", "?", ":")) \
+                and i + 1 < len(lines) and not line.startswith("```") \
+                and not LIST_OR_TABLE.match(line):
+            title, i = f"{title}{line}: ", i + 1          # a title line ("Version pin") leads
+            continue                                     # into the sentence after it
+        if lines[i].startswith("```"):
+            end = next((j for j in range(i + 1, len(lines)) if lines[j] == "```"), len(lines) - 1)
+            block = "\n".join(lines[i:end + 1])
+            if units:
+                units[-1]["text"] += "\n" + block
+                units[-1]["quote"][-1] += "\n" + block
+            else:
+                units.append({"text": block, "quote": [block]})
+            i = end + 1
+            continue
+        if introduces and LIST_OR_TABLE.match(line):
+            units[-1]["text"] += "\n" + line
+            units[-1]["quote"][-1] += "\n" + line
+        elif line.startswith("|"):                       # a table row keeps its header row
+            first = i == 0 or not lines[i - 1].strip().startswith("|")
+            header = line if first else header
+            last = i + 1 == len(lines) or not lines[i + 1].strip().startswith("|")
+            if not first or last:                        # a header alone only if it is all
+                units.append({"text": line if first else f"{header}\n{line}",
+                              "quote": [line] if first else [header, line]})
+        else:
+            sentences = split_sentences(lines[i])
+            for n, sentence in enumerate(sentences):
+                quote = sentence
+                if n and REFERS_BACK.match(sentence):      # its subject is in the one before
+                    quote = f"{sentences[n - 1]} {sentence}"
+                units.append({"text": (title if n == 0 else "") + sentence, "quote": [quote]})
+            title = "" if sentences else title
+            introduces = bool(sentences) and sentences[-1].endswith(":")
+        i += 1
+    return units
+
+
+# `x`, --flag, a/b, a_b
+NAMES = re.compile(r"`[^`\n]+`|(?<![\w-])--?[a-z][\w-]+|\b\w+/\w+|\b[a-z]+_[a-z_]+\b")
+# #123, 1.2.0, URLs, hashes
+LINKISH = re.compile(r"#\d+|\bv?\d+(?:\.\d+)+\b|https?://\S+|\b[0-9a-f]{7,40}\b")
+
+
+def answers_nothing(sentence: str) -> bool:
+    """A heading alone, a lead-in with nothing after it, or a line of links and version numbers
+    (a changelog's): never an answer."""
+    words = sentence.split()
+    ends = sentence.rstrip()
+    if ends.endswith(":") or (len(words) <= 6 and not ends.endswith((".", "!", "?", "```"))):
+        return True
+    return len(LINKISH.findall(sentence)) * 2 >= len(words)
+
+
+def candidate_sentences(passages, stop: frozenset) -> list[dict]:
+    """Every distinct sentence that could answer, in retrieval order, with its passage's number
+    and source, its words, its passage's rank and whether it names an option, command or API.
+    Square brackets in the scored text become round ones (they are no citations); the quote
+    keeps the passage's own words."""
+    seen, out = set(), []
+    for rank, passage in enumerate(passages):           # grounded.Passage, in retrieval order
+        number, source = passage.number, passage.source
+        for unit in passage_units(passage.text):
+            sentence = in_prose(unit["text"], lambda t: t.replace("[", "(").replace("]", ")"))
+            if sentence not in seen and not answers_nothing(sentence):
+                seen.add(sentence)
+                out.append({"number": number, "source": source, "text": sentence, "rank": rank,
+                            "quote": unit["quote"], "words": set(content_words(sentence, stop)),
+                            "names": bool(NAMES.search(sentence)), "code": "```" in sentence,
+                            "asks": sentence.rstrip().endswith("?")})
+    return out
+
+
+def extract_answer(prompt: GroundedPrompt, min_support: float = MIN_SUPPORT, encode=None,
+                   weights: dict = WEIGHTS, refuse_below: tuple = (REFUSE_BELOW, REFUSE_BELOW_NEW_WORD),
+                   known_words: set | None = None) -> str:
+    """A reply in the grounded form (ragkit/answering.py): the best retrieved sentences, each a
+    Quote line with its passage's number, or the refusal. encode(texts) -> unit vectors
+    (MiniLM's) scores by meaning too, refusing below refuse_below[0], or [1] when the question
+    has a word not in `known_words` (the pages'); without encode, by words alone, refusing below
+    `min_support` of the question."""
+    stop = stop_words()
+    question = prompt.question.strip()
+    candidates = candidate_sentences(prompt.passages, stop)
+    idf = idf_weights([c["words"] for c in candidates])
+    if encode is not None:
+        new_word = known_words is not None and not set(content_words(question, stop)) <= known_words
+        chosen = pick(candidates, features(question, candidates, idf, stop, encode), weights,
+                      refuse_below[new_word])
+    else:
+        chosen = []
+        for part in question_parts(question, stop):
+            found = best_sentence(set(content_words(part, stop)), candidates, idf,
+                                 {c["text"] for c in chosen})
+            if found is not None:
+                chosen.append(found)
+        if chosen and support(set(content_words(question, stop)), chosen, idf) < min_support:
+            chosen = []
+    if not chosen:
+        return REFUSAL
+    return "\n".join(f'Quote: "{piece}" [{c["number"]}]' for c in chosen for piece in c["quote"])
+
+
+def features(question: str, candidates: list[dict], idf: dict, stop, encode) -> list[list[dict]]:
+    """For each part of the question, every candidate's features: meaning (the cosine of the
+    part and the sentence with its source in front, as --context embeds chunks), words
+    (share of the part's rare words), names (an option, command or path), code, asks (a
+    question itself, as FAQ headings are), rank (of its passage)."""
+    parts = question_parts(question, stop)
+    titled = [f"{c['source'].replace('_', ' ').replace('`', ' ')}: {c['text']}"    # file > headings: ...
+              for c in candidates]
+    vectors = encode(parts + titled) if candidates else []
+    out = []
+    for p, part in enumerate(parts):
+        words = set(content_words(part, stop))
+        total = sum(idf.get(w, idf[None]) for w in words) or 1.0
+        out.append([{"meaning": float(vectors[p] @ vectors[len(parts) + i]),
+                     "words": sum(idf.get(w, idf[None]) for w in words & c["words"]) / total,
+                     "names": float(c["names"]), "code": float(c["code"]),
+                     "asks": float(c["asks"]), "rank": float(c["rank"])}
+                    for i, c in enumerate(candidates)])
+    return out
+
+
+def support_of(features: dict, weights: dict) -> float:
+    """How well a sentence answers, in meaning and rare words alone: what refusing compares
+    with REFUSE_BELOW (options, code and rank help choose a sentence, not decide to answer)."""
+    return weights["meaning"] * features["meaning"] + weights["words"] * features["words"]
+
+
+def pick(candidates: list[dict], features: list[list[dict]], weights: dict,
+         refuse_below: float) -> list[dict]:
+    """For each part's features, the candidate with the highest weighted sum (ties: the earlier
+    one), each candidate once, then the next best of the first part's from the same file while
+    the answer stays within ANSWER_WORDS; nothing if the best supported is below `refuse_below`."""
+    chosen, best, orders = [], float("-inf"), []
+    for part in features:
+        totals = [sum(weights[f] * x[f] for f in weights) for x in part]
+        orders.append(sorted(range(len(totals)), key=lambda i: (-totals[i], i)))
+        first = next((i for i in orders[-1] if candidates[i] not in chosen), None)
+        if first is not None:
+            chosen.append(candidates[first])
+            best = max(best, support_of(part[first], weights))
+    if best < refuse_below:
+        return []
+    file = chosen[0]["source"].split(" > ")[0]
+    for i in orders[0][1:3]:                       # the runners-up of the first part
+        more = candidates[i]
+        words = sum(len(c["text"].split()) for c in chosen + [more])
+        if more not in chosen and more["source"].split(" > ")[0] == file and words <= ANSWER_WORDS:
+            chosen.append(more)
+    return chosen
+
+
+def known_words(chunks: list[dict]) -> set:
+    """Every content word of the pages (titles too): a question word outside it is one the
+    pages never use."""
+    stop = stop_words()
+    return {w for c in chunks for w in content_words(f"{c['title']} {c['text']}", stop)}
+
+
+@dataclass
+class Extractive:
+    """The generator with no language model: it answers from a grounded prompt's own passages,
+    by meaning too when `encode` is MiniLM's (and by words alone without it)."""
+    encode: object = None               # texts -> unit vectors, or None
+    known_words: set | None = None      # the pages' words (known_words()), or None
+    min_support: float = MIN_SUPPORT
+    stream: bool = False                # shown as it comes: one cited sentence a line
+
+    @property
+    def name(self) -> str:
+        """The name shown above the answer: no model, and MiniLM if it scores the sentences."""
+        return "extractive: no model" + (", sentences scored by MiniLM" if self.encode else "")
 
     def answer(self, prompt: GroundedPrompt):
-        """The reply to a grounded prompt: a string, or its pieces when it streams."""
+        """The reply in the grounded form, one line a piece."""
+        answer = extract_answer(prompt, self.min_support, self.encode, known_words=self.known_words)
+        return iter(answer.splitlines(keepends=True))
+
+
+def extractive_generator(min_support: float = MIN_SUPPORT, stream: bool = False, embedder=None,
+                         chunks=None) -> Extractive:
+    """The Extractive generator: by meaning too when `embedder` is MiniLM (the one that indexed
+    `chunks`, whose words it learns), else by words alone; stream=True: the same answer as an
+    iterator, one cited sentence at a time."""
+    encode = embedder.encode if embedder is not None and embedder.backend == "minilm" else None
+    known = known_words(chunks) if encode and chunks else None
+    return Extractive(encode, known, min_support, stream)
 
 
 # ---------------------------------------------------------------------------
@@ -443,17 +716,23 @@ def too_long(size: int, max_tokens: int, where: str) -> None:
                            f"{max_tokens} tokens can hold: not a reply to this request (--max-tokens)")
 
 
-def stream_text(chunks, where: str, model):
+def said_cut(where: str, max_tokens: int, stream: bool) -> None:
+    """The line on stderr for a reply that stopped at the token limit (after a streamed
+    answer's own line)."""
+    print(f"{chr(10) if stream else ''}  [{where}] stopped at the token limit (--max-tokens "
+          f"{max_tokens}): the answer may be cut short", file=sys.stderr, flush=True)
+
+
+def stream_text(chunks, where: str, max_tokens: int, stream: bool = False):
     """Yield the text of OpenAI-style stream chunks ({"choices": [{"delta": {"content": ...}}]}),
-    within MAX_REPLY_BYTES (ragkit/generators.py); then set the model's truncated and usage
-    (token counts, if the server sent them). Breaks are one line."""
-    size, reason, usage = 0, None, None
+    within MAX_REPLY_BYTES and what max_tokens can hold; at the end, say if the reply stopped at
+    the token limit (stream: the pieces are being printed). Breaks are one line."""
+    size, reason = 0, None
     for chunk in chunks:
         try:
             choice = chunk["choices"][0] if chunk["choices"] else {"delta": {}}   # usage only
             text = choice["delta"].get("content") or ""
             reason = choice.get("finish_reason") or reason
-            usage = chunk.get("usage") or usage
             size += len(text.encode())
         except (KeyError, IndexError, TypeError, AttributeError):
             detail = chunk.get("error", chunk) if isinstance(chunk, dict) else chunk
@@ -462,67 +741,26 @@ def stream_text(chunks, where: str, model):
         if size > MAX_REPLY_BYTES:
             raise RuntimeError(f"{where} sent more than {MAX_REPLY_BYTES // 2**20} MB of "
                                f"text: not a chat answer of {MAX_TOKENS} tokens")
-        too_long(size, model.max_tokens, where)
+        too_long(size, max_tokens, where)
         if text:
             yield printable(text)
     if reason is None:            # every server ends a whole answer with a finish_reason
         raise RuntimeError(f"{where} stopped in mid-answer (no finish_reason before the end)")
-    model.truncated, model.usage = reason == "length", usage or {}
-
-
-def print_stream(pieces) -> str:
-    """Print an answer piece by piece as it arrives; then, on stderr, the wait for the first piece
-    (prefill: the model reads the whole prompt) and pieces/s after it (decode: one token each)."""
-    start, first, text = time.perf_counter(), None, []
-    try:
-        for piece in pieces:
-            first = first or time.perf_counter()
-            text.append(piece)
-            print(piece, end="", flush=True)
-    finally:                        # Ctrl-C or a broken stream: what came stays, on its own line
-        print(flush=True)
-    end = time.perf_counter()
-    if first is None:                 # an empty reply: no wait to a first piece, no rate
-        said = "no piece came"
-    else:
-        said = f"first piece after {first - start:.2f} s"
-        per_second = rate(len(text) - 1, end - first, "pieces")     # the pieces after the first
-        said += f", then {per_second[2:-1]}" if per_second else ""
-    print(f"  [stream] {said} ({plural(len(text), 'piece')} in {end - start:.2f} s)", file=sys.stderr)
-    return "".join(text)
-
-
-@dataclass
-class Streaming:
-    """The one place an answer that arrives in pieces is shown: answer(prompt) prints the
-    pieces of model.answer(prompt) as they come, then returns the text."""
-    model: Generator
-
-    name = property(lambda self: self.model.name)
-    runtime = property(lambda self: self.model.runtime)
-    streams = property(lambda self: True)
-    truncated = property(lambda self: self.model.truncated)    # known once the stream ends
-    usage = property(lambda self: self.model.usage)
-
-    def answer(self, prompt: GroundedPrompt) -> str:
-        """The answer, printed piece by piece as it is written."""
-        return print_stream(self.model.answer(prompt))
+    if reason == "length":
+        said_cut(where, max_tokens, stream)
 
 
 @dataclass
 class LocalModel:
-    """A GGUF model on llama.cpp in this process, greedy, on `threads` CPU threads: the lesson's
-    llm_fn, model(prompt, system_prompt). It is loaded at the first question, with a context
-    sized to that prompt (a longer prompt later: loaded anew). A file of your own is loaded in a
-    guarded child first (load_guarded)."""
+    """A GGUF model on llama.cpp in this process, greedy, on `threads` CPU threads. It is loaded
+    at the first question, with a context sized to that prompt (a longer prompt later: loaded
+    anew). A file of your own is loaded in a guarded child first (load_guarded)."""
     path: Path
     runtime: str                     # "SmolLM2-135M-Instruct Q4_1, xllamacpp ..., 1 thread"
     threads: int = THREADS
     max_tokens: int = MAX_TOKENS
-    streams: bool = False
+    stream: bool = False
     checked: bool = True             # False for a file of your own until a child has loaded it
-    truncated: bool = False
-    usage: dict = field(default_factory=dict)
     loaded: dict = field(default_factory=dict, repr=False)     # n_ctx -> server: at most one
 
     @property
@@ -545,23 +783,20 @@ class LocalModel:
               f"{time.perf_counter() - start:.1f} s", file=sys.stderr)
         return self.loaded[n_ctx]
 
-    def answer(self, prompt: GroundedPrompt):
-        """The reply to a grounded prompt: its text and system prompt."""
-        return self(prompt.text, prompt.system)
-
-    def __call__(self, prompt: str, system_prompt: str = rag.SYSTEM_PROMPT):
-        """The reply, streamed inside so that llama.cpp's own counts show on stderr while it
-        reads the prompt and writes (ragkit/llama.py). With streams, its pieces as they come."""
+    def chunks(self, prompt: str, system_prompt: str):
+        """llama.cpp's stream chunks, usage and timings included, while a bar on stderr shows it
+        reading the prompt and (unless the answer itself is printed) writing (ragkit/llama.py)."""
         server = self.server_for(prompt, system_prompt)
-        request = chat_request(prompt, system_prompt, self.max_tokens) | PROGRESS
-        chunks = shown(llama_chunks(server, request | STREAMED), writing=not self.streams)
-        pieces = stream_text(chunks, "llama.cpp", self)          # sets truncated and usage at the end
-        if self.streams:
-            return pieces
-        text = printable("".join(pieces).strip())
-        if self.truncated:
-            print("  [local] hit the token limit", file=sys.stderr)
-        return text
+        request = chat_request(prompt, system_prompt, self.max_tokens) | PROGRESS | STREAMED
+        return shown(llama_chunks(server, request), writing=not self.stream)
+
+    def reply(self, prompt: str, system_prompt: str):
+        """The model's own reply, its pieces as they come, unguarded."""
+        return stream_text(self.chunks(prompt, system_prompt), "llama.cpp", self.max_tokens, self.stream)
+
+    def answer(self, prompt: GroundedPrompt):
+        """The answer's pieces to a grounded prompt, guarded."""
+        return guarded(self.reply(prompt.text, prompt.system), prompt)
 
 
 def local_generator(model: str | None = None, threads: int = THREADS, max_tokens: int = MAX_TOKENS,
@@ -581,34 +816,38 @@ def local_generator(model: str | None = None, threads: int = THREADS, max_tokens
 # ---------------------------------------------------------------------------
 @dataclass
 class OpenAIModel:
-    """Any OpenAI-compatible chat endpoint: the lesson's llm_fn, model(prompt, system_prompt).
-    Each read waits at most `timeout`; the whole answer takes at most REPLY_DEADLINE_S."""
+    """Any OpenAI-compatible chat endpoint. Each read waits at most `timeout`; the whole answer
+    takes at most REPLY_DEADLINE_S."""
     endpoint: str              # http://HOST:PORT/v1/chat/completions
     model: str
     api_key: str = ""
     max_tokens: int = MAX_TOKENS
     timeout: float = LLM_TIMEOUT_S
-    streams: bool = False
-    truncated: bool = False
-    usage: dict = field(default_factory=dict)
+    stream: bool = False
 
     runtime = property(lambda self: f"{self.model} at {self.endpoint}")
     name = property(lambda self: f"openai: {self.runtime}")
 
-    def answer(self, prompt: GroundedPrompt):
-        """The reply to a grounded prompt: its text and system prompt."""
-        return self(prompt.text, prompt.system)
-
-    def __call__(self, prompt: str, system_prompt: str = rag.SYSTEM_PROMPT):
+    def chunks(self, prompt: str, system_prompt: str):
+        """The server's stream chunks, one dict an event, usage included when it sends it."""
         body = chat_request(prompt, system_prompt, self.max_tokens) | {"model": self.model}
-        if self.streams:
-            chunks = stream(self.endpoint, body | STREAMED, self.api_key, self.timeout,
-                                      REPLY_DEADLINE_S)
-            return stream_text(chunks, self.endpoint, self)
-        reply = ask(self.endpoint, body, self.api_key, self.timeout, REPLY_DEADLINE_S)
-        text, self.truncated = reply_text(reply, self.endpoint)
+        return stream(self.endpoint, body | STREAMED, self.api_key, self.timeout, REPLY_DEADLINE_S)
+
+    def reply(self, prompt: str, system_prompt: str):
+        """The server's own reply, unguarded: its pieces as they come (stream), else one piece."""
+        if self.stream:
+            return stream_text(self.chunks(prompt, system_prompt), self.endpoint, self.max_tokens, True)
+        body = chat_request(prompt, system_prompt, self.max_tokens) | {"model": self.model}
+        text, cut = reply_text(ask(self.endpoint, body, self.api_key, self.timeout, REPLY_DEADLINE_S),
+                               self.endpoint)
         too_long(len(text.encode()), self.max_tokens, self.endpoint)
-        return text
+        if cut:
+            said_cut(self.endpoint, self.max_tokens, False)
+        return iter([text])
+
+    def answer(self, prompt: GroundedPrompt):
+        """The answer's pieces to a grounded prompt, guarded."""
+        return guarded(self.reply(prompt.text, prompt.system), prompt)
 
 
 def openai_generator(url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
@@ -663,21 +902,15 @@ def make_generator(name: str, models: ModelSettings = ModelSettings(), stream: b
     answer as it is written (--stream); embedder and chunks: the index's, which the extractive
     answer scores sentences with and learns the pages' words from."""
     if name == "extractive":
-        from ragkit import extractive
-        llm = extractive.extractive_generator(stream=stream, embedder=embedder, chunks=chunks)
-    elif name == "local":
-        llm = local_generator(models.local_model, models.threads or free_cores(), models.max_tokens,
-                              stream)
-    elif name == "openai":
-        llm = openai_generator(models.llm_url, models.llm_model, models.api_key_env,
-                               models.max_tokens, stream=stream)
-    elif name == "bedrock":
-        llm = bedrock_generator(models.model_id, models.region, stream=stream)
-    else:
-        raise ValueError(f"unknown generator {name!r}: choose from {', '.join(GENERATORS)}")
-    if name != "extractive":               # fence markers, invented sources and loops never shown
-        llm = Guarded(llm)
-    return Streaming(llm) if stream else llm   # the pieces shown as they arrive, the text returned
+        return extractive_generator(stream=stream, embedder=embedder, chunks=chunks)
+    if name == "local":
+        return local_generator(models.local_model, models.threads or free_cores(), models.max_tokens, stream)
+    if name == "openai":
+        return openai_generator(models.llm_url, models.llm_model, models.api_key_env, models.max_tokens,
+                                stream=stream)
+    if name == "bedrock":
+        return bedrock_generator(models.model_id, models.region, stream=stream)
+    raise ValueError(f"unknown generator {name!r}: choose from {', '.join(GENERATORS)}")
 
 
 def add_model_arguments(p) -> None:

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from ragkit.support import (cache_folder, limit_child, new_python, parse_json, plural, printable, Progress,
+from ragkit.support import (cache_folder, limit_child, new_python, parse_json, plural, printable, Progress, rate,
                             read_plain_file, regular_file_size, remove_partials,
                             threads_without_ctrl_c, write_atomic)
 
@@ -434,29 +434,37 @@ def shown(chunks, writing: bool = True):
     read, then (writing=True) the tokens being written, then llama.cpp's timings as one line.
     writing=False is for --stream, where the answer itself is printed as it comes: the bar ends
     before the first piece of text and no line follows, so nothing lands inside the answer's
-    line (print_stream's own line gives the writing rate after it)."""
-    chunks = iter(chunks)
-    first = yield from reading(chunks)
+    line (print_stream's own line gives the writing rate after it). A reader that stops early
+    (the guard ended a loop: llama_chunks then stops the model) gets the line of what was done."""
+    chunks, read = iter(chunks), {}
+    first = yield from reading(chunks, read)
     if first is None:                          # the stream ended before a word
         return
     if not writing:
         yield from written(first, chunks, None)
         return
+    timings = None
     with Progress("writing", None, " tokens") as bar:
-        timings = yield from written(first, chunks, bar)
+        try:
+            timings = yield from written(first, chunks, bar)
+        except GeneratorExit:                   # no timings come: what the progress said instead
+            timings = {"prompt_n": read.get("total", 0) - read.get("cache", 0), "prompt_ms": read.get("time_ms", 0),
+                       "cache_n": read.get("cache", 0), "predicted_n": bar.n, "stopped": True}
     if timings:
         print(timing_line(timings), file=sys.stderr, flush=True)
 
 
-def reading(chunks):
+def reading(chunks, read: dict):
     """Yield the chunks before the first one with text (or timings), the bar counting llama.cpp's
-    prompt_progress ({total, cache, processed, time_ms}); return that chunk, unyielded, or None."""
+    prompt_progress ({total, cache, processed, time_ms}, the last one kept in `read`); return
+    that chunk, unyielded, or None."""
     with Progress("reading the prompt", None, " tokens") as bar:
         for chunk in chunks:
-            read = chunk.get("prompt_progress") if isinstance(chunk, dict) else None
-            if isinstance(read, dict) and "total" in read and "processed" in read:   # llama.cpp's own
-                cached = read.get("cache", 0)
-                bar.at(read["processed"], read["total"], f"{cached:,} from the cache" if cached else None)
+            progress = chunk.get("prompt_progress") if isinstance(chunk, dict) else None
+            if isinstance(progress, dict) and "total" in progress and "processed" in progress:   # llama.cpp's own
+                read.update(progress)
+                cached = progress.get("cache", 0)
+                bar.at(progress["processed"], progress["total"], f"{cached:,} from the cache" if cached else None)
             if text_of(chunk) or timings_of(chunk):
                 return chunk               # the prompt is read: the bar is cleared before it shows
             yield chunk
@@ -475,9 +483,6 @@ def written(first, chunks, bar):
     return timings
 
 
-RATE_AT_LEAST = (3, 0.5)   # pieces and seconds: over less, a rate says nothing ("1,000,000 tokens/s")
-
-
 def text_of(chunk) -> str:
     """The text a chat-completions stream chunk holds, or "" (a role, a progress event, usage)."""
     try:
@@ -493,15 +498,6 @@ def timings_of(chunk) -> dict | None:
     return timings if isinstance(timings, dict) else None
 
 
-def rate(count: int, seconds: float, noun: str = "tokens") -> str:
-    """" (6.6 tokens/s)" for a span long enough to mean something (RATE_AT_LEAST pieces and
-    seconds), else "": rate(40, 6.07) -> " (6.6 tokens/s)"; rate(1, 0.0) -> ""."""
-    pieces, span = RATE_AT_LEAST
-    if count < pieces or seconds < span:
-        return ""
-    return f" ({count / seconds:,.1f} {noun}/s)"
-
-
 def timing_line(timings: dict) -> str:
     """llama.cpp's timings as one line for stderr: "  [local] read 4,157 prompt tokens in 101.7 s
     (40.9 tokens/s), wrote 40 tokens in 6.1 s (6.4 tokens/s)"; prompt tokens reused from the
@@ -512,4 +508,7 @@ def timing_line(timings: dict) -> str:
         return f"{plural(n, noun)} in {seconds:.1f} s{rate(n - (kind == 'predicted'), seconds)}"
     cached = int(timings.get("cache_n", 0))
     reused = f" and {cached:,} from the cache" if cached else ""
+    if timings.get("stopped"):              # llama.cpp sent no timings: the reading's, and a count
+        return (f"  [local] read {spent('prompt', 'prompt token')}{reused}, wrote "
+                f"{plural(int(timings['predicted_n']), 'token')}, then stopped: the answer was cut short")
     return f"  [local] read {spent('prompt', 'prompt token')}{reused}, wrote {spent('predicted', 'token')}"

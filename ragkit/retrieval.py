@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import rag_from_scratch as rag
-from ragkit import chunking, embeddings
+from ragkit import chunking, folder_index
 from ragkit.support import plural, refuse_empty
 
 # == Defaults: the one place they live (the experiments' CLI reads them from here) =========
@@ -160,9 +160,9 @@ GET_RERANKER = (f"download it once where the network is open (`hf download {RERA
 
 
 def load_reranker(model: str = RERANKER):
-    """A sentence-transformers CrossEncoder from a local copy (ragkit/embeddings.py)."""
+    """A sentence-transformers CrossEncoder from a local copy (ragkit/folder_index.py)."""
     try:
-        return embeddings.load_cross_encoder(model)
+        return folder_index.load_cross_encoder(model)
     except RuntimeError as exc:
         if "no local copy" not in str(exc):
             raise
@@ -375,8 +375,8 @@ def check_flags(hybrid: str | None, rerank: str | None, source: str | None, tag:
     refuse_empty({"--source": source, "--tag": tag, "--rerank": rerank})
     if hybrid is not None:
         hybrid_setting(hybrid)
-    if rerank not in (None, "auto") and not embeddings.model_folder(rerank):
-        if embeddings.looks_like_folder(rerank):
+    if rerank not in (None, "auto") and not folder_index.model_folder(rerank):
+        if folder_index.looks_like_folder(rerank):
             raise FileNotFoundError(f"model folder not found: {rerank} (give a folder holding config.json)")
         raise RuntimeError(f"no local copy of the reranker {rerank}: {GET_RERANKER}")
 

@@ -111,6 +111,18 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
 
 
+RATE_AT_LEAST = (3, 0.5)   # pieces and seconds: over less, a rate says nothing ("1,000,000 tokens/s")
+
+
+def rate(count: int, seconds: float, noun: str = "tokens") -> str:
+    """" (6.6 tokens/s)" for a span long enough to mean something (RATE_AT_LEAST pieces and
+    seconds), else "": rate(40, 6.07) -> " (6.6 tokens/s)"; rate(1, 0.0) -> ""."""
+    pieces, span = RATE_AT_LEAST
+    if count < pieces or seconds < span:
+        return ""
+    return f" ({count / seconds:,.1f} {noun}/s)"
+
+
 CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", flags=re.S)    # a fenced block or a `span`
 
 

@@ -28,8 +28,8 @@ CISI = DEFAULT_COLLECTION          # data/cisi, shipped with the repository
 @pytest.fixture(scope="session")
 def minilm():
     """The real all-MiniLM-L6-v2 model, loaded once for the whole test run, as the kit runs it
-    (ragkit/embeddings.py: each text encoded once, a question on one thread)."""
-    from ragkit.embeddings import CachedEmbedder
+    (ragkit/folder_index.py: each text encoded once, a question on one thread)."""
+    from ragkit.folder_index import CachedEmbedder
     return CachedEmbedder("minilm")
 
 

@@ -353,22 +353,22 @@ def test_the_table_covers_every_entry_point_with_40_rows_or_more():
     ("cut_model", r"model.safetensors is cut short or damaged: its header promises 1,098 bytes, "
                   r"the file has 174; download the model again")])     # 8 + 66 (header) + 1,024 or 100
 def test_a_model_folder_is_checked_before_any_file_in_it_is_read_or_hashed(bad_models, kind, words):
-    from ragkit import embeddings
-    for look in (embeddings.model_folder, lambda folder: embeddings.model_identity("minilm", folder)):
+    from ragkit import folder_index
+    for look in (folder_index.model_folder, lambda folder: folder_index.model_identity("minilm", folder)):
         with pytest.raises(ValueError, match=words):
             look(str(bad_models[kind]))
 
 
 def test_a_model_folder_bigger_than_a_cpu_model_is_refused(tmp_path, monkeypatch):
-    from ragkit import embeddings
-    monkeypatch.setattr(embeddings, "MAX_MODEL_BYTES", 1000)
+    from ragkit import folder_index
+    monkeypatch.setattr(folder_index, "MAX_MODEL_BYTES", 1000)
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "pytorch_model.bin").write_bytes(bytes(600))
-    assert embeddings.model_folder(str(tmp_path)) == str(tmp_path)      # 602 bytes: within
+    assert folder_index.model_folder(str(tmp_path)) == str(tmp_path)      # 602 bytes: within
     (tmp_path / "1_Pooling").mkdir()
     (tmp_path / "1_Pooling" / "extra.bin").write_bytes(bytes(600))     # a folder inside counts
     with pytest.raises(ValueError, match=r"the model folder .* holds more than 9.3\d+e-07 GB"):
-        embeddings.model_folder(str(tmp_path))
+        folder_index.model_folder(str(tmp_path))
 
 
 # ---------------------------------------------------------------------------

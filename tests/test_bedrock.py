@@ -45,7 +45,7 @@ FAILURES = {
 
 def generate(client=None, model_id="x"):
     """The command line's Bedrock path: the lesson's Converse call with deadline and advice."""
-    return generators.bedrock_generator(model_id, "us-east-1", client=client)("prompt", rag.SYSTEM_PROMPT)
+    return generators.bedrock_generator(model_id, "us-east-1", client=client).converse("prompt", rag.SYSTEM_PROMPT)
 
 
 @pytest.fixture(autouse=True)

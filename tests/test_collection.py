@@ -1,5 +1,5 @@
 """rageval/ir_collection.py on real CISI and on small collections that hold the format's traps, grade
-readings, ragkit/embeddings.py with the real MiniLM model, and rageval/ir_scores.py's
+readings, ragkit/folder_index.py's embedding model with the real MiniLM, and rageval/ir_scores.py's
 cross-validated evaluation (by hand on a tiny collection, then on CISI)."""
 import json
 import math
@@ -17,7 +17,7 @@ from rageval import ir_scores as rc
 from rageval.embedding_cache import EmbeddingCache, text_key
 from rageval.ir_collection import load_collection
 from ragkit import support
-from ragkit.embeddings import CACHE_DIR
+from ragkit.folder_index import CACHE_DIR
 
 
 def write(folder, files: dict, newline="\n"):

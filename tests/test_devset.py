@@ -7,7 +7,7 @@ import re
 import pytest
 
 from rageval import devset, devsets, tuning
-from ragkit import chunking, documents, extractive, answering
+from ragkit import chunking, documents, generators, answering
 
 FETCH = "the fetched development sets are missing: run `python -m rageval.downloads`"
 
@@ -116,7 +116,7 @@ def test_fitted_weights_favour_the_answering_sentence_and_the_gate_refuses_what_
     assert weights["meaning"] > 0 and weights["meaning"] > weights["words"]
     counts = tuning.verdicts(answerable + unanswerable, weights, (refuse, refuse_new))
     assert counts["refused (right)"] == 10 and counts["right"] == 25    # the gate separates them
-    assert refuse_new > max(extractive.support_of(c["features"][0][0], weights) for c in unanswerable)
+    assert refuse_new > max(generators.support_of(c["features"][0][0], weights) for c in unanswerable)
 
 
 def test_the_gate_threshold_counts_a_wrong_answer_against_a_refusal():

@@ -7,7 +7,7 @@ import pytest
 from conftest import LATE_S
 
 import rag_from_scratch as rag
-from ragkit import chunking, documents, embeddings, folder_index, answering, support
+from ragkit import chunking, documents, folder_index, answering, support
 
 SETUP_MD = """---
 title: Team handbook

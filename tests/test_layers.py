@@ -12,13 +12,14 @@ LAYERS = {
     # 0: the lesson itself, and what every module shares (ragkit/support.py: text, child
     # processes, deadlines, how a command ends, progress, JSON Lines, storage)
     "rag_from_scratch": 0, "ragkit.support": 0,
-    # 1-3: files and models on disk, read: Markdown, the other readers, embeddings, the local
-    # model file and llama.cpp; your documents as chunks; the grounded prompt and its check
-    "ragkit.markdown": 1, "ragkit.readers": 2, "ragkit.embeddings": 2, "ragkit.llama": 2,
+    # 1-3: files and models on disk, read: every file type (Markdown too), the local model file
+    # and llama.cpp; your documents as chunks; the grounded prompt and its check
+    "ragkit.readers": 2, "ragkit.llama": 2,
     "ragkit.documents": 3, "ragkit.chunking": 3, "ragkit.answering": 3,
-    # 4-5: the index of a folder, retrieval, the extractive answer; the generators
-    "ragkit.folder_index": 4, "ragkit.retrieval": 4, "ragkit.extractive": 4,
-    "ragkit.generators": 5,
+    # 4-5: the embedding model and the index of a folder; retrieval (its
+    # reranker is found and loaded by folder_index's model code), the generators (the extractive one too)
+    "ragkit.folder_index": 4,
+    "ragkit.retrieval": 5, "ragkit.generators": 5,
     # 6: the command line on top
     "ragkit.cli": 6,
     # 7: what only the evaluation and the companions share

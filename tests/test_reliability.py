@@ -12,7 +12,7 @@ import pytest
 from conftest import LATE_S, ROOT, command, press_ctrl_c
 
 import rag_from_scratch as rag
-from ragkit import generators, documents, embeddings, answering, support
+from ragkit import generators, documents, folder_index, answering, support
 
 NOTE = "# Backups\n\nNightly backups are kept for 35 days in the cold-storage bucket.\n"
 
@@ -135,7 +135,7 @@ def test_a_meta_json_of_the_wrong_shape_means_rebuild_never_a_traceback(notes, t
 @pytest.mark.slow
 def test_replacing_the_models_files_in_place_makes_the_index_stale(notes, tmp_path, minilm):
     model = tmp_path / "model"
-    shutil.copytree(embeddings.model_folder(), model)
+    shutil.copytree(folder_index.model_folder(), model)
     index_dir = tmp_path / "ix"
     args = ["--docs", str(notes), "--backend", "minilm", "--model", str(model), "--index", str(index_dir)]
     assert rag.main(args) == 0
@@ -209,7 +209,7 @@ def test_bedrock_against_a_server_that_never_answers_gives_up_at_its_deadline(si
     llm = generators.bedrock_generator("x", "us-east-1", deadline_s=1.5)
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="Amazon Bedrock in us-east-1 did not answer within 1.5 s"):
-        llm("prompt", rag.SYSTEM_PROMPT)
+        llm.converse("prompt", rag.SYSTEM_PROMPT)
     assert time.monotonic() - t0 < 1.5 + LATE_S          # without the deadline: 185 s
 
 

@@ -4,7 +4,6 @@ left alone."""
 import functools
 import importlib.util
 import re
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -32,23 +31,9 @@ def docs_prompts() -> list[answering.GroundedPrompt]:
 
 
 
-@dataclass
-class Canned:
-    """A fake generator: the same reply to every prompt."""
-    reply: str
-    name: str = "canned: test"
-    runtime: str = "test"
-    streams: bool = False
-    truncated: bool = False
-    usage: dict = field(default_factory=dict)
-
-    def answer(self, prompt) -> str:
-        return self.reply
-
-
 def shown_answer(reply: str, prompt) -> str:
-    """What the user sees of a model's reply, as make_generator wraps every model."""
-    return answering.Guarded(Canned(reply)).answer(prompt)
+    """What the user sees of a model's whole reply: every model generator's answer() guards it."""
+    return answering.guarded_reply(reply, prompt)
 
 
 def harms(answer: str, prompt: str) -> list[str]:
@@ -117,7 +102,7 @@ def test_smollm2_on_development_questions_shows_no_marker_no_invented_source_no_
     the test above; docs/generation.md has what SmolLM2 answered on a whole set."""
     model = generators.make_generator("local", generators.ModelSettings("smollm2", threads=1, max_tokens=64))
     prompt = docs_prompts()[7]
-    answer = model.answer(prompt)
+    answer = "".join(model.answer(prompt))
     assert harms(answer, prompt) == [], answer
 
 

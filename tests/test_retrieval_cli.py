@@ -12,7 +12,7 @@ import pytest
 from conftest import CISI
 
 import rag_from_scratch as rag
-from ragkit import chunking, documents, embeddings, retrieval
+from ragkit import chunking, documents, folder_index, retrieval
 
 FATHERS = "How much time off do new fathers get?"
 
@@ -30,7 +30,7 @@ def tiny_reranker(tmp_path_factory):
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
     folder = tmp_path_factory.mktemp("tiny-cross-encoder")
-    tokenizer = AutoTokenizer.from_pretrained(embeddings.model_folder())
+    tokenizer = AutoTokenizer.from_pretrained(folder_index.model_folder())
     torch.manual_seed(0)
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=8, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=16, num_labels=1,
@@ -149,7 +149,7 @@ def test_rerank_with_a_missing_folder_is_one_line(capsys, tmp_path):
 
 
 def test_rerank_auto_goes_on_without_reranking(capsys):
-    if embeddings.model_folder(retrieval.RERANKER):
+    if folder_index.model_folder(retrieval.RERANKER):
         pytest.skip(f"a copy of {retrieval.RERANKER} is cached here, so auto finds one")
     status, out, err = run_main(capsys, "--backend", "tfidf", "--rerank", "auto", "--question", FATHERS)
     assert status == 0

@@ -17,7 +17,7 @@ from test_generate import needs_local
 
 import rag_from_scratch as rag
 import verify_bedrock_request as vbr
-from ragkit import answering, extractive, generators
+from ragkit import answering, generators
 
 LOCAL_STREAM = ["rag_from_scratch.py", "--backend", "tfidf", "--question", rag.VACATION_Q,
                 "--generator", "local", "--local-model", "smollm2", "--stream"]
@@ -116,20 +116,19 @@ def test_extractive_stream_prints_the_same_answer_as_without(capsys):
     assert untagged(plain) == untagged(before + "== Step 7: the answer (extractive: no model) ==\n" + checked)
     assert raw.startswith('Quote: "Flights shorter than 6 hours') and '[FIN-02 > Business travel policy]' in checked
     assert "  [stream] first piece after " in err and "(2 pieces in" in err
-    refusing = extractive.extractive_generator(stream=True).answer(answering.grounded_prompt("q?", [rag.build_chunks(rag.CORPUS)[0]]))
+    refusing = generators.extractive_generator(stream=True).answer(answering.grounded_prompt("q?", [rag.build_chunks(rag.CORPUS)[0]]))
     assert list(refusing) == [answering.REFUSAL]
 
 
 def test_a_streamed_answer_is_shown_as_it_comes_and_returned_whole(tfidf_setup, chunks, capsys):
     from ragkit import generators
     embedder, index = tfidf_setup
-    plain = extractive.extractive_generator()
-    streamed = generators.Streaming(extractive.extractive_generator(stream=True))
     prompt = answering.grounded_prompt(rag.VACATION_Q, rag.search(rag.VACATION_Q, index, chunks, embedder, 2))
-    answers = [generator.answer(prompt) for generator in (plain, streamed)]
+    plain = "".join(generators.extractive_generator().answer(prompt))
+    streamed = answering.print_stream(generators.extractive_generator(stream=True).answer(prompt))
     out, err = capsys.readouterr()
-    assert answers[0] == answers[1] and answers[0].endswith("[1]")
-    assert out == answers[1] + "\n" and streamed.streams and "[stream] first piece" in err
+    assert plain == streamed and plain.endswith("[1]")
+    assert out == streamed + "\n" and "[stream] first piece" in err
 
 
 # Servers that break a stream: each one line, within the deadline (plus LATE_S on a busy machine).
@@ -203,7 +202,7 @@ def test_a_broken_stream_is_one_line_within_the_deadline(kind, monkeypatch):
         remote = generators.openai_generator(url + "/v1", "m", timeout=2, stream=True)
         start = time.perf_counter()
         with pytest.raises(error, match=words) as caught:
-            list(remote("hi", "be brief"))
+            list(remote.reply("hi", "be brief"))
         assert time.perf_counter() - start < 2 + LATE_S
         assert "\n" not in str(caught.value)
 
@@ -239,7 +238,7 @@ def test_a_hostile_stream_is_one_line_and_never_read_whole(kind):
         with serving(write) as url:
             remote = generators.openai_generator(url + "/v1", "m", timeout=LATE_S, stream=True)
             with pytest.raises(RuntimeError, match=words) as caught:
-                list(remote("hi", "be brief"))
+                list(remote.reply("hi", "be brief"))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -265,7 +264,7 @@ def test_the_whole_answer_has_one_deadline_that_nothing_stretches(then, monkeypa
         remote = generators.openai_generator(url + "/v1", "m", timeout=LATE_S, stream=True)
         with pytest.raises(TimeoutError, match=r"^the model server at .* had not finished "
                                                r"answering after 1 s: is the server running"):
-            list(remote("hi", "be brief"))
+            list(remote.reply("hi", "be brief"))
         assert then == "stall" or hung_up.wait(LATE_S)
 
 
@@ -278,7 +277,7 @@ def test_an_endless_error_reply_is_one_line_read_only_to_its_start(stream):
             remote = generators.openai_generator(url + "/v1", "m", timeout=LATE_S, stream=stream)
             with pytest.raises(RuntimeError, match=r"/chat/completions answered HTTP 500: "
                                                    r"model crashed model crashed") as caught:
-                list(remote("hi", "be brief"))
+                list(remote.reply("hi", "be brief"))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -323,7 +322,7 @@ def test_a_broken_bedrock_stream_is_one_line_of_advice(kind):
     write, words = BEDROCK_BROKEN[kind]
     with bedrock_at(write) as generate:
         with pytest.raises(RuntimeError, match=r"^Amazon Bedrock in us-east-1 " + words) as caught:
-            list(generate("prompt", "be brief"))
+            list(generate.reply("prompt", "be brief"))
     assert "\n" not in str(caught.value)
 
 
