@@ -660,7 +660,9 @@ def typed_questions(stream, limit: int):
         if typing:
             print("\nquestion> ", end="", file=sys.stderr, flush=True)
         line = lines.readline(4 * limit + 4)        # a character is 4 bytes at most
-        if not line:
+        if not line:                                # Ctrl-D: the shell's prompt on a line of its own
+            if typing:
+                print(file=sys.stderr)
             return
         number += 1
         count = codecs.getincrementaldecoder("utf-8")("replace")     # a character cut in two is one

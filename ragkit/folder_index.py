@@ -37,6 +37,7 @@ and embeds nothing.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
@@ -394,7 +395,10 @@ def load_index(folder, meta: dict):
     if saved is None:
         missing = not (folder / META).exists()
         return None, None, None, "no saved index yet" if missing else "meta.json is damaged"
-    with folder_lock(folder):                      # not while another run saves
+    # Not while another run saves; a folder no one here can write (read-only, a read-only disk)
+    # takes no lock file, and a save elsewhere that tore a file fails its checksum below.
+    writable = os.access(folder, os.W_OK) and not os.statvfs(folder).f_flag & os.ST_RDONLY
+    with folder_lock(folder) if writable else contextlib.nullcontext():
         raw = {name: read_checked(folder / name, digest) for name, digest in saved["checksums"].items()}
     damaged = next((name for name, data in raw.items() if data is None), None)
     if damaged:

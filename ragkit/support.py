@@ -678,7 +678,8 @@ def is_our_folder(folder) -> bool:
 def usable_folder(folder, flag: str) -> Path:
     """`folder` if the kit may write there: ValueError, now, before any slow work, if it is a
     file, holds anything the kit did not create, or (or its nearest existing parent) is not
-    writable."""
+    writable, unless it is one of ours, which is then only read (a saved index on a read-only
+    disk)."""
     folder = Path(folder).expanduser()
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{flag} {folder} is a file, not a folder: give a folder path")
@@ -691,6 +692,8 @@ def usable_folder(folder, flag: str) -> Path:
     try:                                   # root passes os.access checks; a real write tells
         tempfile.TemporaryFile(dir=existing).close()
     except OSError:
+        if folder.is_dir() and is_our_folder(folder):     # read-only, ours: read, and saved only
+            return folder                                 # if a rebuild needs it (an error then)
         raise ValueError(f"cannot write to {flag} {folder}: choose a folder you can write to") from None
     return folder
 
@@ -764,7 +767,8 @@ def folder_lock(folder):
             raise TimeoutError(f"another run has held the lock on {folder} for {LOCK_WAIT_S} s: "
                                f"let it finish, or stop it, and run again") from None
     except OSError as exc:
-        raise ValueError(f"cannot lock {path} ({exc.strerror or exc})") from None
+        raise ValueError(f"cannot lock {path} ({exc.strerror or exc}): nothing can be saved in "
+                         f"that folder") from None
     try:
         remove_partials(folder)         # the lock is ours, so no save is running
         yield Path(folder)

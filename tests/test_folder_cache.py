@@ -201,6 +201,30 @@ def test_with_index_dir_the_cache_is_not_touched(notes, cache, tmp_path, capsys)
     assert not cache.exists()
 
 
+@pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare (util-linux) for a read-only mount")
+def test_a_saved_index_on_a_read_only_disk_is_reused(notes, tmp_path, capsys):
+    """A class's shared index, mounted read-only: loaded, not rebuilt, and no lock file is needed;
+    a changed file, which needs a save, is one line."""
+    index = tmp_path / "ix"
+    assert ask(notes, "--index", str(index)) == 0
+    capsys.readouterr()
+    ro = f"mount --bind {index} {index} && mount -o remount,bind,ro {index} && "
+    done = subprocess.run(["unshare", "-m", "sh", "-c", ro + 'exec "$0" "$@"', sys.executable,
+                           "rag_from_scratch.py", "--docs", str(notes), "--backend", "tfidf", "--index",
+                           str(index), "--question", "How long are backups kept?"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if "mount" in done.stderr or "unshare" in done.stderr:
+        pytest.skip(f"no read-only mount here: {done.stderr.strip()[:200]}")
+    assert done.returncode == 0, done.stderr
+    assert f"loaded the saved index from {index} (not re-embedded)" in done.stdout
+    (notes / "travel.txt").write_text("Taxi receipts must be uploaded within 7 days.", encoding="utf-8")
+    changed = subprocess.run(done.args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert changed.returncode == 1 and "Traceback" not in changed.stderr
+    assert changed.stderr.strip().splitlines()[-1] == (
+        f"error: cannot lock {index / support.LOCK_FILE} (Read-only file system): nothing can be "
+        f"saved in that folder")
+
+
 @pytest.mark.slow
 def test_two_runs_on_one_folder_at_once_both_succeed_and_keep_one_whole_index(notes, cache):
     args = [sys.executable, str(ROOT / "rag_from_scratch.py"), "--docs", str(notes), "--backend", "tfidf"]

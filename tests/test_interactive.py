@@ -48,6 +48,7 @@ def test_at_a_terminal_it_asks_for_each_question_on_stderr(capsys):
     err = capsys.readouterr().err
     assert asked == ["first", "second"]
     assert "Ctrl-D to stop" in err and err.count("question> ") == 3     # the third meets the end
+    assert err.endswith("question> \n")          # Ctrl-D: the shell's prompt starts a line of its own
 
 
 def test_a_line_at_the_limit_is_a_question():
