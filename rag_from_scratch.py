@@ -164,7 +164,8 @@ def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
     if folder is None:
         raise RuntimeError(f"no local copy of {model}: --model takes a folder holding a model "
                            f"(its config.json); only all-MiniLM-L6-v2 installs with pip")
-    print(f"loading {os.path.basename(model.rstrip('/'))} ...", file=sys.stderr, flush=True)
+    name = os.path.basename(model.rstrip('/'))
+    print(f"loading {name} ...", file=sys.stderr, flush=True)
     try:                                  # PyTorch's import alone takes seconds: said first
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging
@@ -172,7 +173,28 @@ def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
         raise RuntimeError("sentence-transformers is not installed: run `pip install -r "
                            "requirements.txt` (or use --backend tfidf)") from None
     logging.disable_progress_bar()        # no "Loading weights" bar beside the demo's output
-    return SentenceTransformer(folder, device="cpu", local_files_only=True)
+    return with_clock(f"loading {name}",
+                      lambda: SentenceTransformer(folder, device="cpu", local_files_only=True))
+
+
+def with_clock(what: str, work):
+    """work(), while stderr says how long it has taken, after 1.5 s and then every 4 s
+    ("loading all-MiniLM-L6-v2: 7 s"): a model's load takes 5 to 15 s on a busy laptop."""
+    import sys
+    import threading
+    import time
+    start, done = time.monotonic(), threading.Event()
+
+    def tick(wait=1.5):
+        while not done.wait(wait):
+            print(f"{what}: {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+            wait = 4.0
+
+    threading.Thread(target=tick, daemon=True).start()
+    try:
+        return work()
+    finally:
+        done.set()
 
 
 class Embedder:

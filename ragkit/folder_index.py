@@ -533,8 +533,7 @@ def index_folder(docs: list[dict], backend: str, model: str, chunk_size: int, co
     saved_index, saved_chunks, saved, why = (load_index(index_dir, meta) if index_dir
                                              else (None, None, None, "no --index"))
     if why is None:                       # nothing changed: only questions to embed from here
-        with Progress("loading the embedding model"):      # MiniLM: seconds, shown as a clock
-            embedder = rag.Embedder(backend, model)
+        embedder = rag.Embedder(backend, model)       # MiniLM: seconds, the lesson shows a clock
         embedder.fit(embedded_texts(saved_chunks, context))  # TF-IDF relearns its vocabulary
         width = (embedder.model.get_sentence_embedding_dimension() if minilm
                  else len(embedder.model.vocabulary_))
@@ -546,8 +545,7 @@ def index_folder(docs: list[dict], backend: str, model: str, chunk_size: int, co
               f"{printable(str(index_dir), lines=False)} "
               f"(not re-embedded" + (f"; {KEPT})" if kept else ")"))
     else:
-        with Progress("loading the embedding model"):      # MiniLM: seconds, shown as a clock
-            embedder = rag.Embedder(backend, model)
+        embedder = rag.Embedder(backend, model)       # MiniLM: seconds, the lesson shows a clock
         chunks = chunk_documents(docs, chunk_size, chunking.model_fits(embedder))
         print(f"{files} files -> {len(chunks)} chunks (sections whole up to {chunk_size} "
               f"words and what the model reads; code, lists and tables kept with their lead-in)")

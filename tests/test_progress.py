@@ -154,3 +154,14 @@ def test_encoding_in_pieces_gives_sentence_transformers_vectors(minilm):
 
 def test_an_empty_list_encodes_to_no_rows():
     assert folder_index.encode_in_pieces(SlowEmbedder(None), []).shape[0] == 0
+
+
+def test_the_lessons_model_load_says_its_seconds_within_2_s_then_every_5_s(monkeypatch):
+    """The lesson's with_clock, around a load that lasts until two of its lines are out."""
+    import rag_from_scratch as rag
+    stderr = watch_stderr(monkeypatch)
+    started = time.monotonic() - stderr.start
+    assert rag.with_clock("loading a model", lambda: stderr.wait_for("loading a model: ", 2) and 7) == 7
+    lines = stderr.seen("loading a model: ")
+    assert_on_time([t for t, _ in lines], started)
+    assert all(re.fullmatch(r"loading a model: \d+ s", line) for _, line in lines)
