@@ -153,6 +153,26 @@ def find_model(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
         return None
 
 
+def with_clock(what: str, work):
+    """work(), while stderr says how long it has taken, after 1.5 s and then every 4 s
+    ("loading all-MiniLM-L6-v2: 7 s"): a model's load takes 5 to 15 s on a busy laptop."""
+    import sys
+    import threading
+    import time
+    start, done = time.monotonic(), threading.Event()
+
+    def tick(wait=1.5):
+        while not done.wait(wait):
+            print(f"{what}: {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+            wait = 4.0
+
+    threading.Thread(target=tick, daemon=True).start()
+    try:
+        return work()
+    finally:
+        done.set()
+
+
 def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
     """all-MiniLM-L6-v2, or another sentence-transformers model, from find_model's folder."""
     import os
@@ -176,25 +196,6 @@ def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
     return with_clock(f"loading {name}",
                       lambda: SentenceTransformer(folder, device="cpu", local_files_only=True))
 
-
-def with_clock(what: str, work):
-    """work(), while stderr says how long it has taken, after 1.5 s and then every 4 s
-    ("loading all-MiniLM-L6-v2: 7 s"): a model's load takes 5 to 15 s on a busy laptop."""
-    import sys
-    import threading
-    import time
-    start, done = time.monotonic(), threading.Event()
-
-    def tick(wait=1.5):
-        while not done.wait(wait):
-            print(f"{what}: {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
-            wait = 4.0
-
-    threading.Thread(target=tick, daemon=True).start()
-    try:
-        return work()
-    finally:
-        done.set()
 
 
 class Embedder:

@@ -100,7 +100,6 @@ def test_the_core_opens_with_its_docstring_and_numpy_and_never_aliases_itself():
     first = [n for n in TREE.body if not isinstance(n, ast.Expr)][0]     # after the docstring
     assert isinstance(first, ast.Import) and [(a.name, a.asname) for a in first.names] == [("numpy", "np")]
     assert "sys.modules" not in SOURCE and "signal" not in SOURCE and "os._exit" not in SOURCE
-    assert len(SOURCE.splitlines()) < 600
 
 
 @pytest.mark.parametrize("backend, line", [
