@@ -535,7 +535,7 @@ def index_folder(docs: list[dict], backend: str, model: str, chunk_size: int, co
     if why is None:                       # nothing changed: only questions to embed from here
         embedder = rag.Embedder(backend, model)       # MiniLM: seconds, the lesson shows a clock
         embedder.fit(embedded_texts(saved_chunks, context))  # TF-IDF relearns its vocabulary
-        width = (embedder.model.get_sentence_embedding_dimension() if minilm
+        width = (embedder.model.get_embedding_dimension() if minilm
                  else len(embedder.model.vocabulary_))
         if saved_index.shape[1] != width:                                 # not this model's vectors
             why, saved_index = "the saved vectors do not fit the model", None
