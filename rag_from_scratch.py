@@ -166,11 +166,13 @@ def with_clock(what: str, work):
             print(f"{what}: {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
             wait = 4.0
 
-    threading.Thread(target=tick, daemon=True).start()
+    clock = threading.Thread(target=tick, daemon=True)
+    clock.start()
     try:
         return work()
     finally:
         done.set()
+        clock.join()                       # no line after the work is done
 
 
 def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
@@ -186,15 +188,17 @@ def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
                            f"(its config.json); only all-MiniLM-L6-v2 installs with pip")
     name = os.path.basename(model.rstrip('/'))
     print(f"loading {name} ...", file=sys.stderr, flush=True)
-    try:                                  # PyTorch's import alone takes seconds: said first
-        from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging
-    except ImportError:
-        raise RuntimeError("sentence-transformers is not installed: run `pip install -r "
-                           "requirements.txt` (or use --backend tfidf)") from None
-    logging.disable_progress_bar()        # no "Loading weights" bar beside the demo's output
-    return with_clock(f"loading {name}",
-                      lambda: SentenceTransformer(folder, device="cpu", local_files_only=True))
+
+    def load():                           # PyTorch's import alone takes seconds: on the clock
+        try:
+            from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging
+        except ImportError:
+            raise RuntimeError("sentence-transformers is not installed: run `pip install -r "
+                               "requirements.txt` (or use --backend tfidf)") from None
+        logging.disable_progress_bar()    # no "Loading weights" bar beside the demo's output
+        return SentenceTransformer(folder, device="cpu", local_files_only=True)
+    return with_clock(f"loading {name}", load)
 
 
 

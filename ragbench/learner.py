@@ -74,9 +74,10 @@ print(stamps[0] - start, (tokens - 1) / max(stamps[-1] - stamps[0], 1e-9), usage
 # kit's, in a fresh process. [prompt, system, model path, threads, n_ctx, max tokens] on stdin;
 # llama.cpp's timings on stdout.
 RUN_DIRECT = """import json, os, sys, xllamacpp
+from ragkit.llama import N_BATCH            # the kit's batch: a constant, no kit code runs
 prompt, system, path, threads, n_ctx, max_tokens = json.load(sys.stdin)
 params = xllamacpp.CommonParams()
-params.model.path, params.n_ctx, params.n_parallel, params.n_batch = path, n_ctx, 1, 32
+params.model.path, params.n_ctx, params.n_parallel, params.n_batch = path, n_ctx, 1, N_BATCH
 params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
 params.use_jinja, params.verbosity, params.warmup, params.cache_ram_mib = True, -1, False, 0
 server = xllamacpp.Server(params)        # never freed: freeing one can hang (ragkit/llama.py)

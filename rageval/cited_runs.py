@@ -1,5 +1,5 @@
 """
-rageval/cited_runs.py: the cited answer (ragkit/citations.py) on the development sets: how many
+rageval/cited_runs.py: the cited answer (rageval/citations.py) on the development sets: how many
 passages and sentences a prompt gets, chosen by leaving one project out, then a local model's
 replies kept and scored.
 

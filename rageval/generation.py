@@ -25,7 +25,8 @@ from ragkit import answering, chunking, support, retrieval
 from rageval import answer_variants
 from rageval.arguments import add_backend, add_k
 from ragkit.documents import fact_text
-from ragkit.generators import content_words, extract_answer, stop_words
+from ragkit.answering import content_words, stop_words
+from ragkit.generators import extract_answer
 from ragkit.support import CODE
 from ragkit.llama import INSTALL_LOCAL, free_cores
 from ragkit.generators import (GENERATORS, add_model_arguments, check_generator, make_generator,
@@ -139,16 +140,15 @@ def evaluate_generation(gold: list[dict], generators: dict, retrieve, k: int = T
             if llm.stream:                              # --stream: shown as it is written
                 print(f"[{name}] Q: {item['question']}\nA: ", end="")
             start = time.perf_counter()
-            pieces = llm.answer(prompt)
-            reply = answering.print_stream(pieces) if llm.stream else "".join(pieces)
+            reply = answering.reply_of(llm, prompt)
             seconds = time.perf_counter() - start
-            checked, answer = answering.checked_answer(answering.single_spaced(reply), prompt)
+            checked, answer = answering.checked_answer(reply, prompt)
             rows.append({"question": item["question"], "answer": answer, "reply": reply,
                          "seconds": seconds,
                          "quotes": len(checked["checked"]) + len(checked["failed"]),
                          "checked": len(checked["checked"]),
                          **score_answer(answer, item, text, answering.REFUSAL, stop)})
-        results[name] = summarize(rows, gold) | {"rows": rows, "runtime": llm.name}
+        results[name] = summarize(rows, gold) | {"rows": rows, "name": llm.name}
     return results
 
 
@@ -353,8 +353,8 @@ def run(args) -> None:
     print(f"generation on {len(gold)} questions ({n_ok} answerable, {len(gold) - n_ok} not), "
           f"backend={embedder.backend}, k={min(args.k, len(chunks))}")
     print(format_table(results))
-    for name, m in results.items():
-        print(f"  {name}: {m['runtime']}")
+    for m in results.values():
+        print(f"  {m['name']}")
     if args.show_answers:
         print("\n" + format_answers(results))
 

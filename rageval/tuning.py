@@ -120,16 +120,16 @@ def answer_cases(name: str, setting, k: int, embedder, cache, store) -> list[dic
     words, context, hybrid = setting
     chunks, vectors = indexed(name, words, context, embedder, cache, store)
     retrieve = retriever(chunks, vectors, embedder, context, hybrid)
-    stop, known = generators.stop_words(), generators.known_words(chunks)
+    stop, known = answering.stop_words(), generators.known_words(chunks)
     cases = []
     for item in gen.load_gold(devsets.questions(name)):
         prompt = answering.grounded_prompt(item["question"], retrieve(item["question"], k))
         question = prompt.question
         candidates = generators.candidate_sentences(prompt.passages, stop)
-        idf = generators.idf_weights([c["words"] for c in candidates])
+        idf = answering.idf_weights([c["words"] for c in candidates])
         features = generators.features(question, candidates, idf, stop, embedder.encode)
         cases.append({"item": item, "prompt": prompt, "candidates": candidates, "features": features,
-                      "new_word": not set(generators.content_words(question, stop)) <= known})
+                      "new_word": not set(answering.content_words(question, stop)) <= known})
     return cases
 
 

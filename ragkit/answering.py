@@ -89,7 +89,7 @@ def supported_share(question_words: set, found_words: set, idf: dict) -> float:
 # quote in the passage it names and shows only the quotes it found.
 #
 #     prompt = grounded_prompt(question, retrieved)          # passages numbered [1] .. [k]
-#     reply = llm_fn(prompt.text, prompt.system)
+#     reply = "".join(llm.answer(prompt))                  # llm: a generator (ragkit/generators.py)
 #     checked = check_reply(reply, prompt)                   # which quotes are really there
 #     print(shown_answer(checked))                           # answer, checked quotes, sources
 #
@@ -601,6 +601,13 @@ def guarded_reply(reply: str, prompt: GroundedPrompt) -> str:
     return single_spaced("".join(guarded([reply], prompt)))
 
 
+def reply_of(llm, prompt: GroundedPrompt) -> str:
+    """A generator's whole reply to a grounded prompt, as the check reads it: its pieces
+    printed as they come (llm.stream, --stream) or joined."""
+    pieces = llm.answer(prompt)
+    return single_spaced(print_stream(pieces) if llm.stream else "".join(pieces))
+
+
 def print_stream(pieces) -> str:
     """Print an answer piece by piece as it arrives (--stream); then, on stderr, the wait for the
     first piece (prefill: the model reads the whole prompt) and pieces/s after it (decode: one
@@ -747,9 +754,7 @@ def ask(question: str, retrieve, k: int, llm=None, who: str = "the model",
               "--generator local for a model on this machine, or --generate for Amazon Bedrock, billed)")
         return None
     print(f"\n== Step 7: the answer ({llm.name}) ==")
-    pieces = llm.answer(prompt)
-    reply = print_stream(pieces) if llm.stream else "".join(pieces)    # --stream: printed as written
-    checked, answer = checked_answer(single_spaced(reply), prompt)
+    checked, answer = checked_answer(reply_of(llm, prompt), prompt)     # --stream: printed as written
     if llm.stream:
         print("-- checked against the passages --")
     print(answer)

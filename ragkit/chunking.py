@@ -1,5 +1,5 @@
 """
-ragkit/chunks.py: your documents' sections as chunks that keep an answer together, none longer
+ragkit/chunking.py: your documents' sections as chunks that keep an answer together, none longer
 than the embedding model reads.
 
     chunks = document_chunks(docs, 150, model_fits(embedder))

@@ -308,7 +308,7 @@ def check_paths(docs: str | None, index: str | None, eval_file: str | None, excl
     if not all(pattern.strip() for pattern in exclude):
         raise ValueError("--exclude needs a pattern, got an empty string")
     if index:
-        usable_folder(index, "--index")
+        usable_folder(index, "--index", read_only_ok=True)     # a saved index is read from it
 
 
 # == --eval: your labelled questions ===============================================================

@@ -52,7 +52,7 @@ import rag_from_scratch as rag
 from ragkit import chunking, documents
 from ragkit.support import (cache_folder, claim_folder, folder_lock, INDEX_FORMAT, one_line, parse_json, plural,
                             printable, Progress, read_plain_file, regular_file_size, sha256_bytes, sha256_file,
-                            write_atomic)
+                            writable, write_atomic)
 
 
 # == The embedding model: found on disk, named, cached (what builds the index) =====================
@@ -221,7 +221,7 @@ class CachedEmbedder(rag.Embedder):
 
 def encode_in_pieces(embedder, texts: list[str], what: str = "chunks") -> np.ndarray:
     """embedder.encode(texts), ENCODE_PIECE texts at a time, with a bar over the texts encoded
-    (progress.Progress: within 2 s, then at least every 5 s). Texts go longest first, as
+    (support.Progress: within 2 s, then at least every 5 s). Texts go longest first, as
     sentence-transformers orders one call's batches, so a piece pads little; the rows come back
     in the order of `texts`."""
     order, rows = sorted(range(len(texts)), key=lambda i: -len(texts[i])), None
@@ -390,15 +390,14 @@ def safe_chunk(chunk: dict) -> dict:
 def load_index(folder, meta: dict):
     """(index, chunks, saved meta, why): why, the reason to rebuild, is None if `meta` matches;
     when only the documents changed, the saved parts come back for reuse."""
-    folder = claim_folder(folder, "--index")
+    folder = claim_folder(folder, "--index", read_only_ok=True)
     saved = read_meta(folder)
     if saved is None:
         missing = not (folder / META).exists()
         return None, None, None, "no saved index yet" if missing else "meta.json is damaged"
     # Not while another run saves; a folder no one here can write (read-only, a read-only disk)
     # takes no lock file, and a save elsewhere that tore a file fails its checksum below.
-    writable = os.access(folder, os.W_OK) and not os.statvfs(folder).f_flag & os.ST_RDONLY
-    with folder_lock(folder) if writable else contextlib.nullcontext():
+    with folder_lock(folder) if writable(folder) else contextlib.nullcontext():
         raw = {name: read_checked(folder / name, digest) for name, digest in saved["checksums"].items()}
     damaged = next((name for name, data in raw.items() if data is None), None)
     if damaged:
@@ -532,6 +531,9 @@ def index_folder(docs: list[dict], backend: str, model: str, chunk_size: int, co
     files = len({documents.file_of(d["doc_id"]) for d in docs})      # a PDF is one file of many pages
     saved_index, saved_chunks, saved, why = (load_index(index_dir, meta) if index_dir
                                              else (None, None, None, "no --index"))
+    if why is not None and index_dir and not kept and not writable(index_dir):    # before the slow work
+        raise ValueError(f"--index {index_dir} is read-only and its index must be built again ({why}): "
+                         f"give --index a folder you can write to")
     if why is None:                       # nothing changed: only questions to embed from here
         embedder = rag.Embedder(backend, model)       # MiniLM: seconds, the lesson shows a clock
         embedder.fit(embedded_texts(saved_chunks, context))  # TF-IDF relearns its vocabulary

@@ -11,10 +11,10 @@ prints them as they come. make_generator builds the one --generator names:
   extractive  no model: the retrieved sentences that answer (below)
   local       a GGUF model on llama.cpp, in this process, greedy, on the cores no other process
               is using: Qwen2.5-Coder-1.5B where its parts are installed, else SmolLM2-135M,
-              or --local-model FILE (ragkit/llama.py finds it, ragkit/llama.py loads it)
+              or --local-model FILE (ragkit/llama.py finds and loads it)
   openai      any OpenAI-compatible /v1/chat/completions server (Ollama, llama.cpp, vLLM, ...),
-              over HTTP with Python's own urllib (ragkit/generators.py: nothing to install)
-  bedrock     Amazon Bedrock through the lesson (billed; ragkit/generators.py)
+              over HTTP with Python's own urllib: nothing to install
+  bedrock     Amazon Bedrock through the lesson (billed)
 """
 
 from __future__ import annotations
@@ -207,8 +207,8 @@ def stream(endpoint: str, body: dict, api_key: str, timeout: float, deadline: fl
 # == Amazon Bedrock (--generator bedrock, --generate) ==============================================
 # Amazon Bedrock for the command line, with advice instead of tracebacks.
 #
-# rag_from_scratch.generate_with_bedrock is the lesson: one Converse call. This companion
-# wraps it for `--generate` so a learner's first run fails kindly and never hangs:
+# rag_from_scratch.generate_with_bedrock is the lesson: one Converse call. This section
+# wraps it for --generator bedrock (and --generate beside a kit flag) so a learner's first run fails kindly and never hangs:
 #   - before any work: the placeholder model id, boto3 missing, a profile that does not
 #     exist, or no credentials at all, each one line that says what to set up;
 #   - during the call: one overall deadline (botocore's own timeouts apply per attempt and
@@ -376,8 +376,8 @@ class Bedrock:
 
 def bedrock_generator(model_id: str, region: str = "us-east-1", client=None,
                       deadline_s: float = DEADLINE_S, stream: bool = False) -> Bedrock:
-    """The Bedrock generator (the placeholder model id refused now); stream=True: its answer
-    comes as an iterator of text pieces (converse_stream)."""
+    """The Bedrock generator (the placeholder model id refused now); stream=True: ConverseStream,
+    its pieces as they arrive (else Converse: the whole reply as one piece)."""
     check_model_id(model_id)
     return Bedrock(model_id, region, client or bedrock_client(region), deadline_s, stream)
 
@@ -550,7 +550,7 @@ def candidate_sentences(passages, stop: frozenset) -> list[dict]:
     Square brackets in the scored text become round ones (they are no citations); the quote
     keeps the passage's own words."""
     seen, out = set(), []
-    for rank, passage in enumerate(passages):           # grounded.Passage, in retrieval order
+    for rank, passage in enumerate(passages):           # answering.Passage, in retrieval order
         number, source = passage.number, passage.source
         for unit in passage_units(passage.text):
             sentence = in_prose(unit["text"], lambda t: t.replace("[", "(").replace("]", ")"))
@@ -674,8 +674,8 @@ class Extractive:
 def extractive_generator(min_support: float = MIN_SUPPORT, stream: bool = False, embedder=None,
                          chunks=None) -> Extractive:
     """The Extractive generator: by meaning too when `embedder` is MiniLM (the one that indexed
-    `chunks`, whose words it learns), else by words alone; stream=True: the same answer as an
-    iterator, one cited sentence at a time."""
+    `chunks`, whose words it learns), else by words alone; stream=True: the caller prints it as it
+    comes, one cited sentence a piece."""
     encode = embedder.encode if embedder is not None and embedder.backend == "minilm" else None
     known = known_words(chunks) if encode and chunks else None
     return Extractive(encode, known, min_support, stream)
@@ -716,38 +716,40 @@ def too_long(size: int, max_tokens: int, where: str) -> None:
                            f"{max_tokens} tokens can hold: not a reply to this request (--max-tokens)")
 
 
-def said_cut(where: str, max_tokens: int, stream: bool) -> None:
-    """The line on stderr for a reply that stopped at the token limit (after a streamed
-    answer's own line)."""
-    print(f"{chr(10) if stream else ''}  [{where}] stopped at the token limit (--max-tokens "
-          f"{max_tokens}): the answer may be cut short", file=sys.stderr, flush=True)
+def said_cut(where: str, max_tokens: int) -> None:
+    """The line on stderr for a whole reply that stopped at the token limit (a streamed one is
+    seen to stop: a line there would land inside the answer the guard still holds back)."""
+    print(f"  [{where}] stopped at the token limit (--max-tokens {max_tokens}): the answer may be "
+          f"cut short", file=sys.stderr, flush=True)
 
 
-def stream_text(chunks, where: str, max_tokens: int, stream: bool = False):
+def stream_text(chunks, where: str, max_tokens: int, printed: bool = False):
     """Yield the text of OpenAI-style stream chunks ({"choices": [{"delta": {"content": ...}}]}),
-    within MAX_REPLY_BYTES and what max_tokens can hold; at the end, say if the reply stopped at
-    the token limit (stream: the pieces are being printed). Breaks are one line."""
+    within what max_tokens can hold; at the end, unless the pieces are printed as they come, say
+    if the reply stopped at the token limit. Breaks are one line. However it ends, `chunks` is
+    closed here, so llama.cpp's stream stops and says what it did before any error line."""
     size, reason = 0, None
-    for chunk in chunks:
-        try:
-            choice = chunk["choices"][0] if chunk["choices"] else {"delta": {}}   # usage only
-            text = choice["delta"].get("content") or ""
-            reason = choice.get("finish_reason") or reason
-            size += len(text.encode())
-        except (KeyError, IndexError, TypeError, AttributeError):
-            detail = chunk.get("error", chunk) if isinstance(chunk, dict) else chunk
-            raise RuntimeError(f"{where} sent a stream event that is not a chat completion "
-                               f"chunk: {json.dumps(detail)[:200]}") from None
-        if size > MAX_REPLY_BYTES:
-            raise RuntimeError(f"{where} sent more than {MAX_REPLY_BYTES // 2**20} MB of "
-                               f"text: not a chat answer of {MAX_TOKENS} tokens")
-        too_long(size, max_tokens, where)
-        if text:
-            yield printable(text)
+    try:
+        for chunk in chunks:
+            try:
+                choice = chunk["choices"][0] if chunk["choices"] else {"delta": {}}   # usage only
+                text = choice["delta"].get("content") or ""
+                reason = choice.get("finish_reason") or reason
+                size += len(text.encode())
+            except (KeyError, IndexError, TypeError, AttributeError):
+                detail = chunk.get("error", chunk) if isinstance(chunk, dict) else chunk
+                raise RuntimeError(f"{where} sent a stream event that is not a chat completion "
+                                   f"chunk: {json.dumps(detail)[:200]}") from None
+            too_long(size, max_tokens, where)
+            if text:
+                yield printable(text)
+    finally:
+        if hasattr(chunks, "close"):      # a generator: llama.cpp's stream, an HTTP stream
+            chunks.close()
     if reason is None:            # every server ends a whole answer with a finish_reason
         raise RuntimeError(f"{where} stopped in mid-answer (no finish_reason before the end)")
-    if reason == "length":
-        said_cut(where, max_tokens, stream)
+    if reason == "length" and not printed:
+        said_cut(where, max_tokens)
 
 
 @dataclass
@@ -812,7 +814,7 @@ def local_generator(model: str | None = None, threads: int = THREADS, max_tokens
 
 
 # ---------------------------------------------------------------------------
-# Any OpenAI-compatible server, over HTTP (ragkit/generators.py: every read bounded)
+# Any OpenAI-compatible server, over HTTP (every read bounded)
 # ---------------------------------------------------------------------------
 @dataclass
 class OpenAIModel:
@@ -842,7 +844,7 @@ class OpenAIModel:
                                self.endpoint)
         too_long(len(text.encode()), self.max_tokens, self.endpoint)
         if cut:
-            said_cut(self.endpoint, self.max_tokens, False)
+            said_cut(self.endpoint, self.max_tokens)
         return iter([text])
 
     def answer(self, prompt: GroundedPrompt):

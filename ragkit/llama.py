@@ -430,7 +430,7 @@ def llama_chunks(server, request: dict):
 #
 # llama.cpp sends a prompt_progress event after each batch it reads (N_BATCH tokens), so on a
 # slow machine the count may wait a few seconds; the bar's clock still
-# moves, within 2 s and then at least every 5 s (progress.Progress). A server that sends no
+# moves, within 2 s and then at least every 5 s (support.Progress). A server that sends no
 # prompt_progress (an older llama.cpp) shows the clock alone until the first token. A rate is
 # tokens over the time spent on them, from llama.cpp's timings: never the tokens written over
 # the whole wait, prompt included (83 tokens after 5 minutes of reading is not "0 tokens/s").
@@ -443,40 +443,41 @@ def shown(chunks, writing: bool = True):
     writing=False is for --stream, where the answer itself is printed as it comes: the bar ends
     before the first piece of text and no line follows, so nothing lands inside the answer's
     line (print_stream's own line gives the writing rate after it). A reader that stops early
-    (the guard ended a loop: llama_chunks then stops the model) gets the line of what was done."""
-    chunks, read = iter(chunks), {}
-    first = yield from reading(chunks, read)
+    (the guard ended a loop, an error, Ctrl-C: llama_chunks then stops the model) gets a line
+    of what was done instead (stopped_line)."""
+    chunks = iter(chunks)
+    first, read = yield from reading(chunks)
     if first is None:                          # the stream ended before a word
         return
     if not writing:
         yield from written(first, chunks, None)
         return
-    timings = None
     with Progress("writing", None, " tokens") as bar:
         try:
             timings = yield from written(first, chunks, bar)
-        except GeneratorExit:                   # no timings come: what the progress said instead
-            timings = {"prompt_n": read.get("total", 0) - read.get("cache", 0), "prompt_ms": read.get("time_ms", 0),
-                       "cache_n": read.get("cache", 0), "predicted_n": bar.n, "stopped": True}
+        except GeneratorExit:                   # no timings will come: what is known instead
+            print(stopped_line(read, bar.n), file=sys.stderr, flush=True)
+            raise
     if timings:
         print(timing_line(timings), file=sys.stderr, flush=True)
 
 
-def reading(chunks, read: dict):
+def reading(chunks):
     """Yield the chunks before the first one with text (or timings), the bar counting llama.cpp's
-    prompt_progress ({total, cache, processed, time_ms}, the last one kept in `read`); return
-    that chunk, unyielded, or None."""
+    prompt_progress ({total, cache, processed, time_ms}); return (that chunk, unyielded, or None;
+    the last prompt_progress)."""
+    read = {}
     with Progress("reading the prompt", None, " tokens") as bar:
         for chunk in chunks:
             progress = chunk.get("prompt_progress") if isinstance(chunk, dict) else None
             if isinstance(progress, dict) and "total" in progress and "processed" in progress:   # llama.cpp's own
-                read.update(progress)
+                read = progress
                 cached = progress.get("cache", 0)
                 bar.at(progress["processed"], progress["total"], f"{cached:,} from the cache" if cached else None)
             if text_of(chunk) or timings_of(chunk):
-                return chunk               # the prompt is read: the bar is cleared before it shows
+                return chunk, read         # the prompt is read: the bar is cleared before it shows
             yield chunk
-    return None
+    return None, read
 
 
 def written(first, chunks, bar):
@@ -516,7 +517,14 @@ def timing_line(timings: dict) -> str:
         return f"{plural(n, noun)} in {seconds:.1f} s{rate(n - (kind == 'predicted'), seconds)}"
     cached = int(timings.get("cache_n", 0))
     reused = f" and {cached:,} from the cache" if cached else ""
-    if timings.get("stopped"):              # llama.cpp sent no timings: the reading's, and a count
-        return (f"  [local] read {spent('prompt', 'prompt token')}{reused}, wrote "
-                f"{plural(int(timings['predicted_n']), 'token')}, then stopped: the answer was cut short")
     return f"  [local] read {spent('prompt', 'prompt token')}{reused}, wrote {spent('predicted', 'token')}"
+
+
+def stopped_line(read: dict, written: int) -> str:
+    """The [local] line of a stream stopped before its end (llama.cpp sends no timings then):
+    the prompt as its last progress event counted it, and the tokens written."""
+    n, seconds = read.get("total", 0) - read.get("cache", 0), read.get("time_ms", 0) / 1000
+    cached = read.get("cache", 0)
+    reused = f" and {cached:,} from the cache" if cached else ""
+    return (f"  [local] read {plural(n, 'prompt token')} in {seconds:.1f} s{rate(n, seconds)}{reused}, "
+            f"wrote {plural(written, 'token')}, then stopped before the end")

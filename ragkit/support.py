@@ -675,11 +675,16 @@ def is_our_folder(folder) -> bool:
     return (Path(folder) / MARK_FILE).is_file()
 
 
-def usable_folder(folder, flag: str) -> Path:
+def writable(folder) -> bool:
+    """True unless `folder` is read-only to this process or sits on a read-only disk."""
+    return os.access(folder, os.W_OK) and not os.statvfs(folder).f_flag & os.ST_RDONLY
+
+
+def usable_folder(folder, flag: str, read_only_ok: bool = False) -> Path:
     """`folder` if the kit may write there: ValueError, now, before any slow work, if it is a
     file, holds anything the kit did not create, or (or its nearest existing parent) is not
-    writable, unless it is one of ours, which is then only read (a saved index on a read-only
-    disk)."""
+    writable; read_only_ok: one of ours that is read-only passes, to be read (a saved index on a
+    read-only disk)."""
     folder = Path(folder).expanduser()
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{flag} {folder} is a file, not a folder: give a folder path")
@@ -692,15 +697,16 @@ def usable_folder(folder, flag: str) -> Path:
     try:                                   # root passes os.access checks; a real write tells
         tempfile.TemporaryFile(dir=existing).close()
     except OSError:
-        if folder.is_dir() and is_our_folder(folder):     # read-only, ours: read, and saved only
-            return folder                                 # if a rebuild needs it (an error then)
+        if read_only_ok and folder.is_dir() and is_our_folder(folder):
+            return folder
         raise ValueError(f"cannot write to {flag} {folder}: choose a folder you can write to") from None
     return folder
 
 
-def claim_folder(folder, flag: str) -> Path:
-    """Create `folder` (or accept an empty one, or one of ours) and put our mark in it first."""
-    folder = usable_folder(folder, flag)
+def claim_folder(folder, flag: str, read_only_ok: bool = False) -> Path:
+    """Create `folder` (or accept an empty one, or one of ours) and put our mark in it first;
+    read_only_ok: as usable_folder."""
+    folder = usable_folder(folder, flag, read_only_ok)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if not is_our_folder(folder):            # "x": created once, even by two runs at once

@@ -220,9 +220,10 @@ def test_a_saved_index_on_a_read_only_disk_is_reused(notes, tmp_path, capsys):
     (notes / "travel.txt").write_text("Taxi receipts must be uploaded within 7 days.", encoding="utf-8")
     changed = subprocess.run(done.args, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert changed.returncode == 1 and "Traceback" not in changed.stderr
-    assert changed.stderr.strip().splitlines()[-1] == (
-        f"error: cannot lock {index / support.LOCK_FILE} (Read-only file system): nothing can be "
-        f"saved in that folder")
+    assert changed.stderr.strip().splitlines()[-1] == (             # said before chunking and embedding
+        f"error: --index {index} is read-only and its index must be built again (the documents "
+        f"changed): give --index a folder you can write to")
+    assert "chunks (sections whole" not in changed.stdout
 
 
 @pytest.mark.slow

@@ -139,7 +139,7 @@ def test_scores_by_hand():
     fact = [re.compile(r"24 days")]
     assert gen.states_facts("You get 24 days.", fact)
     assert not gen.states_facts("word " * 50 + "24 days", fact)            # too late: word 51
-    stop = generators.stop_words()
+    stop = answering.stop_words()
     # content words: "annual", "leave" (stem "leav"), "24", "moon" -> 3 of 4 in the source
     assert gen.faithfulness("Annual leave is 24 moons [HR-01]", "24 days of annual leave", stop) == 0.75
     item = {"answerable": False, "relevant": set(), "answer": []}

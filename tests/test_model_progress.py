@@ -109,7 +109,7 @@ def test_a_cut_stream_ends_its_bar_and_says_what_was_read_and_written(capsys):
     assert capsys.readouterr().err == (
         f"  [local] read {read['total']:,} prompt tokens in {read['time_ms'] / 1000:.1f} s"
         f"{support.rate(read['total'], read['time_ms'] / 1000)}, wrote {support.plural(written, 'token')}, "
-        f"then stopped: the answer was cut short\n")
+        f"then stopped before the end\n")
 
 
 @pytest.mark.parametrize("timings, line", [
@@ -216,3 +216,11 @@ def test_ctrl_c_while_the_model_reads_the_prompt_ends_the_run_within_a_batch(tmp
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_bad_chunk_mid_answer_says_what_was_done_before_the_one_error_line(capsys):
+    from ragkit import generators
+    chunks = llama.shown(iter(RECORDED[:6] + ["not a chunk"]))
+    with pytest.raises(RuntimeError, match="llama.cpp sent a stream event that is not a chat completion chunk"):
+        list(generators.stream_text(chunks, "llama.cpp", 200))
+    assert capsys.readouterr().err.endswith("then stopped before the end\n")     # before the error is said

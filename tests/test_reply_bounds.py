@@ -75,8 +75,7 @@ def test_a_reply_longer_than_max_tokens_can_hold_is_one_error_before_any_check(s
     try:
         model = generators.openai_generator(f"http://127.0.0.1:{server.server_port}/v1", "m", stream=stream)
         with pytest.raises(RuntimeError, match=r"sent over 6,400 bytes, more than 200 tokens can hold"):
-            reply = model("prompt", "system")
-            "".join(reply) if stream else reply
+            "".join(model.reply("prompt", "system"))
     finally:
         server.shutdown()
         server.server_close()
