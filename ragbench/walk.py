@@ -11,7 +11,8 @@ project's own files (not the virtual environment's); the figures go to stdout, w
 printed is left out. A function is a def or a lambda a reader would open: a module's or a class
 body's code running at import is not counted, nor a comprehension (an expression inside its
 function). The run asks its folder for the first time: its kept index goes to a new, empty cache
-folder (RAG_CACHE_DIR), so reading and chunking are walked too. A traced run is several times
+folder (RAG_CACHE_DIR; Qwen's joined file is linked there, not joined again), so reading and
+chunking are walked too. A generator counts a call each time it resumes. A traced run is several times
 slower than a plain one.
 """
 
@@ -23,7 +24,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from ragkit.support import run_cli
+from ragkit.llama import QWEN_FILE
+from ragkit.support import cache_folder, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,6 +62,10 @@ def walk(argv: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "calls.json"
         env = dict(os.environ, RAG_CACHE_DIR=str(Path(folder) / "cache"))    # a first question
+        kit_cache = Path(folder) / "cache" / "rag-from-scratch"
+        kit_cache.mkdir(parents=True)
+        for joined in cache_folder().glob(f"{QWEN_FILE}*"):       # Qwen's joined file: not joined again
+            (kit_cache / joined.name).symlink_to(joined)
         done = subprocess.run([sys.executable, "-c", TRACER, str(out), *argv], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:

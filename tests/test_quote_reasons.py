@@ -1,0 +1,69 @@
+"""A model's quotes as a user meets them: the kit asks a fake OpenAI-compatible server on
+127.0.0.1 (its reply canned) about the two notes the README's "Next" commands use, and prints
+what its check decided, with the reason it decided on."""
+import json
+import threading
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from conftest import ROOT
+
+import rag_from_scratch as rag
+
+QUESTION = "How do I restart the database?"
+
+
+@contextmanager
+def replying(text: str):
+    """A chat-completions server on a free port whose every answer is `text`; yields its URL."""
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                            "finish_reason": "stop"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def answer(reply: str, capsys) -> str:
+    """What the kit prints from the Step 7 heading on, the model replying `reply`."""
+    with replying(reply) as url:
+        assert rag.main(["--docs", str(ROOT / "examples" / "notes"), "--backend", "tfidf", "--question", QUESTION,
+                         "--generator", "openai", "--llm-url", url]) == 0
+    return capsys.readouterr().out.split("== Step 7: the answer")[1]
+
+
+def test_a_heading_quoted_is_set_aside_as_a_heading_never_as_not_in_the_passages(capsys):
+    shown = answer('Quote: "Restarting the database" [1]\n'
+                   'Answer: Run sudo systemctl restart postgresql on db01.', capsys)
+    assert "(checked: the model's quote of [1] is set aside: a heading, not a sentence; not shown)" in shown
+    assert "not in passage" not in shown and "I don't know based on these documents." in shown
+
+
+def test_a_copy_that_drops_a_not_is_never_shown(capsys):
+    shown = answer('Quote: "Do restart the database while the nightly backup runs (02:00 to 02:40)." [1]\n'
+                   'Answer: Restart it while the backup runs.', capsys)
+    assert "Do restart" not in shown and "while the backup runs" not in shown
+    assert "(checked: the model's quote of [1] is set aside: not in passage [1]; not shown)" in shown
+
+
+def test_a_true_quote_is_shown_with_its_source(capsys):
+    shown = answer('Quote: "Restart PostgreSQL with `sudo systemctl restart postgresql` on `db01`." [1]\n'
+                   'Answer: Run `sudo systemctl restart postgresql` on `db01` [1].', capsys)
+    assert "sudo systemctl restart postgresql" in shown and "set aside" not in shown
+    assert "sources: database.md > The database server > Restarting the database" in shown
