@@ -76,6 +76,19 @@ def silent_server():
 PACKAGES = ("ragkit", "rageval", "ragbench")     # the kit's folders of modules
 
 
+def send_chat(handler, text: str) -> None:
+    """A fake OpenAI-compatible server's whole chat completion, `text` its answer, sent by a
+    BaseHTTPRequestHandler."""
+    import json
+    body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                    "finish_reason": "stop"}]}).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 def command(script: str) -> list:
     """What follows `python` to run a script: a file's path ("rag_experiments.py",
     "lab/check.py"), or -m and a module ("rageval.ir_scores")."""

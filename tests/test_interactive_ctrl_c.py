@@ -1,6 +1,5 @@
 """--interactive: Ctrl-C stops the answer being written and the session goes on to the next
 question; at the prompt, Ctrl-C ends the session."""
-import json
 import signal
 import subprocess
 import sys
@@ -8,7 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import HANG_S, ROOT, like_a_terminal
+from conftest import HANG_S, ROOT, like_a_terminal, send_chat
 
 ANSWER = 'Quote: "Every full-time employee at Kestrelwood Systems receives 24 days of paid annual leave per calendar year." [1]\nAnswer: 24 days.'
 
@@ -27,12 +26,7 @@ def first_stalls():
                 arrived.set()
                 release.wait()             # the first answer never comes
                 return
-            body = json.dumps({"choices": [{"message": {"content": ANSWER}, "finish_reason": "stop"}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send_chat(self, ANSWER)
 
         def log_message(self, *args):
             pass

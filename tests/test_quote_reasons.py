@@ -1,13 +1,11 @@
 """A model's quotes as a user meets them: the kit asks a fake OpenAI-compatible server on
 127.0.0.1 (its reply canned) about the two notes the README's "Next" commands use, and prints
 what its check decided, with the reason it decided on."""
-import json
 import threading
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import pytest
-from conftest import ROOT
+from conftest import ROOT, send_chat
 
 import rag_from_scratch as rag
 
@@ -20,13 +18,7 @@ def replying(text: str):
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                            "finish_reason": "stop"}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send_chat(self, text)
 
         def log_message(self, *args):
             pass
