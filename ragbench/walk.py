@@ -64,8 +64,9 @@ def walk(argv: list[str]) -> dict:
         env = dict(os.environ, RAG_CACHE_DIR=str(Path(folder) / "cache"))    # a first question
         kit_cache = Path(folder) / "cache" / "rag-from-scratch"
         kit_cache.mkdir(parents=True)
-        for joined in cache_folder().glob(f"{QWEN_FILE}*"):       # Qwen's joined file: not joined again
-            (kit_cache / joined.name).symlink_to(joined)
+        for name in (QWEN_FILE, QWEN_FILE + ".checked.json"):    # Qwen's joined file: not joined again
+            if (cache_folder() / name).exists():
+                (kit_cache / name).symlink_to(cache_folder() / name)
         done = subprocess.run([sys.executable, "-c", TRACER, str(out), *argv], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
