@@ -277,10 +277,11 @@ def context_for(text_chars: int, max_tokens: int) -> int:
 
 # The prompt is read in batches of this many tokens; after each, llama.cpp's progress event is
 # where a stop (Ctrl-C, the guard) is heard, so a batch is the longest Ctrl-C waits while the
-# model reads. Measured on this project's 2-core machine at load 2, one thread (Qwen 407 tokens,
-# SmolLM2 2,249): Qwen read 21 tokens/s with 512 or 32 alike, SmolLM2 53 to 64 tokens/s with 512,
-# 128 or 64 alike; the longest wait between events was 19.0 s at 512 for Qwen, 2.0 s at 32.
-N_BATCH = 32
+# model reads. Measured on this project's 2-core machine with Qwen (964 tokens, two threads, load
+# under 2): 512 read 42 and 39 tokens/s with 12 s between events; 64, 39 tokens/s and 2.0 s;
+# 32, 34 tokens/s and 1.2 s. On one thread at load 2 (407 tokens) every size read 21 tokens/s,
+# and 64 waited 3.4 s. 64: Ctrl-C within about 2 s on two free cores, for a few percent.
+N_BATCH = 64
 
 
 def llama_params(path, threads: int = THREADS, port: int = 0, n_ctx: int = 4096):
