@@ -444,23 +444,32 @@ def shown(chunks, writing: bool = True):
     writing=False is for --stream, where the answer itself is printed as it comes: the bar ends
     before the first piece of text and no line follows, so nothing lands inside the answer's
     line (print_stream's own line gives the writing rate after it). A reader that stops early
-    (the guard ended a loop, an error, Ctrl-C: llama_chunks then stops the model) gets a line
-    of what was done instead (stopped_line)."""
+    (the guard ended a loop, an error, Ctrl-C) closes `chunks` here, so llama_chunks stops the
+    model and waits for its thread now, not when Python collects it; then a line of what was
+    done instead of the timings (stopped_line)."""
     chunks = iter(chunks)
-    first, read = yield from reading(chunks)
-    if first is None:                          # the stream ended before a word
-        return
-    if not writing:
-        yield from written(first, chunks, None)
-        return
-    with Progress("writing", None, " tokens") as bar:
-        try:
-            timings = yield from written(first, chunks, bar)
-        except GeneratorExit:                   # no timings will come: what is known instead
+    try:
+        first, read = yield from reading(chunks)
+        if first is None:                          # the stream ended before a word
+            return
+        if not writing:
+            yield from written(first, chunks, None)
+            return
+        stopped = False
+        with Progress("writing", None, " tokens") as bar:
+            try:
+                timings = yield from written(first, chunks, bar)
+            except GeneratorExit:                   # no more is read: no timings will come
+                stopped = True
+        if stopped:
+            if hasattr(chunks, "close"):            # the model stopped and its thread ended: then the line
+                chunks.close()
             print(stopped_line(read, bar.n), file=sys.stderr, flush=True)
-            raise
-    if timings:
-        print(timing_line(timings), file=sys.stderr, flush=True)
+        elif timings:
+            print(timing_line(timings), file=sys.stderr, flush=True)
+    finally:
+        if hasattr(chunks, "close"):
+            chunks.close()
 
 
 def reading(chunks):
