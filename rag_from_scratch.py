@@ -132,7 +132,6 @@ def build_chunks(corpus: list[dict], chunk_size: int = 50, overlap: int = 10) ->
     return chunks
 
 
-
 # == Step 2: embeddings and the index ======================================================
 def find_model(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
     """A folder holding the model, or None: the folder named, MiniLM's pip package, or an earlier
@@ -160,12 +159,10 @@ def with_clock(what: str, work):
     import threading
     import time
     start, done = time.monotonic(), threading.Event()
-
     def tick(wait=1.5):
         while not done.wait(wait):
             print(f"{what}: {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
             wait = 4.0
-
     clock = threading.Thread(target=tick, daemon=True)
     clock.start()
     try:
@@ -188,7 +185,6 @@ def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
                            f"(its config.json); only all-MiniLM-L6-v2 installs with pip")
     name = os.path.basename(model.rstrip('/'))
     print(f"loading {name} ...", file=sys.stderr, flush=True)
-
     def load():                           # PyTorch's import alone takes seconds: on the clock
         try:
             from sentence_transformers import SentenceTransformer
@@ -199,7 +195,6 @@ def load_minilm(model: str = "sentence-transformers/all-MiniLM-L6-v2"):
         logging.disable_progress_bar()    # no "Loading weights" bar beside the demo's output
         return SentenceTransformer(folder, device="cpu", local_files_only=True)
     return with_clock(f"loading {name}", load)
-
 
 
 class Embedder:
@@ -276,11 +271,8 @@ def build_index(chunks: list[dict], embedder: "Embedder"):
 
 # == Step 3: search ========================================================================
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k largest scores, best first; ties keep chunk order.
-
-    Same as np.argsort(-scores, kind="stable")[:k], but only the few candidates that can
-    make the top k are sorted, which matters for a million chunks.
-    """
+    """Indices of the k largest scores, best first, ties in chunk order: np.argsort(-scores,
+    kind="stable")[:k], but only the candidates that can make the top k are sorted."""
     if k < len(scores):
         kth_best = np.partition(scores, len(scores) - k)[len(scores) - k]
         candidates = np.flatnonzero(scores >= kth_best)
@@ -566,10 +558,7 @@ def check_args(args) -> None:
     if args.generate and args.model_id.startswith("<"):
         raise ValueError("--generate needs a real --model-id, not the placeholder")
     if args.generate:                           # no key: said now, not after the model loads
-        try:
-            import boto3
-        except ImportError:
-            raise RuntimeError("--generate calls Amazon Bedrock through boto3: pip install boto3") from None
+        import boto3                            # in requirements.txt
         if boto3.Session(region_name=args.region).get_credentials() is None:
             raise RuntimeError("no AWS credentials found: run `aws configure` (or set AWS_PROFILE, or "
                                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) before --generate")
