@@ -225,7 +225,9 @@ def run(args) -> None:
     name = retrieval.variant_name(found_by["hybrid"], found_by["reranker"], chosen.context)
     eval_set = rag.EVAL_SET
     if args.docs and args.eval:           # your labelled questions, scored as --question retrieves
-        eval_set = documents.indexed_only(chosen.questions, {c["doc_id"] for c in chunks}, args.eval)
+        indexed = {c["doc_id"] for c in chunks}          # documents that gave chunks
+        eval_set = documents.indexed_only(chosen.questions, {d["doc_id"]: d["file"] for d in docs
+                                                             if d["doc_id"] in indexed}, args.eval)
         found = [retrieve(item["question"], k) for item in eval_set]     # once, for both scores
         retrieval.print_evaluation(eval_set, found, k, name, args.eval, retrieve.timing)
         documents.print_answer_in_context(eval_set, found, k)

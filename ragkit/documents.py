@@ -30,7 +30,6 @@ K = 8                        # passages a --docs answer is written from (rageval
 MAX_FRONT_MATTER = 65_536    # characters of front matter read for tags: more is no note's header
 MAX_NESTING = 16             # YAML nested deeper is no list of tags (50,000 deep ends PyYAML)
 SKIPS_NAMED = 10             # skipped files named one by one; the rest are counted by reason
-PAGE_ID = re.compile(r"(.+\.pdf) p\. \d+", re.I)   # a page of a PDF: "manual.pdf p. 12"
 NOT_UTF8 = re.compile("[\udc80-\udcff]")   # how Python holds the bytes of a name that is not UTF-8
 
 
@@ -121,12 +120,13 @@ def folder_files(root: Path) -> list[Path]:
 
 def read_file(path: Path, rel: str, root: Path, max_pages: int, outputs: bool) -> list[dict]:
     """One file as documents: a note as one, a PDF as one per page that holds text ("a.pdf p. 3",
-    so a citation and an --eval label can name the page), any other kind as one."""
+    so a citation and an --eval label can name the page), any other kind as one. Each names
+    the file it comes from ("file"); a PDF's page also its number ("page")."""
     name = printable(rel, lines=False)                # a file name cannot forge a printed line
     suffix = path.suffix.lower()
     if suffix in SUFFIXES:
         tags, body = split_front_matter(read_note(path, root))
-        return [{"doc_id": name, "title": name, "text": body, "tags": tags}] if body.strip() else []
+        return [{"doc_id": name, "file": name, "title": name, "text": body, "tags": tags}] if body.strip() else []
     data = checked_bytes(path, root, readers.MAX_BYTES[suffix], read=suffix not in (".pdf", ".docx"))
     if suffix == ".pdf":                          # PDFium and mammoth read the file themselves
         total, pages = readers.read_pdf(path, max_pages, name)
@@ -135,23 +135,23 @@ def read_file(path: Path, rel: str, root: Path, max_pages: int, outputs: bool) -
         if len(pages) < min(total, max_pages):
             readers.say(f"{name}: {min(total, max_pages) - len(pages)} of its pages have no text "
                         f"(scanned pages need OCR)")
-        return [reader_document(f"{name} p. {n}", sections) for n, sections in pages]
+        return [reader_document(f"{name} p. {n}", sections, name) | {"page": n} for n, sections in pages]
     if suffix == ".docx":
         sections = readers.docx_sections(path)
     elif suffix == ".ipynb":
         sections = readers.notebook_sections(data, outputs)
     else:
         sections = readers.html_sections(data)
-    return [reader_document(name, sections)] if any(blocks for _, blocks in sections) else []
+    return [reader_document(name, sections, name)] if any(blocks for _, blocks in sections) else []
 
 
-def reader_document(doc_id: str, sections: list) -> dict:
+def reader_document(doc_id: str, sections: list, file: str) -> dict:
     """A document made by a reader: its sections made safe to print, and its text (what the
     saved index hashes) all of theirs."""
     sections = [(printable(heading, lines=False), [(kind, printable(text)) for kind, text in blocks])
                 for heading, blocks in sections]
     text = "\n".join(line for heading, blocks in sections for line in [heading, *(t for _, t in blocks)])
-    return {"doc_id": doc_id, "title": doc_id, "text": text, "tags": [], "sections": sections}
+    return {"doc_id": doc_id, "file": file, "title": doc_id, "text": text, "tags": [], "sections": sections}
 
 
 def bytes_to_read(path: Path) -> int:
@@ -253,7 +253,7 @@ def print_read_and_skipped(read: Counter, docs: list, skipped: list, needed: dic
     """What a folder gave, by type, and every file left out with its reason, on stderr:
     "read 3 files: 2 .md, 1 .pdf (9 pages)" and "skipped 2: a.pptx (no reader), ...". A
     missing extra gets one line naming its files and the install that reads them."""
-    pages = sum(1 for d in docs if PAGE_ID.fullmatch(d["doc_id"]))
+    pages = sum(1 for d in docs if "page" in d)
     kinds = ", ".join(f"{n} {suffix}" + (f" ({pages} pages)" if suffix == ".pdf" else "")
                       for suffix, n in sorted(read.items()))
     print(f"read {sum(read.values())} files" + (f": {kinds}" if kinds else ""), file=sys.stderr)
@@ -271,15 +271,10 @@ def print_read_and_skipped(read: Counter, docs: list, skipped: list, needed: dic
         print(f"skipped {len(skipped)}: {named}" + (rest if more else ""), file=sys.stderr)
 
 
-def file_of(doc_id: str) -> str:
-    """The file a document comes from: "manual.pdf p. 12" -> "manual.pdf"; a note is its file."""
-    page = PAGE_ID.fullmatch(doc_id)
-    return page.group(1) if page else doc_id
-
-
-def print_biggest_file(chunks: list[dict]) -> None:
-    """Name the file with the most chunks: a changelog can crowd every answer (--exclude GLOB)."""
-    counts = Counter(file_of(c["doc_id"]) for c in chunks)
+def print_biggest_file(chunks: list[dict], files: dict) -> None:
+    """Name the file with the most chunks: a changelog can crowd every answer (--exclude GLOB).
+    files: doc_id -> the file it comes from (a PDF's pages: one file)."""
+    counts = Counter(files.get(c["doc_id"], c["doc_id"]) for c in chunks)
     if len(counts) > 1:
         name, n = counts.most_common(1)[0]
         print(f"most chunks: {printable(name, lines=False)} ({n} of {len(chunks)}, {n / len(chunks):.0%}; "
@@ -314,7 +309,7 @@ def check_paths(docs: str | None, index: str | None, eval_file: str | None, excl
 # == --eval: your labelled questions ===============================================================
 # your own labelled questions (--eval FILE with --docs), read and checked.
 #
-#     eval_set = load_eval_file("qa.jsonl", {c["doc_id"] for c in chunks})
+#     eval_set = load_eval_file("qa.jsonl", {d["doc_id"]: d["file"] for d in docs})
 #
 # One question a line: {"question": "...", "relevant": ["file", ...]}, and if you like the facts a
 # right answer states, "answer": ["regex", ...]. Retrieval is scored on the files; "answer in
@@ -365,21 +360,23 @@ def print_answer_in_context(eval_set, found: list[list[dict]], k: int) -> None:
           f"passages, for {sum(held)} of {len(held)} questions)")
 
 
-def load_eval_file(path, doc_ids=None) -> list[dict]:
-    """Labelled questions; with doc_ids, ids naming no indexed file (and questions left empty) go."""
+def load_eval_file(path, files: dict | None = None) -> list[dict]:
+    """Labelled questions; with files (doc_id -> its file), ids naming no indexed file (and
+    questions left empty) go."""
     eval_set = [item for item in read_jsonl(path, eval_item, "evaluation file") if item]
     if not eval_set:
         raise ValueError(f"{path}: every question is marked unanswerable: retrieval needs some "
                          f"with the files that answer them")
-    return eval_set if doc_ids is None else indexed_only(eval_set, doc_ids, path)
+    return eval_set if files is None else indexed_only(eval_set, files, path)
 
 
-def indexed_only(eval_set: list[dict], doc_ids, path) -> list[dict]:
+def indexed_only(eval_set: list[dict], files: dict, path) -> list[dict]:
     """The questions of a loaded eval file, each with only the relevant ids that name an
-    indexed file (a PDF's name: its pages); a question left with none goes, named on stderr."""
-    pages = {}                                   # a PDF's name stands for every page of it
-    for doc_id in doc_ids:
-        pages.setdefault(file_of(doc_id), set()).add(doc_id)
+    indexed document (files: its doc_id -> its file; a PDF's name stands for its pages); a
+    question left with none goes, named on stderr."""
+    doc_ids, pages = set(files), {}              # a PDF's name stands for every page of it
+    for doc_id, file in files.items():
+        pages.setdefault(file, set()).add(doc_id)
     eval_set = [{**item, "relevant": {p for r in item["relevant"] for p in pages.get(r, {r})}}
                 for item in eval_set]
     unknown = sorted({r for item in eval_set for r in item["relevant"]} - set(doc_ids))

@@ -460,8 +460,12 @@ def fingerprint(docs: list[dict]) -> str:
 
 
 def file_hashes(docs: list[dict]) -> dict:
-    """doc_id -> hash of its text, so an update can tell which files changed."""
-    return {d["doc_id"]: sha256_bytes(d["text"].encode("utf-8"))[:16] for d in docs}
+    """file -> a hash of its documents' texts (a PDF's pages together), so an update can tell
+    which files changed."""
+    texts = {}
+    for d in docs:
+        texts.setdefault(d["file"], []).append(f"{d['doc_id']}\0{d['text']}")
+    return {file: sha256_bytes("\0".join(parts).encode("utf-8"))[:16] for file, parts in texts.items()}
 
 
 def embedded_texts(chunks: list[dict], context: bool) -> list[str]:
@@ -508,8 +512,7 @@ def update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, conte
     index, embedded, reused = embed_reusing(embedded_texts(chunks, context), embedder,
                                             embedded_texts(saved_chunks, context), saved_index)
     old_files, new_files = saved.get("files") or {}, meta["files"]
-    changed = len({documents.file_of(f) for f in set(old_files) | set(new_files)   # a PDF's pages: one file
-                   if old_files.get(f) != new_files.get(f)})
+    changed = sum(old_files.get(f) != new_files.get(f) for f in set(old_files) | set(new_files))
     print(f"updated the index: {plural(changed, 'file')} changed or removed, "
           f"{plural(embedded, 'chunk')} embedded, "
           f"{reused} reused")
@@ -528,7 +531,7 @@ def index_folder(docs: list[dict], backend: str, model: str, chunk_size: int, co
     meta = {"backend": backend, "model": model_identity(backend, model),
             "chunk_size": chunk_size, "context": bool(context), "reader": READER,
             "fingerprint": fingerprint(docs), "files": file_hashes(docs)}
-    files = len({documents.file_of(d["doc_id"]) for d in docs})      # a PDF is one file of many pages
+    files = len(meta["files"])                      # a PDF is one file of many pages
     saved_index, saved_chunks, saved, why = (load_index(index_dir, meta) if index_dir
                                              else (None, None, None, "no --index"))
     if why is not None and index_dir and not kept and not writable(index_dir):    # before the slow work
@@ -551,7 +554,7 @@ def index_folder(docs: list[dict], backend: str, model: str, chunk_size: int, co
         chunks = chunk_documents(docs, chunk_size, chunking.model_fits(embedder))
         print(f"{files} files -> {len(chunks)} chunks (sections whole up to {chunk_size} "
               f"words and what the model reads; code, lists and tables kept with their lead-in)")
-        documents.print_biggest_file(chunks)          # before the wait: a huge file shows here
+        documents.print_biggest_file(chunks, {d["doc_id"]: d["file"] for d in docs})          # before the wait: a huge file shows here
         if saved_index is not None and minilm:     # TF-IDF's words depend on every file: it refits
             index = update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, context)
         else:

@@ -27,7 +27,7 @@ import numpy as np
 
 import rag_from_scratch as rag
 from ragkit import chunking, folder_index
-from ragkit.support import plural, refuse_empty
+from ragkit.support import one_line, plural, refuse_empty
 
 # == Defaults: the one place they live (the experiments' CLI reads them from here) =========
 BM25_K1 = 1.5            # how quickly repeats of a word stop adding score (rank_bm25's default)
@@ -156,17 +156,15 @@ def evaluate_retriever(eval_set: list[dict], retrieve, k: int, verbose: bool = F
 RERANKER = "cross-encoder/ms-marco-MiniLM-L6-v2"
 RERANK_DEPTH = 4         # the reranker sees RERANK_DEPTH x k candidates and keeps k
 GET_RERANKER = (f"download it once where the network is open (`hf download {RERANKER}`) and "
-                f"it loads from the cache, or pass --rerank FOLDER (or --rerank auto to go on without)")
+                f"it loads from the cache, or pass --rerank FOLDER")
 
 
 def load_reranker(model: str = RERANKER):
     """A sentence-transformers CrossEncoder from a local copy (ragkit/folder_index.py)."""
-    try:
-        return folder_index.load_cross_encoder(model)
-    except RuntimeError as exc:
-        if "no local copy" not in str(exc):
-            raise
-        raise RuntimeError(f"no local copy of the reranker {model}: {GET_RERANKER}") from None
+    if not (folder_index.looks_like_folder(model) or folder_index.model_folder(model)):
+        raise RuntimeError(f"no local copy of the reranker {model}: {GET_RERANKER} (or --rerank "
+                           f"auto to go on without)")
+    return folder_index.load_cross_encoder(model)
 
 
 def rerank(question: str, candidates: list[dict], texts: list[str], reranker, k: int):
@@ -378,18 +376,22 @@ def check_flags(hybrid: str | None, rerank: str | None, source: str | None, tag:
     if rerank not in (None, "auto") and not folder_index.model_folder(rerank):
         if folder_index.looks_like_folder(rerank):
             raise FileNotFoundError(f"model folder not found: {rerank} (give a folder holding config.json)")
-        raise RuntimeError(f"no local copy of the reranker {rerank}: {GET_RERANKER}")
+        raise RuntimeError(f"no local copy of the reranker {rerank}: {GET_RERANKER} (or --rerank "
+                           f"auto to go on without)")
 
 
 def reranker_for(value: str, without: str = "--rerank auto: going on without reranking"):
     """The reranker --rerank asks for; with auto, None (and one line) when none can be had."""
     if value != "auto":
         return load_reranker(value)
+    if not folder_index.model_folder(RERANKER):
+        print(f"[info] {without} (no local copy of the reranker {RERANKER}: {GET_RERANKER})",
+              file=sys.stderr)
+        return None
     try:
         return load_reranker(RERANKER)
-    except (RuntimeError, OSError) as exc:
-        why = str(exc).split(" (or --rerank auto")[0]
-        print(f"[info] {without} ({why})", file=sys.stderr)
+    except (RuntimeError, OSError) as exc:          # the copy is there but cannot load
+        print(f"[info] {without} ({one_line(exc)})", file=sys.stderr)
         return None
 
 

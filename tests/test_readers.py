@@ -366,7 +366,7 @@ def test_without_the_extras_markdown_reads_as_before_and_the_rest_is_named_with_
     done = subprocess.run([sys.executable, "-c", HIDE, str(tmp_path)], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
-    notes = [{k: d[k] for k in ("doc_id", "title", "text", "tags")} for d in documents.load_documents(tmp_path)
+    notes = [{k: d[k] for k in ("doc_id", "file", "title", "text", "tags")} for d in documents.load_documents(tmp_path)
              if d["doc_id"] in ("pump.md", "care.txt")]
     assert json.loads(done.stdout) == notes
     err = done.stderr.splitlines()

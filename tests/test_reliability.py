@@ -166,7 +166,7 @@ def test_eval_ids_that_name_no_document_are_left_out_and_counted(tmp_path, capsy
     qa = tmp_path / "qa.jsonl"
     qa.write_text('{"question": "q?", "relevant": ["nope.md"]}\n'
                   '{"question": "r?", "relevant": ["note0.md", "gone.md"]}\n')
-    assert documents.load_eval_file(qa, {"note0.md"}) == [{"question": "r?", "relevant": {"note0.md"}, "answer": []}]
+    assert documents.load_eval_file(qa, {"note0.md": "note0.md"}) == [{"question": "r?", "relevant": {"note0.md"}, "answer": []}]
     assert capsys.readouterr().err == ("[warn] " + str(qa) + ": 2 relevant ids name no indexed file "
                                        "and are left out (gone.md, nope.md); 1 of 2 questions dropped\n")
 
