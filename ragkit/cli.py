@@ -108,9 +108,8 @@ def parse_args(argv=None):
     args, unknown = p.parse_known_args(argv)
     if unknown:
         import difflib
-        import re
-        flags = re.findall(r"--[\w-]+", p.format_help())   # every flag, as --help-all lists them
-        near = difflib.get_close_matches(unknown[0].split("=")[0], dict.fromkeys(flags), n=2)
+        flags = [f for f in p._option_string_actions if f.startswith("--")]   # argparse's own table
+        near = difflib.get_close_matches(unknown[0].split("=")[0], flags, n=2)
         p.error(f"unrecognized arguments: {' '.join(unknown)}"
                 + (f" (did you mean {' or '.join(near)}?)" if near else ""))
     return args
