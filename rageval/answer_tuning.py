@@ -42,7 +42,10 @@ PLAN = [(8, "quote-two"), (8, "quote-two-sentences"), (5, "quote-two"), (3, "quo
 # The kit's own prompt alone (--plan kit): the quote check's settings need no other, and it
 # costs a quarter of the model's time; the prompts were compared on MkDocs with the whole PLAN.
 # sizes: the prompt's passages alone (8, 5, 3), smallest first, to choose a shorter default prompt.
-PLANS = {"all": PLAN, "kit": PLAN[:1], "sizes": [(3, "quote-two"), (5, "quote-two"), (8, "quote-two")]}
+# trim: the same, and 8 passages each trimmed to the sentences nearest the question
+# (rageval/answer_variants.py's trimmed()): a prompt about half as long.
+SIZES = [(3, "quote-two"), (5, "quote-two"), (8, "quote-two")]
+PLANS = {"all": PLAN, "kit": PLAN[:1], "sizes": SIZES, "trim": SIZES + [(8, "quote-two, trimmed")]}
 UNCHECKED = ["refuse", "flag"]
 MIN_TOPICS = [0.0, 0.2, 0.3, 0.4, 0.5]        # the share of the question the quotes must speak to
 MAX_TOKENS = generators.MAX_TOKENS          # as the kit asks: kept replies are then the kit's own
@@ -61,9 +64,13 @@ def prompts_of(name: str, embedder, cache, questions: int | None = None, plan=PL
     for i, item in devset.spread(gen.load_gold(devsets.questions(name)), questions):
         found = retrieve(item["question"], max(k for k, _ in plan))
         for k, instruction in plan:
+            passages = found[:k]
+            if instruction in answer_variants.TRIMMED:
+                passages = [{**c, "text": answer_variants.trimmed(c["text"], item["question"])}
+                            for c in passages]
             out.append({"set": name, "item": i, "k": k, "instruction": instruction,
                         "prompt": answering.grounded_prompt(
-                            item["question"], found[:k], answer_variants.INSTRUCTIONS[instruction],
+                            item["question"], passages, answer_variants.INSTRUCTIONS[instruction],
                             answer_variants.fence_tag(item["question"], SEED))})
     return out
 
@@ -239,7 +246,7 @@ def parse_args(argv=None):
                    help="llama.cpp threads (default: %(default)s)")
     p.add_argument("--plan", choices=sorted(PLANS), default="all",
                    help="all: every prompt of PLAN; kit: the kit's prompt only; sizes: 3, 5 and 8 "
-                        "passages (default: %(default)s)")
+                        "passages; trim: those and 8 trimmed passages (default: %(default)s)")
     p.add_argument("--questions", type=support.bounded(int, 1, 1000), metavar="N",
                    help="N questions of each set, spread over it (default: all)")
     p.add_argument("--worst", type=support.bounded(int, 0, 1000), default=0, metavar="N",

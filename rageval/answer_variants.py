@@ -19,6 +19,7 @@ import hashlib
 from ragkit import answering
 from ragkit.support import split_sentences
 
+
 # The prompt's last lines, by name: the kit's, and the one it was compared with on MkDocs.
 INSTRUCTIONS = {
     "quote-two": answering.INSTRUCTION,
@@ -31,8 +32,79 @@ INSTRUCTIONS = {
         "Answer: ...\n"
         f"If no sentence in the passages answers the question, reply only: {answering.REFUSAL}"),
 }
+# The kit's instruction over shorter passages: each cut to its heading and the sentences nearest
+# the question (trimmed() below), so 8 passages make a prompt of about 900 tokens, not 1,700.
+INSTRUCTIONS["quote-two, trimmed"] = INSTRUCTIONS["quote-two"]
+TRIMMED = {"quote-two, trimmed"}
+# Words a trimmed passage keeps (its heading line aside): set so the development questions'
+# prompts of 8 passages come to about 900 tokens (median), before any reply was scored.
+TRIM_WORDS = 30
+GAP = "[...]"              # a line where a trimmed passage left sentences out
 STRICTNESS = ("exact", "any-passage", "loose", "section")   # how a quote is checked: see where()
 SECTION_WORDS = 40         # a heading quoted stands for at most this many words under it
+
+
+def passage_units(text: str) -> list[tuple[int, str]]:
+    """A passage as (line number, unit): each sentence of a prose line, each list item or table
+    row, each fenced code block whole."""
+    units, lines, i = [], text.split("\n"), 0
+    while i < len(lines):
+        if lines[i].lstrip().startswith("```"):
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), len(lines) - 1)
+            units.append((i, "\n".join(lines[i:end + 1])))
+            i = end + 1
+            continue
+        units += [(i, sentence) for sentence in split_sentences(lines[i])]
+        i += 1
+    return units
+
+
+def trimmed(text: str, question: str, words: int = TRIM_WORDS) -> str:
+    """The passage's first line (its heading, a short one), then its units (passage_units) that
+    share the most of the question's content words, each with the unit before and after it, in
+    the passage's order, up to `words` words; GAP where units were left out between them. The
+    best unit is kept whatever its length; a passage within `words` is kept whole."""
+    if len(text.split()) <= words:
+        return text
+    stop = answering.stop_words()
+    asked = set(answering.content_words(question, stop))
+    units = passage_units(text)
+    head = 1 if units and units[0][0] == 0 and len(units[0][1].split()) <= 12 \
+        and not any(u[0] == 0 for u in units[1:]) else 0
+    body = units[head:]
+    shared = [len(asked & set(answering.content_words(u, stop))) for _, u in body]
+    order = sorted((n for n in range(len(body)) if shared[n]), key=lambda n: (-shared[n], n)) \
+        or range(len(body))               # nothing of the question here: the passage's start
+    kept, used = set(), 0
+    for n in order:
+        for m in (n, n - 1, n + 1):       # the unit, then what leads into it and follows it
+            if not 0 <= m < len(body) or m in kept:
+                continue
+            size = len(body[m][1].split())
+            if kept and used + size > words:
+                if m == n:
+                    break                 # the unit does not fit: nor do its neighbours
+                continue
+            kept.add(m)
+            used += size
+        if used >= words or (not any(shared) and n not in kept):
+            break
+    out, last = [units[0][1]] if head else [], None
+    for m in sorted(kept):
+        line, unit = body[m]
+        if last is not None and m != last + 1:
+            out.append(GAP)
+        elif last is not None and line == body[last][0]:
+            out[-1] += " " + unit             # the next sentence of the same line
+            last = m
+            continue
+        elif last is None and m > 0:
+            out.append(GAP)
+        out.append(unit)
+        last = m
+    if last is not None and last < len(body) - 1:
+        out.append(GAP)
+    return "\n".join(out)
 
 
 def found_loosely(quote: str, passage: str) -> bool:

@@ -183,3 +183,37 @@ def test_each_quote_set_aside_is_printed_with_the_reason_the_check_decided_on(re
     assert shown == answering.REFUSAL and f"is set aside: {why}; not shown)" in lines[0], lines
     assert lines[0].startswith("(checked: the extractive answer's quote of [")
     assert "Zurich" not in "\n".join(lines) and "the model" not in "\n".join(lines)
+
+
+# A trimmed passage (rageval/answer_variants.py): its heading, the sentences nearest the question
+# with their neighbours, verbatim, and a gap mark wherever sentences were left out.
+INSTALL = ("Install it\n"
+           "MkDocs needs Python. You can install it with pip. The package is on PyPI and works on "
+           "every system we know of, including Windows and macOS.\n"
+           "Run this:\n```bash\npip install mkdocs\n```\n"
+           "Then check the version. Other tools exist too, such as conda, which can also install "
+           "it, but we do not test them. Themes are separate packages. Plugins too.")
+
+
+def test_a_trimmed_passage_keeps_its_heading_and_the_sentences_that_answer_around_them():
+    assert answer_variants.trimmed(INSTALL, "How do I install MkDocs with pip?", 30) == (
+        "Install it\n"
+        "MkDocs needs Python. You can install it with pip.\n"
+        "[...]\n"
+        "Run this:\n```bash\npip install mkdocs\n```\n"
+        "Then check the version.\n"
+        "[...]")
+
+
+def test_a_passage_with_none_of_the_questions_words_keeps_its_start_and_a_short_one_stays_whole():
+    start = answer_variants.trimmed(INSTALL, "What colour is the sky?", 30)
+    assert start.startswith("Install it\nMkDocs needs Python. You can install it with pip. The package")
+    assert start.endswith("Run this:\n[...]") and "conda" not in start
+    assert answer_variants.trimmed(PASSAGES[1]["text"], "What colour is the sky?", 30) == PASSAGES[1]["text"]
+
+
+def test_every_line_of_a_trimmed_passage_is_the_passages_own_text():
+    for question in ("How do I install MkDocs with pip?", "Does conda work?", "themes plugins"):
+        for words in (5, 15, 30):
+            kept = answer_variants.trimmed(INSTALL, question, words)
+            assert all(line == answer_variants.GAP or line in INSTALL for line in kept.split("\n"))
