@@ -2,7 +2,6 @@
 every run saying what it read and what it skipped, bad files one line each, and the real
 files nobody here wrote: two research papers, a saved web page, a page MkDocs built."""
 import json
-import re
 import subprocess
 import sys
 
