@@ -1,4 +1,5 @@
 """Shared test setup: nothing here may reach the network, and the model loads once."""
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -76,17 +77,56 @@ def silent_server():
 PACKAGES = ("ragkit", "rageval", "ragbench")     # the kit's folders of modules
 
 
-def send_chat(handler, text: str) -> None:
-    """A fake OpenAI-compatible server's whole chat completion, `text` its answer, sent by a
-    BaseHTTPRequestHandler."""
+def chat_reply(text: str) -> bytes:
+    """A fake OpenAI-compatible server's whole chat completion, `text` its answer."""
     import json
-    body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+    return json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                                     "finish_reason": "stop"}]}).encode()
+
+
+def send_chat(handler, text: str) -> None:
+    """chat_reply(text), sent by a BaseHTTPRequestHandler."""
+    body = chat_reply(text)
     handler.send_response(200)
     handler.send_header("Content-Type", "application/json")
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+@contextlib.contextmanager
+def serving(write, status=200, content_type="text/event-stream"):
+    """A real HTTP server on 127.0.0.1 that answers every POST with `status`, then
+    write(wfile, stop); yields its URL. `stop` is set when the test ends: a writer that would
+    never end waits on it or checks it."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    stop = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"              # the body ends when the connection closes
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.end_headers()
+            try:
+                write(self.wfile, stop)
+            except OSError:                        # the client hung up: as it should
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
 
 
 def command(script: str) -> list:

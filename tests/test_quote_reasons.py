@@ -1,42 +1,18 @@
 """A model's quotes as a user meets them: the kit asks a fake OpenAI-compatible server on
 127.0.0.1 (its reply canned) about the two notes the README's "Next" commands use, and prints
 what its check decided, with the reason it decided on."""
-import threading
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-from conftest import ROOT, send_chat
+from conftest import ROOT, chat_reply, serving
 
 import rag_from_scratch as rag
 
 QUESTION = "How do I restart the database?"
 
 
-@contextmanager
-def replying(text: str):
-    """A chat-completions server on a free port whose every answer is `text`; yields its URL."""
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            send_chat(self, text)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def answer(reply: str, capsys) -> str:
     """What the kit prints from the Step 7 heading on, the model replying `reply`."""
-    with replying(reply) as url:
+    with serving(lambda wfile, stop: wfile.write(chat_reply(reply)), content_type="application/json") as url:
         assert rag.main(["--docs", str(ROOT / "examples" / "notes"), "--backend", "tfidf", "--question", QUESTION,
-                         "--generator", "openai", "--llm-url", url]) == 0
+                         "--generator", "openai", "--llm-url", url + "/v1"]) == 0
     return capsys.readouterr().out.split("== Step 7: the answer")[1]
 
 

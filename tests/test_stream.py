@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import LATE_S, ROOT, press_ctrl_c
+from conftest import LATE_S, ROOT, press_ctrl_c, serving
 from test_generate import needs_local
 
 import rag_from_scratch as rag
@@ -142,39 +142,6 @@ BROKEN = {
     "stalls mid-answer": (GOOD, TimeoutError, "stopped answering"),
     "never ends": (GOOD, TimeoutError, "had not finished answering after 2 s"),
 }
-
-
-@contextmanager
-def serving(write, status=200, content_type="text/event-stream"):
-    """A real HTTP server on 127.0.0.1 that answers every POST with `status`, then
-    write(wfile, stop); yields its URL. `stop` is set when the test ends: a writer that would
-    never end waits on it or checks it."""
-    stop = threading.Event()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"              # the body ends when the connection closes
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.end_headers()
-            try:
-                write(self.wfile, stop)
-            except OSError:                        # the client hung up: as it should
-                pass
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        stop.set()
-        server.shutdown()
-        server.server_close()
 
 
 def once(body: bytes, then=None):
