@@ -126,7 +126,8 @@ def read_file(path: Path, rel: str, root: Path, max_pages: int, outputs: bool) -
     suffix = path.suffix.lower()
     if suffix in SUFFIXES:
         tags, body = split_front_matter(read_note(path, root))
-        return [{"doc_id": name, "file": name, "title": name, "text": body, "tags": tags}] if body.strip() else []
+        note = {"doc_id": name, "file": name, "title": name, "text": body, "tags": tags}
+        return [note] if body.strip() else []
     data = checked_bytes(path, root, readers.MAX_BYTES[suffix], read=suffix not in (".pdf", ".docx"))
     if suffix == ".pdf":                          # PDFium and mammoth read the file themselves
         total, pages = readers.read_pdf(path, max_pages, name)
@@ -379,9 +380,9 @@ def indexed_only(eval_set: list[dict], files: dict, path) -> list[dict]:
         pages.setdefault(file, set()).add(doc_id)
     eval_set = [{**item, "relevant": {p for r in item["relevant"] for p in pages.get(r, {r})}}
                 for item in eval_set]
-    unknown = sorted({r for item in eval_set for r in item["relevant"]} - set(doc_ids))
-    kept = [{**item, "relevant": item["relevant"] & set(doc_ids)} for item in eval_set
-            if item["relevant"] & set(doc_ids)]
+    unknown = sorted({r for item in eval_set for r in item["relevant"]} - doc_ids)
+    kept = [{**item, "relevant": item["relevant"] & doc_ids} for item in eval_set
+            if item["relevant"] & doc_ids]
     if not kept:
         raise ValueError(f"{path}: no question names a file that was indexed (e.g. "
                          f"{', '.join(unknown[:3])}); relevant ids are paths inside --docs, "

@@ -460,11 +460,11 @@ def fingerprint(docs: list[dict]) -> str:
 
 
 def file_hashes(docs: list[dict]) -> dict:
-    """file -> a hash of its documents' texts (a PDF's pages together), so an update can tell
-    which files changed."""
+    """file -> a hash of its text (a PDF's pages together), so an update can tell which files
+    changed. A note's hash is the one indexes saved before PDFs were grouped hold."""
     texts = {}
     for d in docs:
-        texts.setdefault(d["file"], []).append(f"{d['doc_id']}\0{d['text']}")
+        texts.setdefault(d["file"], []).append(d["text"])
     return {file: sha256_bytes("\0".join(parts).encode("utf-8"))[:16] for file, parts in texts.items()}
 
 
@@ -554,7 +554,8 @@ def index_folder(docs: list[dict], backend: str, model: str, chunk_size: int, co
         chunks = chunk_documents(docs, chunk_size, chunking.model_fits(embedder))
         print(f"{files} files -> {len(chunks)} chunks (sections whole up to {chunk_size} "
               f"words and what the model reads; code, lists and tables kept with their lead-in)")
-        documents.print_biggest_file(chunks, {d["doc_id"]: d["file"] for d in docs})          # before the wait: a huge file shows here
+        # before the wait: a huge file shows here
+        documents.print_biggest_file(chunks, {d["doc_id"]: d["file"] for d in docs})
         if saved_index is not None and minilm:     # TF-IDF's words depend on every file: it refits
             index = update_index(saved_index, saved_chunks, saved, chunks, embedder, meta, context)
         else:

@@ -207,8 +207,9 @@ def stream(endpoint: str, body: dict, api_key: str, timeout: float, deadline: fl
 # == Amazon Bedrock (--generator bedrock, --generate) ==============================================
 # Amazon Bedrock for the command line, with advice instead of tracebacks.
 #
-# rag_from_scratch.generate_with_bedrock is the lesson: one Converse call. This section
-# wraps it for --generator bedrock (and --generate beside a kit flag) so a learner's first run fails kindly and never hangs:
+# rag_from_scratch.generate_with_bedrock is the lesson: one Converse call. This section wraps it
+# for --generator bedrock (and --generate beside a kit flag), so a learner's first run fails
+# kindly and never hangs:
 #   - before any work: the placeholder model id, boto3 missing, a profile that does not
 #     exist, or no credentials at all, each one line that says what to set up;
 #   - during the call: one overall deadline (botocore's own timeouts apply per attempt and

@@ -159,11 +159,16 @@ GET_RERANKER = (f"download it once where the network is open (`hf download {RERA
                 f"it loads from the cache, or pass --rerank FOLDER")
 
 
+def no_reranker(model: str) -> RuntimeError:
+    """The one line for a reranker with no local copy."""
+    return RuntimeError(f"no local copy of the reranker {model}: {GET_RERANKER} (or --rerank auto "
+                        f"to go on without)")
+
+
 def load_reranker(model: str = RERANKER):
     """A sentence-transformers CrossEncoder from a local copy (ragkit/folder_index.py)."""
     if not (folder_index.looks_like_folder(model) or folder_index.model_folder(model)):
-        raise RuntimeError(f"no local copy of the reranker {model}: {GET_RERANKER} (or --rerank "
-                           f"auto to go on without)")
+        raise no_reranker(model)
     return folder_index.load_cross_encoder(model)
 
 
@@ -376,8 +381,7 @@ def check_flags(hybrid: str | None, rerank: str | None, source: str | None, tag:
     if rerank not in (None, "auto") and not folder_index.model_folder(rerank):
         if folder_index.looks_like_folder(rerank):
             raise FileNotFoundError(f"model folder not found: {rerank} (give a folder holding config.json)")
-        raise RuntimeError(f"no local copy of the reranker {rerank}: {GET_RERANKER} (or --rerank "
-                           f"auto to go on without)")
+        raise no_reranker(rerank)
 
 
 def reranker_for(value: str, without: str = "--rerank auto: going on without reranking"):
