@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 import rag_from_scratch as rag
-from ragkit.support import CODE, in_prose, plural, printable, rate, sentence_ends, split_sentences
+from ragkit.support import CODE, closed, in_prose, plural, printable, rate, sentence_ends, split_sentences
 
 
 # == Content words: what the extractive answer and the quote check count ===========================
@@ -586,8 +586,12 @@ def without_phrase_loops(pieces):
 
 def guarded(pieces, prompt: GroundedPrompt):
     """A model's reply to a GroundedPrompt, its pieces as they come, through guard() and
-    without_phrase_loops(): what every model generator's answer() returns (ragkit/generators.py)."""
-    return without_phrase_loops(guard(pieces, prompt.citable(), prompt.tag))
+    without_phrase_loops(): what every model generator's answer() returns (ragkit/generators.py).
+    The model's stream is closed however the reply ends (a loop cut short, an error)."""
+    try:
+        yield from without_phrase_loops(guard(pieces, prompt.citable(), prompt.tag))
+    finally:
+        closed(pieces)
 
 
 def single_spaced(reply: str) -> str:
@@ -605,7 +609,10 @@ def reply_of(llm, prompt: GroundedPrompt) -> str:
     """A generator's whole reply to a grounded prompt, as the check reads it: its pieces
     printed as they come (llm.stream, --stream) or joined."""
     pieces = llm.answer(prompt)
-    return single_spaced(print_stream(pieces) if llm.stream else "".join(pieces))
+    try:
+        return single_spaced(print_stream(pieces) if llm.stream else "".join(pieces))
+    finally:
+        closed(pieces)                  # stopped early (Ctrl-C, an error): the model stops here
 
 
 def print_stream(pieces) -> str:

@@ -34,8 +34,8 @@ from ragkit.answering import (content_words, GroundedPrompt, guarded, idf_weight
                               supported_share)
 from ragkit.llama import (context_for, free_cores, llama_chunks, load_guarded, PROGRESS, shown,
                           start_llama, THREADS)
-from ragkit.support import (bounded, in_prose, items_with_deadline, one_line, parse_json, plural, printable,
-                            split_sentences,
+from ragkit.support import (bounded, closed, in_prose, items_with_deadline, one_line, parse_json, plural,
+                            printable, split_sentences,
                             with_deadline)
 
 
@@ -745,8 +745,7 @@ def stream_text(chunks, where: str, max_tokens: int, printed: bool = False):
             if text:
                 yield printable(text)
     finally:
-        if hasattr(chunks, "close"):      # a generator: llama.cpp's stream, an HTTP stream
-            chunks.close()
+        closed(chunks)                    # a generator: llama.cpp's stream, an HTTP stream
     if reason is None:            # every server ends a whole answer with a finish_reason
         raise RuntimeError(f"{where} stopped in mid-answer (no finish_reason before the end)")
     if reason == "length" and not printed:

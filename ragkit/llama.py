@@ -20,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from ragkit.support import (cache_folder, limit_child, new_python, parse_json, plural, printable, Progress, rate,
-                            read_plain_file, regular_file_size, remove_partials,
+from ragkit.support import (cache_folder, closed, limit_child, new_python, parse_json, plural, printable,
+                            Progress, rate, read_plain_file, regular_file_size, remove_partials,
                             threads_without_ctrl_c, write_atomic)
 
 
@@ -462,14 +462,12 @@ def shown(chunks, writing: bool = True):
             except GeneratorExit:                   # no more is read: no timings will come
                 stopped = True
         if stopped:
-            if hasattr(chunks, "close"):            # the model stopped and its thread ended: then the line
-                chunks.close()
+            closed(chunks)                          # the model stopped and its thread ended: then the line
             print(stopped_line(read, bar.n), file=sys.stderr, flush=True)
         elif timings:
             print(timing_line(timings), file=sys.stderr, flush=True)
     finally:
-        if hasattr(chunks, "close"):
-            chunks.close()
+        closed(chunks)
 
 
 def reading(chunks):

@@ -106,6 +106,14 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in sentences + [text[starts[-1]:]] if s]
 
 
+def closed(pieces) -> None:
+    """Close a stream of pieces that can be closed (a generator), so the model behind it stops
+    now, in the reader's own flow: left to Python's clean-up instead, a Ctrl-C pressed meanwhile
+    would be printed as an ignored exception, and the run would go on."""
+    if hasattr(pieces, "close"):
+        pieces.close()
+
+
 def plural(n: int, noun: str, nouns: str | None = None) -> str:
     """A count and its noun: plural(1, "file") -> "1 file", plural(3, "file") -> "3 files"."""
     return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
